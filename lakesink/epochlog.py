@@ -1,0 +1,196 @@
+"""The epoch log (``_lakesink/epochs/``): which files each committed epoch holds.
+
+An epoch is committed exactly when its record ``<epoch:020d>.json`` exists. The record is
+created once, create-if-absent (no-clobber link locally, ``If-None-Match`` on S3), after every
+file it lists was published; a replayed epoch that finds its record is skipped whole.
+
+So that opening a table stays cheap however many epochs it has, every ``checkpoint_interval``
+epochs the driver also writes ``<epoch:020d>.checkpoint.json``: the records of all epochs up
+to that one, in one file. Readers load the newest checkpoint at or below the epoch they want
+and the records after it. A checkpoint is derived data; a record is the truth.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from lakesink.errors import CorruptFileError
+from lakesink.layout import (
+    EPOCHS_DIR,
+    FORMAT_VERSION,
+    epoch_checkpoint_name,
+    epoch_record_name,
+    parse_epoch_log_entry,
+)
+from lakesink.storage import Storage
+
+DEFAULT_CHECKPOINT_INTERVAL = 100
+
+
+@dataclass(frozen=True)
+class CommittedFile:
+    """A file of a committed epoch; ``name`` is relative to the table root."""
+
+    name: str
+    partition: int
+    epoch: int
+    rows: int
+    size: int
+
+
+@dataclass(frozen=True)
+class EpochInfo:
+    """One committed epoch, as listed by ``Lake.epochs()``."""
+
+    epoch: int
+    committed_at: float
+    files: int
+    rows: int
+    bytes: int
+    source_offsets: Any = None
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    epoch: int
+    committed_at: float
+    files: tuple[CommittedFile, ...]
+    source_offsets: Any = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def info(self) -> EpochInfo:
+        return EpochInfo(
+            self.epoch,
+            self.committed_at,
+            len(self.files),
+            sum(f.rows for f in self.files),
+            sum(f.size for f in self.files),
+            self.source_offsets,
+        )
+
+    def to_doc(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "committed_at": self.committed_at,
+            "source_offsets": self.source_offsets,
+            "files": [
+                {"path": f.name, "partition": f.partition, "rows": f.rows, "bytes": f.size} for f in self.files
+            ],
+        }
+
+    @classmethod
+    def from_doc(cls, doc: Mapping[str, Any]) -> EpochRecord:
+        epoch = int(doc["epoch"])
+        files = tuple(
+            CommittedFile(str(f["path"]), int(f["partition"]), epoch, int(f["rows"]), int(f["bytes"]))
+            for f in doc["files"]
+        )
+        return cls(epoch, float(doc["committed_at"]), files, doc.get("source_offsets"))
+
+
+class EpochLog:
+    """Read and append the epoch log of one table."""
+
+    def __init__(self, storage: Storage, *, checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL) -> None:
+        if checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be >= 1, got {checkpoint_interval}")
+        self.storage = storage
+        self.checkpoint_interval = checkpoint_interval
+
+    # Writing ------------------------------------------------------------------------------
+
+    def commit(
+        self, epoch: int, files: Iterable[CommittedFile], *, source_offsets: Any = None
+    ) -> bool:
+        """Write the record of ``epoch``; False if it already existed (a replay: nothing changes)."""
+        record = EpochRecord(epoch, time.time(), tuple(files), source_offsets)
+        doc = {"format_version": FORMAT_VERSION, **record.to_doc()}
+        created = self.storage.put_if_absent(epoch_record_name(epoch), json.dumps(doc).encode())
+        if created and epoch > 0 and epoch % self.checkpoint_interval == 0:
+            self.write_checkpoint(epoch)
+        return created
+
+    def write_checkpoint(self, epoch: int) -> None:
+        """Fold every record up to ``epoch`` into one checkpoint file (idempotent)."""
+        records = self._records(as_of_epoch=epoch)
+        doc = {
+            "format_version": FORMAT_VERSION,
+            "epoch": epoch,
+            "epochs": [r.to_doc() for r in records],
+        }
+        self.storage.put_if_absent(epoch_checkpoint_name(epoch), json.dumps(doc).encode())
+
+    # Reading ------------------------------------------------------------------------------
+
+    def has(self, epoch: int) -> bool:
+        return self.storage.exists(epoch_record_name(epoch))
+
+    def epochs(self, *, as_of_epoch: int | None = None) -> list[EpochInfo]:
+        return [r.info() for r in self._records(as_of_epoch=as_of_epoch)]
+
+    def latest_epoch(self) -> int | None:
+        entries = self._entries()
+        records = [epoch for epoch, kind in entries if kind == "record"]
+        return max(records) if records else None
+
+    def committed_files(
+        self, *, as_of_epoch: int | None = None, epochs: tuple[int, int] | None = None
+    ) -> list[CommittedFile]:
+        """Every file of the committed epochs (all, up to ``as_of_epoch``, or in ``epochs``)."""
+        upto = as_of_epoch
+        if epochs is not None:
+            upto = epochs[1] if upto is None else min(upto, epochs[1])
+        records = self._records(as_of_epoch=upto)
+        first = epochs[0] if epochs is not None else None
+        return [f for r in records if first is None or r.epoch >= first for f in r.files]
+
+    def _entries(self) -> list[tuple[int, str]]:
+        found = []
+        for stored in self.storage.list(EPOCHS_DIR):
+            parsed = parse_epoch_log_entry(stored.name.rsplit("/", 1)[-1])
+            if parsed is not None:
+                found.append(parsed)
+        return found
+
+    def _records(self, *, as_of_epoch: int | None) -> list[EpochRecord]:
+        entries = self._entries()
+        in_range = [(e, k) for e, k in entries if as_of_epoch is None or e <= as_of_epoch]
+        checkpoints = [e for e, k in in_range if k == "checkpoint"]
+        by_epoch: dict[int, EpochRecord] = {}
+        base = max(checkpoints) if checkpoints else -1
+        if checkpoints:
+            doc = self._load(epoch_checkpoint_name(base))
+            for r in doc["epochs"]:
+                record = self._parse(r, epoch_checkpoint_name(base))
+                by_epoch[record.epoch] = record
+        for epoch, kind in in_range:
+            if kind == "record" and epoch > base:
+                name = epoch_record_name(epoch)
+                by_epoch[epoch] = self._parse(self._load(name), name)
+        return [by_epoch[e] for e in sorted(by_epoch)]
+
+    def _load(self, name: str) -> dict[str, Any]:
+        where = f"{self.storage.url.rstrip('/')}/{name}"
+        try:
+            doc = json.loads(self.storage.read_bytes(name))
+        except FileNotFoundError:
+            raise CorruptFileError(f"epoch log entry {where} vanished while the log was read") from None
+        except ValueError as exc:
+            raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
+        if int(doc.get("format_version", 0)) > FORMAT_VERSION:
+            from lakesink.errors import FormatVersionError
+
+            raise FormatVersionError(f"{where}: written by a newer lake format; upgrade lakesink")
+        return dict(doc)
+
+    def _parse(self, doc: Mapping[str, Any], name: str) -> EpochRecord:
+        try:
+            return EpochRecord.from_doc(doc)
+        except (KeyError, TypeError, ValueError) as exc:
+            where = f"{self.storage.url.rstrip('/')}/{name}"
+            raise CorruptFileError(f"epoch log entry {where} is malformed: {exc!r}") from exc
+

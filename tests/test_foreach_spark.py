@@ -1,0 +1,115 @@
+"""End to end: LakeForeachWriter under a real local-mode Spark with task retries."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyarrow.compute as pc
+import pytest
+from faults import FailFirstAttempt
+
+from lakesink import LakeForeachWriter, SchemaMismatchError
+from reader import Lake, read_all, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def staged_leftovers(lake: str) -> list[str]:
+    return [n for n in os.listdir(lake) if ".uncommitted" in n] if os.path.isdir(lake) else []
+
+
+def make_input(spark, folder: Path, files: int, rows_per_file: int) -> None:  # type: ignore[no-untyped-def]
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        start = i * rows_per_file
+        df = spark.range(start, start + rows_per_file).selectExpr(
+            "id", "cast(id % 7 as int) as bucket", "concat('row-', cast(id as string)) as label"
+        )
+        df.coalesce(1).write.mode("overwrite").parquet(str(folder / f"batch-{i:03d}"))
+        # move the single part file up so the stream sees flat files
+        for part in (folder / f"batch-{i:03d}").glob("part-*.parquet"):
+            part.rename(folder / f"input-{i:03d}.parquet")
+
+
+def stream(spark, source: Path, lake: str, checkpoint: Path, writer, max_files: int = 1):  # type: ignore[no-untyped-def]
+    schema = spark.read.parquet(str(source)).schema
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", max_files).parquet(str(source))
+    df = df.repartition(3)
+    query = (
+        df.writeStream.foreach(writer(df.schema))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    return df.schema
+
+
+def test_failed_attempt_mid_partition_leaves_every_row_once(spark, tmp_path: Path, lake: str) -> None:
+    source = tmp_path / "in"
+    make_input(spark, source, files=3, rows_per_file=2_000)
+    stream(
+        spark,
+        source,
+        lake,
+        tmp_path / "chk",
+        lambda schema: FailFirstAttempt(lake, schema=schema, after_rows=100, batch_rows=64),
+    )
+    table = read_committed(lake)
+    ids = table.column("id").to_pylist()
+    assert sorted(ids) == list(range(6_000))
+    assert staged_leftovers(lake) == []
+    files = Lake(lake).files()
+    assert {f.epoch for f in files} == {0, 1, 2}
+    assert all(f.state == "committed" for f in files)
+
+
+def test_restart_from_checkpoint_replays_without_duplicates(spark, tmp_path: Path, lake: str) -> None:
+    source = tmp_path / "in"
+    make_input(spark, source, files=2, rows_per_file=1_000)
+    writer = lambda schema: LakeForeachWriter(lake, schema=schema)  # noqa: E731
+    stream(spark, source, lake, tmp_path / "chk", writer)
+    first = sorted(read_committed(lake).column("id").to_pylist())
+    # Forget that the last batch was committed on Spark's side: Spark replays it on restart.
+    commits = tmp_path / "chk" / "commits"
+    last = max(commits.iterdir(), key=lambda p: int(p.name) if p.name.isdigit() else -1)
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)
+    stream(spark, source, lake, tmp_path / "chk", writer)
+    assert sorted(read_committed(lake).column("id").to_pylist()) == first == list(range(2_000))
+    assert staged_leftovers(lake) == []
+
+
+def test_schema_change_between_runs_names_the_columns(spark, tmp_path: Path, lake: str) -> None:
+    source = tmp_path / "in"
+    make_input(spark, source, files=1, rows_per_file=100)
+    stream(spark, source, lake, tmp_path / "chk", lambda schema: LakeForeachWriter(lake, schema=schema))
+    other = tmp_path / "other"
+    other.mkdir()
+    spark.range(10).selectExpr("id", "cast(id as string) as bucket").coalesce(1).write.parquet(str(other / "x"))
+    schema = spark.read.parquet(str(other / "x")).schema
+    df = spark.readStream.schema(schema).parquet(str(other / "x"))
+    query = (
+        df.writeStream.foreach(LakeForeachWriter(lake, schema=df.schema))
+        .option("checkpointLocation", str(tmp_path / "chk2"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="bucket") as info:
+        query.awaitTermination(300)
+    assert "SchemaMismatchError" in str(info.value) or isinstance(info.value, SchemaMismatchError)
+    assert "label" in str(info.value)
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))
+    assert staged_leftovers(lake) == []
+
+
+def test_inferred_schema_and_filter_pushdown(spark, tmp_path: Path, lake: str) -> None:
+    source = tmp_path / "in"
+    make_input(spark, source, files=1, rows_per_file=500)
+    stream(spark, source, lake, tmp_path / "chk", lambda schema: LakeForeachWriter(lake))
+    table = read_committed(lake, columns=["id"], filter=pc.field("bucket") == 3)
+    assert table.column_names == ["id"]
+    assert sorted(table.column("id").to_pylist()) == [i for i in range(500) if i % 7 == 3]
+    assert read_all(lake).num_rows == 500
