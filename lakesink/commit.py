@@ -112,12 +112,18 @@ class ParquetStage:
             return None
         self._flush_row_group()
         assert self._writer is not None and self._staged is not None
-        self._writer.close()
+        writer, self._writer = self._writer, None
+        writer.close()
         return self._staged.seal()
 
     def discard(self) -> None:
         """Drop the staged file. Safe at any point, and more than once."""
         self._pending = []
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            # Closing finishes a footer we are about to throw away; it releases pyarrow's
+            # writer, which would otherwise try to finish the file when garbage-collected.
+            discard_quietly(writer.close, f"Parquet writer of {self.name}")
         if self._staged is not None:
             self._staged.discard()
 
