@@ -1,0 +1,207 @@
+"""Stream a source into a lakesink lake: runs with plain ``python`` (local mode) or ``spark-submit``.
+
+    python jobs/stream_to_lake.py --source rate --rows-per-second 1000 --duration 30 \\
+        --lake /tmp/lake --checkpoint /tmp/chk
+    spark-submit jobs/stream_to_lake.py --source files --input /data/in --available-now ...
+
+Logs one line per epoch: its rows, committed files and seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+log = logging.getLogger("stream_to_lake")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--lake", required=True, help="table root: local path, file:// or s3://bucket/prefix")
+    p.add_argument("--checkpoint", required=True, help="Spark checkpoint location (local path)")
+    p.add_argument("--source", choices=("rate", "files"), default="rate")
+    p.add_argument("--input", help="directory of input files (--source files)")
+    p.add_argument("--input-format", choices=("parquet", "json"), default="parquet")
+    p.add_argument("--rows-per-second", type=int, default=1000, help="rate source speed")
+    p.add_argument("--max-files-per-trigger", type=int, default=1, help="files source: files per epoch")
+    stop = p.add_mutually_exclusive_group()
+    stop.add_argument("--duration", type=float, help="stop after this many seconds")
+    stop.add_argument("--available-now", action="store_true", help="process what is there, then stop")
+    p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval")
+    p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
+    p.add_argument("--partitions", type=int, default=0, help="repartition the stream (0: keep)")
+    p.add_argument("--master", default=None, help="Spark master when run with plain python (local[2,4])")
+    p.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="storage option for the lake, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)",
+    )
+    p.add_argument(
+        "--fail-once-after-rows",
+        type=int,
+        default=0,
+        help="inject one failed task attempt: partition 0 raises after this many rows, once",
+    )
+    args = p.parse_args(argv)
+    if args.source == "files" and not args.input:
+        p.error("--source files needs --input DIR")
+    if args.rows_per_second < 1:
+        p.error(f"--rows-per-second must be >= 1, got {args.rows_per_second}")
+    return args
+
+
+def storage_options(pairs: list[str]) -> dict[str, Any]:
+    options: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--storage-option must be KEY=VALUE, got {pair!r}")
+        if key in ("region_name",):
+            options.setdefault("client_kwargs", {})[key] = value
+        else:
+            options[key] = value
+    return options
+
+
+def build_stream(spark: Any, args: argparse.Namespace) -> Any:
+    from pyspark.sql import functions as F
+
+    if args.source == "rate":
+        df = (
+            spark.readStream.format("rate")
+            .option("rowsPerSecond", args.rows_per_second)
+            .load()
+            .select(
+                F.col("value").alias("id"),
+                F.col("timestamp").alias("ts"),
+                F.format_string("event-%014d", F.col("value")).alias("label"),
+                (F.col("value") * 0.5).alias("amount"),
+            )
+        )
+    else:
+        schema = spark.read.format(args.input_format).load(args.input).schema
+        df = (
+            spark.readStream.format(args.input_format)
+            .schema(schema)
+            .option("maxFilesPerTrigger", args.max_files_per_trigger)
+            .load(args.input)
+        )
+    if args.partitions:
+        df = df.repartition(args.partitions)
+    if args.fail_once_after_rows:
+        df = inject_one_failure(df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected"))
+    return df
+
+
+def inject_one_failure(df: Any, after_rows: int, marker: str) -> Any:
+    """Make the first attempt of partition 0 raise mid-partition, once per checkpoint.
+
+    The failure happens upstream of the sink, as a real bug or lost executor would: the writer
+    has already staged rows of that partition and must discard them; Spark retries the task.
+    """
+
+    def fail_once(batches: Any) -> Any:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        armed = ctx is not None and ctx.partitionId() == 0 and ctx.attemptNumber() == 0
+        seen = 0
+        for batch in batches:
+            seen += batch.num_rows
+            if armed and seen > after_rows and not os.path.exists(marker):
+                os.makedirs(os.path.dirname(marker), exist_ok=True)
+                with open(marker, "w") as f:
+                    f.write(f"failed partition 0 after {seen} rows\n")
+                raise RuntimeError(f"injected task failure after {seen} rows (demo)")
+            yield batch
+
+    return df.mapInArrow(fail_once, df.schema)
+
+
+class EpochLogger:
+    """One log line per epoch: rows (from Spark's progress), files committed, seconds."""
+
+    def __init__(self, lake: str, options: dict[str, Any]) -> None:
+        self.lake, self.options = lake, options
+
+    def files_of(self, epoch: int) -> int | str:
+        from reader import Lake
+
+        try:
+            return sum(1 for f in Lake(self.lake, self.options).files() if f.epoch == epoch)
+        except Exception as exc:  # noqa: BLE001 - a log line must not kill the job
+            return f"? ({type(exc).__name__})"
+
+    def log(self, progress: Any) -> None:
+        log.info(
+            "epoch %s: rows=%s files=%s seconds=%.2f",
+            progress["batchId"],
+            progress["numInputRows"],
+            self.files_of(progress["batchId"]),
+            progress["durationMs"].get("triggerExecution", 0) / 1000,
+        )
+
+
+def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    trigger = {"availableNow": True} if args.available_now else {"processingTime": f"{args.trigger_seconds} seconds"}
+    if args.mode == "epoch":
+        from lakesink import write_stream
+
+        return write_stream(df, args.lake, checkpoint_location=args.checkpoint, storage_options=options, trigger=trigger)
+    from lakesink import LakeForeachWriter
+
+    writer = LakeForeachWriter(args.lake, schema=df.schema, storage_options=options)
+    return df.writeStream.foreach(writer).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
+
+
+def run(args: argparse.Namespace) -> int:
+    from lakesink.localspark import local_session
+
+    options = storage_options(args.storage_option)
+    if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:
+        # Under spark-submit the JVM is already up and configured (master, confs): join it.
+        from pyspark.sql import SparkSession
+
+        spark = SparkSession.builder.appName("stream_to_lake").getOrCreate()
+    else:
+        spark = local_session("stream_to_lake", master=args.master or "local[2,4]")
+    query = start_query(build_stream(spark, args), args, options)
+    epochs = EpochLogger(args.lake, options)
+    seen: set[int] = set()
+    deadline = time.monotonic() + args.duration if args.duration else None
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            for progress in query.recentProgress:
+                if progress["batchId"] not in seen and progress["numInputRows"] >= 0:
+                    seen.add(progress["batchId"])
+                    epochs.log(progress)
+            if deadline is not None and time.monotonic() >= deadline:
+                query.stop()
+        for progress in query.recentProgress:
+            if progress["batchId"] not in seen:
+                seen.add(progress["batchId"])
+                epochs.log(progress)
+        if query.exception() is not None:
+            log.error("query failed: %s", query.exception())
+            return 1
+        return 0
+    finally:
+        if query.isActive:
+            query.stop()
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
+    return run(parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
