@@ -104,7 +104,9 @@ class ParquetStage:
         writer = self._writer or self._open()
         table = pa.Table.from_batches(self._pending, schema=self.schema)
         self._pending, self._pending_bytes = [], 0
-        writer.write_table(table, row_group_size=table.num_rows)
+        # One big incoming batch still becomes row groups of about row_group_bytes each.
+        rows_per_group = max(1, table.num_rows * self.options.row_group_bytes // max(1, table.nbytes))
+        writer.write_table(table, row_group_size=rows_per_group)
 
     def seal(self) -> Sealed | None:
         """Finish the file and make it durable; None when no rows were written (nothing to publish)."""

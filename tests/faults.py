@@ -40,18 +40,19 @@ class FailFirstAttempt(LakeForeachWriter):
 class HangAfterRows(LakeForeachWriter):
     """After ``after_rows`` rows: flush a row group, touch ``marker``, then hang (to be kill -9'd)."""
 
-    def __init__(self, path: str, *, after_rows: int, marker: str, **kw: Any):
+    def __init__(self, path: str, *, after_rows: int, marker: str, from_epoch: int = 0, **kw: Any):
         super().__init__(path, **kw)
-        self.after_rows, self.marker = after_rows, marker
+        self.after_rows, self.marker, self.from_epoch = after_rows, marker, from_epoch
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
         self._seen = 0
+        self._hang = epoch_id >= self.from_epoch
         return super().open(partition_id, epoch_id)
 
     def process(self, row: Any) -> None:
         super().process(row)
         self._seen += 1
-        if self._seen == self.after_rows:
+        if self._hang and self._seen == self.after_rows:
             self._flush_rows()
             if self._stage is not None:
                 self._stage._flush_row_group()
