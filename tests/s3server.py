@@ -1,22 +1,25 @@
 """A real moto S3 server on a free 127.0.0.1 port, one per test session, reset per test.
 
-Clients (boto3, s3fs, pyarrow) speak HTTP to it, exactly as they would to AWS or MinIO.
+Clients (boto3, s3fs, pyarrow) speak HTTP to it, exactly as they would to AWS or MinIO. The
+launcher itself is ``lakesink.devserver`` (the S3 demo uses it too).
 """
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
+from lakesink.devserver import free_port, start_moto, stop_moto
+
+__all__ = ["BUCKET", "S3Server", "free_port", "s3", "s3_server", "start_moto"]
+
 BUCKET = "lake-bucket"
+KEY = "testing-key"
+SECRET = "testing-secret-do-not-log"
 
 
 @dataclass(frozen=True)
@@ -25,11 +28,11 @@ class S3Server:
     pid: int
 
     @property
-    def storage_options(self) -> dict[str, object]:
+    def storage_options(self) -> dict[str, Any]:
         return {
             "endpoint_url": self.endpoint_url,
-            "key": "testing-key",
-            "secret": "testing-secret-do-not-log",
+            "key": KEY,
+            "secret": SECRET,
             "client_kwargs": {"region_name": "us-east-1"},
         }
 
@@ -39,8 +42,8 @@ class S3Server:
         return boto3.client(
             "s3",
             endpoint_url=self.endpoint_url,
-            aws_access_key_id="testing-key",
-            aws_secret_access_key="testing-secret-do-not-log",
+            aws_access_key_id=KEY,
+            aws_secret_access_key=SECRET,
             region_name="us-east-1",
         )
 
@@ -48,33 +51,12 @@ class S3Server:
         req = urllib.request.Request(f"{self.endpoint_url}/moto-api/reset", method="POST")
         urllib.request.urlopen(req, timeout=10).close()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def start_moto(port: int | None = None) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``moto_server`` on 127.0.0.1 and wait until it answers; the caller stops it by PID."""
-    port = port or free_port()
-    url = f"http://127.0.0.1:{port}"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"},
-    )
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            urllib.request.urlopen(f"{url}/moto-api/", timeout=1).close()
-            return proc, url
-        except OSError:
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                raise RuntimeError(f"moto server on {url} did not start") from None
-            time.sleep(0.1)
+    def open_uploads(self, bucket: str = BUCKET) -> list[str]:
+        """Keys of multipart uploads neither completed nor aborted (all pages)."""
+        keys: list[str] = []
+        for page in self.client().get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+            keys.extend(u["Key"] for u in page.get("Uploads", ()))
+        return keys
 
 
 @pytest.fixture(scope="session")
@@ -83,12 +65,7 @@ def s3_server() -> Iterator[S3Server]:
     try:
         yield S3Server(url, proc.pid)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_moto(proc)
 
 
 @pytest.fixture
@@ -98,3 +75,4 @@ def s3(s3_server: S3Server) -> Iterator[S3Server]:
     client = s3_server.client()
     client.create_bucket(Bucket=BUCKET)
     yield s3_server
+    assert s3_server.open_uploads() == [], "a multipart upload was left open"

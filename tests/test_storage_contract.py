@@ -29,7 +29,13 @@ def local_storage(tmp_path) -> Iterator[Storage]:  # type: ignore[no-untyped-def
     yield open_storage(str(tmp_path / "lake"))
 
 
-BACKENDS: dict[str, Callable[..., Iterator[Storage]]] = {"local": local_storage}
+def s3_storage(s3) -> Iterator[Storage]:  # type: ignore[no-untyped-def]
+    from s3server import BUCKET
+
+    yield open_storage(f"s3://{BUCKET}/lake", s3.storage_options)
+
+
+BACKENDS: dict[str, Callable[..., Iterator[Storage]]] = {"local": local_storage, "s3": s3_storage}
 
 
 @pytest.fixture(params=sorted(BACKENDS))
