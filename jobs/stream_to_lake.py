@@ -95,7 +95,9 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
     if args.partitions:
         df = df.repartition(args.partitions)
     if args.fail_once_after_rows:
-        df = inject_one_failure(df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected"))
+        df = inject_one_failure(
+            df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected")
+        )
     return df
 
 
@@ -149,15 +151,26 @@ class EpochLogger:
 
 
 def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> Any:
-    trigger = {"availableNow": True} if args.available_now else {"processingTime": f"{args.trigger_seconds} seconds"}
+    trigger = (
+        {"availableNow": True}
+        if args.available_now
+        else {"processingTime": f"{args.trigger_seconds} seconds"}
+    )
     if args.mode == "epoch":
         from lakesink import write_stream
 
-        return write_stream(df, args.lake, checkpoint_location=args.checkpoint, storage_options=options, trigger=trigger)
+        return write_stream(
+            df, args.lake, checkpoint_location=args.checkpoint, storage_options=options, trigger=trigger
+        )
     from lakesink import LakeForeachWriter
 
     writer = LakeForeachWriter(args.lake, schema=df.schema, storage_options=options)
-    return df.writeStream.foreach(writer).option("checkpointLocation", args.checkpoint).trigger(**trigger).start()
+    return (
+        df.writeStream.foreach(writer)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(**trigger)
+        .start()
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -90,7 +90,7 @@ class ParquetStage:
         self._staged = self.storage.stage(self.name)
         opts = self.options
         self._writer = pq.ParquetWriter(
-            self._staged,
+            self._staged,  # type: ignore[arg-type]  # a file-like object: write/tell/flush/close
             self.schema,
             compression=opts.compression,
             compression_level=opts.compression_level if opts.compression == "zstd" else None,
@@ -156,5 +156,5 @@ def discard_quietly(discard: Callable[[], None], what: str) -> None:
     """Run a cleanup callable, logging (never raising) its failure: the caller's error wins."""
     try:
         discard()
-    except Exception:  # noqa: BLE001 - cleanup must not hide the error that triggered it
+    except Exception:
         log.warning("could not discard %s; the orphan sweep will remove it", what, exc_info=True)

@@ -43,9 +43,7 @@ class TableMetadata:
             "mode": self.mode,
             "created_at": self.created_at,
             # For humans; the exact schema is the Arrow IPC serialization below.
-            "columns": [
-                {"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema
-            ],
+            "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
             "arrow_schema": base64.b64encode(sink.to_pybytes()).decode("ascii"),
         }
         return json.dumps(doc, indent=2).encode()

@@ -35,7 +35,7 @@ def _local_to_utc(values: Sequence[Any]) -> list[Any]:
     # pyspark hands timestamps to Python as naive datetimes in the worker's local time zone
     # (TimestampType.fromInternal uses datetime.fromtimestamp); astimezone() reads a naive
     # datetime as local time, which is exactly what undoes that.
-    return [v.astimezone(dt.timezone.utc) if v is not None and v.tzinfo is None else v for v in values]
+    return [v.astimezone(dt.UTC) if v is not None and v.tzinfo is None else v for v in values]
 
 
 def rows_to_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.RecordBatch:
@@ -46,7 +46,7 @@ def rows_to_batch(rows: Sequence[Sequence[Any]], schema: pa.Schema) -> pa.Record
     arrays = []
     for field, values in zip(schema, columns, strict=True):
         if pa.types.is_timestamp(field.type) and field.type.tz is not None:
-            values = _local_to_utc(values)
+            values = tuple(_local_to_utc(values))
         try:
             arrays.append(pa.array(values, type=field.type))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as exc:

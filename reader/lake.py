@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from lakesink.epochlog import EpochLog, EpochInfo
+from lakesink.epochlog import EpochInfo, EpochLog
 from lakesink.errors import CorruptFileError
 from lakesink.layout import parse_data_file
 from lakesink.metadata import TableMetadata, read_table_metadata
@@ -145,21 +145,46 @@ class Lake:
                 if epochs is not None and not epochs[0] <= parsed.epoch <= epochs[1]:
                     continue
                 found.append(
-                    LakeFile(entry.name, self._path(entry.name), parsed.partition, parsed.epoch, "committed", entry.size)
+                    LakeFile(
+                        entry.name,
+                        self._path(entry.name),
+                        parsed.partition,
+                        parsed.epoch,
+                        "committed",
+                        entry.size,
+                    )
                 )
         if isolation == "read_all":
             for entry in listed:
                 parsed = parse_data_file(entry.name)
-                if parsed is None or entry.name in committed_names or parsed.state == "committed" and self._log is None:
+                if (
+                    parsed is None
+                    or entry.name in committed_names
+                    or (parsed.state == "committed" and self._log is None)
+                ):
                     continue
                 found.append(
-                    LakeFile(entry.name, self._path(entry.name), parsed.partition, parsed.epoch, "staged", entry.size)
+                    LakeFile(
+                        entry.name,
+                        self._path(entry.name),
+                        parsed.partition,
+                        parsed.epoch,
+                        "staged",
+                        entry.size,
+                    )
                 )
             for upload in self._storage.pending_uploads(""):
                 parsed = parse_data_file(upload.name)
                 if parsed is not None:
                     found.append(
-                        LakeFile(upload.name, self._path(upload.name), parsed.partition, parsed.epoch, "pending", upload.bytes)
+                        LakeFile(
+                            upload.name,
+                            self._path(upload.name),
+                            parsed.partition,
+                            parsed.epoch,
+                            "pending",
+                            upload.bytes,
+                        )
                     )
         found.sort(key=lambda f: (f.epoch, f.partition, f.name))
         return found
@@ -199,7 +224,9 @@ class Lake:
             if f.state == "committed":
                 readable.append(f)
             elif f.state == "pending":
-                skipped.append(SkippedFile(f.path, f.state, "multipart upload in flight: not readable until completed"))
+                skipped.append(
+                    SkippedFile(f.path, f.state, "multipart upload in flight: not readable until completed")
+                )
             else:
                 reason = self._unreadable_reason(f)
                 if reason is None:
@@ -242,9 +269,9 @@ class Lake:
             raise self._diagnose(dataset, exc) from exc
         return ReadResult(table, skipped)
 
-    def _diagnose(self, dataset: ds.FileSystemDataset, exc: Exception) -> Exception:
+    def _diagnose(self, dataset: ds.Dataset, exc: Exception) -> Exception:
         """Name the committed file that broke a read: committed data is never skipped silently."""
-        for path in dataset.files:
+        for path in getattr(dataset, "files", []):
             try:
                 pq.ParquetFile(path, filesystem=self._fs).read()
             except FileNotFoundError:
@@ -306,7 +333,9 @@ def read_committed(
     epochs a..b (epoch-mode tables; on foreach tables they select files by epoch).
     """
     lake = Lake(path, storage_options)
-    return lake.read("read_committed", columns=columns, filter=filter, as_of_epoch=as_of_epoch, epochs=epochs).table
+    return lake.read(
+        "read_committed", columns=columns, filter=filter, as_of_epoch=as_of_epoch, epochs=epochs
+    ).table
 
 
 def read_all(

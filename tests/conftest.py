@@ -16,9 +16,7 @@ TESTS_DIR = Path(__file__).resolve().parent
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p
-)
+os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
 
 pytest_plugins = ["s3server"]
 

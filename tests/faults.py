@@ -13,7 +13,9 @@ from lakesink import LakeForeachWriter
 class FailFirstAttempt(LakeForeachWriter):
     """Raises mid-partition on the first attempt of one partition of every epoch (or one epoch)."""
 
-    def __init__(self, path: str, *, after_rows: int, partition: int = 0, epoch: int | None = None, **kw: Any):
+    def __init__(
+        self, path: str, *, after_rows: int, partition: int = 0, epoch: int | None = None, **kw: Any
+    ):
         super().__init__(path, **kw)
         self.after_rows, self.fail_partition, self.fail_epoch = after_rows, partition, epoch
 

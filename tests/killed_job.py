@@ -16,7 +16,9 @@ def main(source: str, lake: str, checkpoint: str, marker: str) -> None:
     spark = local_session("killed-job", master="local[2]")
     schema = spark.read.parquet(source).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(source)
-    writer = HangAfterRows(lake, schema=df.schema, after_rows=300, marker=marker, from_epoch=1, batch_rows=100)
+    writer = HangAfterRows(
+        lake, schema=df.schema, after_rows=300, marker=marker, from_epoch=1, batch_rows=100
+    )
     query = df.writeStream.foreach(writer).option("checkpointLocation", checkpoint).start()
     query.awaitTermination()
 

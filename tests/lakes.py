@@ -16,7 +16,11 @@ QUERY = "0123456789abcdef"
 def rows(start: int, count: int) -> pa.RecordBatch:
     ids = list(range(start, start + count))
     return pa.record_batch(
-        [pa.array(ids, pa.int64()), pa.array([i % 7 for i in ids], pa.int32()), pa.array([f"r{i}" for i in ids])],
+        [
+            pa.array(ids, pa.int64()),
+            pa.array([i % 7 for i in ids], pa.int32()),
+            pa.array([f"r{i}" for i in ids]),
+        ],
         schema=SCHEMA,
     )
 

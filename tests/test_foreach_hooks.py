@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import pickle
 from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
 from typing import Any
-from datetime import datetime, timezone
 
 import pyarrow as pa
 import pytest
@@ -97,7 +97,7 @@ def test_inferred_schema_and_timestamps(lake: str) -> None:
     run_task(writer, 0, 0, [Row(id=1, ts=local, v=1.5)])
     table = read_committed(lake)
     assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
-    assert table.column("ts")[0].as_py() == local.astimezone(timezone.utc)
+    assert table.column("ts")[0].as_py() == local.astimezone(UTC)
 
 
 def test_bad_arguments_fail_on_the_driver(tmp_path) -> None:  # type: ignore[no-untyped-def]

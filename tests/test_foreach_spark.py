@@ -88,7 +88,9 @@ def test_schema_change_between_runs_names_the_columns(spark, tmp_path: Path, lak
     stream(spark, source, lake, tmp_path / "chk", lambda schema: LakeForeachWriter(lake, schema=schema))
     other = tmp_path / "other"
     other.mkdir()
-    spark.range(10).selectExpr("id", "cast(id as string) as bucket").coalesce(1).write.parquet(str(other / "x"))
+    spark.range(10).selectExpr("id", "cast(id as string) as bucket").coalesce(1).write.parquet(
+        str(other / "x")
+    )
     schema = spark.read.parquet(str(other / "x")).schema
     df = spark.readStream.schema(schema).parquet(str(other / "x"))
     query = (

@@ -155,9 +155,9 @@ def test_reader_imports_and_reads_without_pyspark(lake: str) -> None:
 
 def test_read_all_warning_lists_skipped(lake: str) -> None:
     foreach_lake(lake, epochs=1, partitions=1, rows_per_file=3)
-    (Path(lake) / ".part-00009-epoch-000000000009-0123456789abcdef.parquet.00000000aaaaaaaa.uncommitted").write_bytes(
-        b""
-    )
+    (
+        Path(lake) / ".part-00009-epoch-000000000009-0123456789abcdef.parquet.00000000aaaaaaaa.uncommitted"
+    ).write_bytes(b"")
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         table = read_all(lake)

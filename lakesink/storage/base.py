@@ -7,6 +7,7 @@ backend test suite (tests/test_storage_contract.py) runs over every implementati
 
 from __future__ import annotations
 
+import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
@@ -114,7 +115,7 @@ class Storage(Protocol):
         """Remove ``name``; a missing file is not an error."""
         ...
 
-    def pending_uploads(self, folder: str = "") -> list[PendingUpload]:
+    def pending_uploads(self, folder: str = "") -> builtins.list[PendingUpload]:
         """In-flight multipart uploads in ``folder`` (always empty where there are none)."""
         ...
 

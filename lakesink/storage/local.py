@@ -8,6 +8,7 @@ clobbering; the staged name is unlinked afterwards. Where hard links are not sup
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import errno
 import os
@@ -49,8 +50,10 @@ def rename_noreplace(src: str, dst: str) -> None:
     rc = renameat2(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), _RENAME_NOREPLACE)
     if rc != 0:
         err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err), src, None, dst) if err != errno.EEXIST else FileExistsError(
-            errno.EEXIST, os.strerror(errno.EEXIST), dst
+        raise (
+            OSError(err, os.strerror(err), src, None, dst)
+            if err != errno.EEXIST
+            else FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), dst)
         )
 
 
@@ -207,7 +210,7 @@ class LocalStorage:
         except FileNotFoundError:
             pass
 
-    def pending_uploads(self, folder: str = "") -> list[PendingUpload]:
+    def pending_uploads(self, folder: str = "") -> builtins.list[PendingUpload]:
         return []  # local disk has no multipart uploads; staged files are plain files
 
     def abort_upload(self, upload: PendingUpload) -> None:
