@@ -60,6 +60,9 @@ class EpochRecord:
     committed_at: float
     files: tuple[CommittedFile, ...]
     source_offsets: Any = None
+    #: The streaming query that wrote the record (Spark's query id survives restarts from one
+    #: checkpoint); a different query replaying "its" epoch N must not be skipped silently.
+    query_id: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def info(self) -> EpochInfo:
@@ -77,8 +80,10 @@ class EpochRecord:
             "epoch": self.epoch,
             "committed_at": self.committed_at,
             "source_offsets": self.source_offsets,
+            "query_id": self.query_id,
             "files": [
-                {"path": f.name, "partition": f.partition, "rows": f.rows, "bytes": f.size} for f in self.files
+                {"path": f.name, "partition": f.partition, "rows": f.rows, "bytes": f.size}
+                for f in self.files
             ],
         }
 
@@ -89,7 +94,14 @@ class EpochRecord:
             CommittedFile(str(f["path"]), int(f["partition"]), epoch, int(f["rows"]), int(f["bytes"]))
             for f in doc["files"]
         )
-        return cls(epoch, float(doc["committed_at"]), files, doc.get("source_offsets"))
+        query_id = doc.get("query_id")
+        return cls(
+            epoch,
+            float(doc["committed_at"]),
+            files,
+            doc.get("source_offsets"),
+            str(query_id) if query_id is not None else None,
+        )
 
 
 class EpochLog:
@@ -104,13 +116,26 @@ class EpochLog:
     # Writing ------------------------------------------------------------------------------
 
     def commit(
-        self, epoch: int, files: Iterable[CommittedFile], *, source_offsets: Any = None
+        self,
+        epoch: int,
+        files: Iterable[CommittedFile],
+        *,
+        source_offsets: Any = None,
+        query_id: str | None = None,
     ) -> bool:
-        """Write the record of ``epoch``; False if it already existed (a replay: nothing changes)."""
-        record = EpochRecord(epoch, time.time(), tuple(files), source_offsets)
+        """Write the record of ``epoch``; False if it already existed (a replay: nothing changes).
+
+        Every file listed must already be published. On a checkpoint epoch the checkpoint is
+        written next -- also when the record already existed, because a crash between the
+        record and its checkpoint must not leave the log without its checkpoint for good.
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        record = EpochRecord(epoch, time.time(), tuple(files), source_offsets, query_id)
         doc = {"format_version": FORMAT_VERSION, **record.to_doc()}
         created = self.storage.put_if_absent(epoch_record_name(epoch), json.dumps(doc).encode())
-        if created and epoch > 0 and epoch % self.checkpoint_interval == 0:
+        checkpoint_due = epoch > 0 and epoch % self.checkpoint_interval == 0
+        if checkpoint_due and (created or not self.storage.exists(epoch_checkpoint_name(epoch))):
             self.write_checkpoint(epoch)
         return created
 
@@ -128,6 +153,20 @@ class EpochLog:
 
     def has(self, epoch: int) -> bool:
         return self.storage.exists(epoch_record_name(epoch))
+
+    def record(self, epoch: int) -> EpochRecord | None:
+        """The record of ``epoch``, or None when the epoch is not committed."""
+        name = epoch_record_name(epoch)
+        try:
+            data = self.storage.read_bytes(name)
+        except FileNotFoundError:
+            return None
+        try:
+            doc = json.loads(data)
+        except ValueError as exc:
+            where = f"{self.storage.url.rstrip('/')}/{name}"
+            raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
+        return self._parse(doc, name)
 
     def epochs(self, *, as_of_epoch: int | None = None) -> list[EpochInfo]:
         return [r.info() for r in self._records(as_of_epoch=as_of_epoch)]
@@ -149,7 +188,7 @@ class EpochLog:
         return [f for r in records if first is None or r.epoch >= first for f in r.files]
 
     def _entries(self) -> list[tuple[int, str]]:
-        found = []
+        found: list[tuple[int, str]] = []
         for stored in self.storage.list(EPOCHS_DIR):
             parsed = parse_epoch_log_entry(stored.name.rsplit("/", 1)[-1])
             if parsed is not None:
@@ -168,7 +207,9 @@ class EpochLog:
                 record = self._parse(r, epoch_checkpoint_name(base))
                 by_epoch[record.epoch] = record
         for epoch, kind in in_range:
-            if kind == "record" and epoch > base:
+            # Records at or below the checkpoint are normally folded into it; one that is not
+            # (written after the checkpoint by some other writer) is still the truth.
+            if kind == "record" and (epoch > base or epoch not in by_epoch):
                 name = epoch_record_name(epoch)
                 by_epoch[epoch] = self._parse(self._load(name), name)
         return [by_epoch[e] for e in sorted(by_epoch)]
@@ -193,4 +234,3 @@ class EpochLog:
         except (KeyError, TypeError, ValueError) as exc:
             where = f"{self.storage.url.rstrip('/')}/{name}"
             raise CorruptFileError(f"epoch log entry {where} is malformed: {exc!r}") from exc
-
