@@ -30,6 +30,9 @@ run: $(STAMP) ## demo: stream into a local lake with one injected task failure, 
 run-s3: $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts and stops
 	$(PY) scripts/demo.py --target s3
 
+run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
+	$(PY) scripts/cluster.py demo
+
 test: $(STAMP) ## the full suite (bounded chaos runs included), under 20 minutes
 	$(PY) -m pytest -m "not bench" $(PYTEST_ARGS)
 
