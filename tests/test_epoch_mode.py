@@ -1,0 +1,245 @@
+"""Epoch mode end to end: ``format("lakesink")`` / ``write_stream`` on local Spark, and recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lakesink import SchemaMismatchError
+from lakesink.epochlog import CommittedFile, EpochLog
+from lakesink.layout import committed_name, epoch_record_name
+from lakesink.metadata import ensure_table
+from lakesink.recovery import recover, sweep_unrecorded
+from lakesink.storage import open_storage
+from reader import Lake, read_all, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def staged_leftovers(lake: str) -> list[str]:
+    return [n for n in os.listdir(lake) if ".uncommitted" in n] if os.path.isdir(lake) else []
+
+
+def make_input(folder: Path, files: int, rows_per_file: int) -> None:
+    """Flat Parquet files with unique ids, written with pyarrow (no Spark job needed)."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        ids = pa.array(range(i * rows_per_file, (i + 1) * rows_per_file), pa.int64())
+        table = pa.table({"id": ids, "label": pa.array([f"row-{v}" for v in ids.to_pylist()])})
+        pq.write_table(table, folder / f"input-{i:03d}.parquet")
+
+
+def source(spark, folder: Path, max_files: int = 1):  # type: ignore[no-untyped-def]
+    schema = "id long, label string"
+    return spark.readStream.schema(schema).option("maxFilesPerTrigger", max_files).parquet(str(folder))
+
+
+def fail_first_attempt(df, after_rows: int):  # type: ignore[no-untyped-def]
+    """Pass batches through; on a task's first attempt raise after ``after_rows`` rows."""
+
+    def fn(batches):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        armed = ctx is not None and ctx.attemptNumber() == 0 and ctx.partitionId() == 0
+        seen = 0
+        for batch in batches:
+            seen += batch.num_rows
+            if armed and seen > after_rows:
+                raise RuntimeError(f"injected failure after {after_rows} rows")
+            yield batch
+
+    return df.mapInArrow(fn, df.schema)
+
+
+def run(query) -> None:  # type: ignore[no-untyped-def]
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+
+
+def ids(table: pa.Table) -> list[int]:
+    return sorted(table.column("id").to_pylist())
+
+
+def test_format_lakesink_with_a_failing_task_commits_every_row_once(spark, tmp_path: Path, lake: str) -> None:
+    from lakesink import register
+
+    make_input(tmp_path / "in", files=3, rows_per_file=1_000)
+    register(spark)
+    df = fail_first_attempt(source(spark, tmp_path / "in").repartition(3), after_rows=100)
+    query = (
+        df.writeStream.format("lakesink")
+        .option("path", lake)
+        .option("row_group_bytes", str(64 << 10))
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    run(query)
+    assert ids(read_committed(lake)) == list(range(3_000))
+    assert staged_leftovers(lake) == []
+    table = Lake(lake)
+    assert table.mode == "epoch"
+    epochs = table.epochs()
+    assert [e.epoch for e in epochs] == [0, 1, 2]
+    assert [e.rows for e in epochs] == [1_000, 1_000, 1_000]
+    # Source offsets come from Spark's offset log: the file source's logOffset per epoch.
+    assert [e.source_offsets for e in epochs] == [[{"logOffset": i}] for i in range(3)]
+    assert ids(read_committed(lake, epochs=(1, 1))) == list(range(1_000, 2_000))
+    assert ids(read_committed(lake, as_of_epoch=1)) == list(range(2_000))
+    # Every file of the lake is listed by a record: nothing published outside the log.
+    on_disk = {n for n in os.listdir(lake) if n.endswith(".parquet")}
+    assert on_disk == {f.name for f in table.files()}
+
+
+def test_write_stream_replay_is_skipped_whole_even_with_other_partitioning(
+    spark, tmp_path: Path, lake: str
+) -> None:
+    from lakesink import write_stream
+
+    make_input(tmp_path / "in", files=2, rows_per_file=500)
+    chk = tmp_path / "chk"
+    run(
+        write_stream(
+            source(spark, tmp_path / "in").repartition(2),
+            lake,
+            checkpoint_location=str(chk),
+            trigger={"availableNow": True},
+        )
+    )
+    first = {f.name for f in Lake(lake).files()}
+    records = sorted(os.listdir(Path(lake, "_lakesink", "epochs")))
+    # Forget on Spark's side that epoch 1 was committed: Spark replays it, now as 5 partitions.
+    commits = chk / "commits"
+    (commits / "1").unlink()
+    (commits / ".1.crc").unlink(missing_ok=True)
+    run(
+        write_stream(
+            source(spark, tmp_path / "in").repartition(5),
+            lake,
+            checkpoint_location=str(chk),
+            trigger={"availableNow": True},
+        )
+    )
+    assert ids(read_committed(lake)) == list(range(1_000))
+    assert {f.name for f in Lake(lake).files()} == first
+    assert sorted(os.listdir(Path(lake, "_lakesink", "epochs"))) == records
+    assert staged_leftovers(lake) == []
+    assert {n for n in os.listdir(lake) if n.endswith(".parquet")} == first
+
+
+def test_schema_mismatch_is_refused_naming_the_column(spark, tmp_path: Path, lake: str) -> None:
+    from lakesink import register, write_stream
+
+    make_input(tmp_path / "in", files=1, rows_per_file=10)
+    run(
+        write_stream(
+            source(spark, tmp_path / "in"),
+            lake,
+            checkpoint_location=str(tmp_path / "chk"),
+            trigger={"availableNow": True},
+        )
+    )
+    other = source(spark, tmp_path / "in").selectExpr("id", "cast(id as int) as label")
+    with pytest.raises(SchemaMismatchError, match="label"):
+        write_stream(other, lake, checkpoint_location=str(tmp_path / "chk2"))
+    # The same through format("lakesink"): the query fails, naming the column.
+    register(spark)
+    query = (
+        other.writeStream.format("lakesink")
+        .option("path", lake)
+        .option("checkpointLocation", str(tmp_path / "chk3"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="label"):
+        query.awaitTermination(300)
+    assert ids(read_committed(lake)) == list(range(10))
+    assert staged_leftovers(lake) == []
+
+
+def test_empty_epochs_are_recorded_with_no_files(spark, tmp_path: Path, lake: str) -> None:
+    from lakesink import write_stream
+
+    folder = tmp_path / "in"
+    make_input(folder, files=1, rows_per_file=20)
+    df = source(spark, folder).where("id < 0")  # every epoch is empty
+    run(
+        write_stream(
+            df,
+            lake,
+            checkpoint_location=str(tmp_path / "chk"),
+            trigger={"availableNow": True},
+            storage_options={"secret": "do-not-show"},
+        )
+    )
+    table = Lake(lake)
+    assert [(e.epoch, e.files, e.rows) for e in table.epochs()] == [(0, 0, 0)]
+    assert read_committed(lake).num_rows == 0
+    assert [n for n in os.listdir(lake) if not n.startswith("_")] == []
+
+
+def test_storage_options_never_show_in_reprs_or_errors() -> None:
+    from lakesink.spark import LakeSinkDataSource, SinkConfig
+
+    options = {"path": "/tmp/x", "storage_options": json.dumps({"secret": "s3cr3t"})}
+    source_ = LakeSinkDataSource(options)
+    assert "s3cr3t" not in repr(source_) and "s3cr3t" not in repr(source_.config)
+    with pytest.raises(ValueError, match="storage_options") as info:
+        SinkConfig.from_options({"path": "/tmp/x", "storage_options": "s3cr3t-not-json"})
+    assert "s3cr3t" not in str(info.value)
+    with pytest.raises(ValueError, match="row_group_bytes.*'many'"):
+        SinkConfig.from_options({"path": "/tmp/x", "row_group_bytes": "many"})
+
+
+# Recovery (no Spark) -------------------------------------------------------------------------
+
+
+def _publish(storage, name: str, rows: int = 3) -> int:  # type: ignore[no-untyped-def]
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(pa.table({"id": list(range(rows)), "label": ["x"] * rows}), sink)
+    data = sink.getvalue().to_pybytes()
+    assert storage.put_if_absent(name, data)
+    return len(data)
+
+
+def test_recovery_removes_unrecorded_files_but_spares_a_commit_in_flight(tmp_path: Path) -> None:
+    storage = open_storage(str(tmp_path / "lake"))
+    ensure_table(storage, pa.schema([("id", pa.int64()), ("label", pa.string())]), "epoch")
+    epoch_log = EpochLog(storage)
+    kept = committed_name(0, 0, "a" * 16)
+    size = _publish(storage, kept)
+    epoch_log.commit(0, [CommittedFile(kept, 0, 0, 3, size)])
+    crashed = committed_name(1, 0, "b" * 16)  # epoch 0 was recorded without it
+    in_flight = committed_name(0, 1, "c" * 16)  # epoch 1: published, record not yet written
+    _publish(storage, crashed)
+    _publish(storage, in_flight)
+    stale_stage = storage.stage(committed_name(2, 1, "d" * 16))
+    stale_stage.write(b"partial")
+    stale_stage.flush()
+
+    # read_committed never sees them; read_all shows them as staged.
+    assert [f.name for f in Lake(storage.url).files()] == [kept]
+    states = {f.name: f.state for f in Lake(storage.url).files("read_all")}
+    assert states[crashed] == states[in_flight] == "staged" and states[kept] == "committed"
+    with pytest.warns(UserWarning, match="skipped 1 unreadable"):
+        assert read_all(storage.url).num_rows == 9
+
+    # The orphan command beside a live query: epoch 1 may be in flight, so it stays.
+    assert sweep_unrecorded(storage, in_flight_older_than=3600) == [crashed]
+    assert storage.exists(in_flight)
+    # Old enough (or the writer itself on start): it goes too.
+    assert sweep_unrecorded(storage, in_flight_older_than=3600, now=time.time() + 7200) == [in_flight]
+    report = recover(storage, nothing_in_flight=True, staged_older_than=0)
+    assert report.unrecorded == [] and len(report.staged) == 1
+    assert sorted(os.listdir(storage.url)) == ["_lakesink", kept]
+    assert storage.exists(epoch_record_name(0))
