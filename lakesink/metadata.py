@@ -108,7 +108,8 @@ def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
 def ensure_table(storage: Storage, schema: pa.Schema, mode: WriterMode) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it."""
     fresh = TableMetadata(FORMAT_VERSION, mode, schema, time.time())
-    if not storage.put_if_absent(TABLE_FILE, fresh.to_json()):
+    # Read first: the epoch writer checks on every epoch, and a create attempt costs a write.
+    if storage.exists(TABLE_FILE) or not storage.put_if_absent(TABLE_FILE, fresh.to_json()):
         existing = read_table_metadata(storage)
     else:
         return fresh
