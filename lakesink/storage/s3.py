@@ -40,8 +40,9 @@ MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
 MAX_PART_SIZE = 5 << 30
 MAX_PARTS = 10_000
 DEFAULT_PART_SIZE = 8 << 20
-#: After every this many parts the part size doubles, so a file can grow to S3's 5 TiB
-#: object limit within 10,000 parts while small files keep small (memory-cheap) parts.
+#: After every this many parts the part size doubles, so with the default part size a file
+#: can grow to S3's 5 TiB object limit within 10,000 parts, while small files keep small
+#: (memory-cheap) parts.
 PARTS_PER_SIZE_STEP = 1_000
 ATTEMPT_METADATA = "lakesink-attempt"
 CONFLICT_RETRIES = 5
@@ -219,16 +220,18 @@ class S3Storage:
                 raise ValueError(f"storage_options {name} must be a dict, got {type(options[name]).__name__}")
         client_kwargs = dict(options.get("client_kwargs") or {})
         config_kwargs = dict(options.get("config_kwargs") or {})
-        self._session_kwargs = {
-            k: v
-            for k, v in (
-                ("aws_access_key_id", options.get("key")),
-                ("aws_secret_access_key", options.get("secret")),
-                ("aws_session_token", options.get("token")),
-                ("profile_name", options.get("profile")),
-            )
-            if v is not None
-        }
+        self._session_kwargs = _Redacted(
+            {
+                k: v
+                for k, v in (
+                    ("aws_access_key_id", options.get("key")),
+                    ("aws_secret_access_key", options.get("secret")),
+                    ("aws_session_token", options.get("token")),
+                    ("profile_name", options.get("profile")),
+                )
+                if v is not None
+            }
+        )
         if options.get("endpoint_url"):
             client_kwargs["endpoint_url"] = options["endpoint_url"]
         self._client_kwargs = client_kwargs
@@ -253,7 +256,7 @@ class S3Storage:
                     import boto3.session
                     from botocore.config import Config
 
-                    session = boto3.session.Session(**self._session_kwargs)
+                    session = boto3.session.Session(**self._session_kwargs.value)
                     self._client = session.client(
                         "s3", config=Config(**self._config_kwargs), **self._client_kwargs
                     )
@@ -507,6 +510,18 @@ class S3Storage:
             kwargs["request_timeout"] = float(read)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return S3FileSystem(**kwargs), base
+
+
+class _Redacted:
+    """Holds credentials; its repr hides them (so does ``repr(vars(storage))``)."""
+
+    __slots__ = ("value",)
+
+    def __init__(self, value: dict[str, Any]) -> None:
+        self.value = value
+
+    def __repr__(self) -> str:
+        return "<redacted>"
 
 
 class _Conflict(Exception):
