@@ -6,8 +6,12 @@ file it lists was published; a replayed epoch that finds its record is skipped w
 
 So that opening a table stays cheap however many epochs it has, every ``checkpoint_interval``
 epochs the driver also writes ``<epoch:020d>.checkpoint.json``: the records of all epochs up
-to that one, in one file. Readers load the newest checkpoint at or below the epoch they want
-and the records after it. A checkpoint is derived data; a record is the truth.
+to that one, in one file, and then points the hint ``_last_checkpoint.json`` at it. A reader of
+the current table loads the hinted checkpoint and reads the records after it one by one until
+the first missing epoch -- no listing of the log, whose records are contiguous because Spark
+commits epochs in order and the epoch writer refuses to leave a gap. Time travel below the
+hint, or a log without one, lists the folder instead. A checkpoint is derived data; a record
+is the truth.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from typing import Any
 
 from lakesink.errors import CorruptFileError
 from lakesink.layout import (
+    EPOCH_LAST_CHECKPOINT,
     EPOCHS_DIR,
     FORMAT_VERSION,
     epoch_checkpoint_name,
@@ -148,6 +153,9 @@ class EpochLog:
             "epochs": [r.to_doc() for r in records],
         }
         self.storage.put_if_absent(epoch_checkpoint_name(epoch), json.dumps(doc).encode())
+        hinted = self._last_checkpoint()
+        if hinted is None or hinted < epoch:
+            self.storage.put(EPOCH_LAST_CHECKPOINT, json.dumps({"epoch": epoch}).encode())
 
     # Reading ------------------------------------------------------------------------------
 
@@ -161,17 +169,15 @@ class EpochLog:
             data = self.storage.read_bytes(name)
         except FileNotFoundError:
             return None
-        try:
-            doc = json.loads(data)
-        except ValueError as exc:
-            where = f"{self.storage.url.rstrip('/')}/{name}"
-            raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
-        return self._parse(doc, name)
+        return self._parse(self._decode(data, name), name)
 
     def epochs(self, *, as_of_epoch: int | None = None) -> list[EpochInfo]:
         return [r.info() for r in self._records(as_of_epoch=as_of_epoch)]
 
     def latest_epoch(self) -> int | None:
+        tail = self._tail()
+        if tail is not None:
+            return tail[-1].epoch if tail else None
         entries = self._entries()
         records = [epoch for epoch, kind in entries if kind == "record"]
         return max(records) if records else None
@@ -195,7 +201,35 @@ class EpochLog:
                 found.append(parsed)
         return found
 
+    def _last_checkpoint(self) -> int | None:
+        try:
+            return int(json.loads(self.storage.read_bytes(EPOCH_LAST_CHECKPOINT))["epoch"])
+        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return None  # a hint: missing or damaged means "list the log"
+
+    def _tail(self, as_of_epoch: int | None = None) -> list[EpochRecord] | None:
+        """Every record via the hinted checkpoint plus the records after it; None: list instead."""
+        base = self._last_checkpoint()
+        if base is None or (as_of_epoch is not None and as_of_epoch < base):
+            return None
+        name = epoch_checkpoint_name(base)
+        if not self.storage.exists(name):
+            return None
+        doc = self._load(name)
+        records = [self._parse(r, name) for r in doc["epochs"]]
+        epoch = base + 1
+        while as_of_epoch is None or epoch <= as_of_epoch:
+            record = self.record(epoch)
+            if record is None:
+                break
+            records.append(record)
+            epoch += 1
+        return [r for r in records if as_of_epoch is None or r.epoch <= as_of_epoch]
+
     def _records(self, *, as_of_epoch: int | None) -> list[EpochRecord]:
+        tail = self._tail(as_of_epoch)
+        if tail is not None:
+            return tail
         entries = self._entries()
         in_range = [(e, k) for e, k in entries if as_of_epoch is None or e <= as_of_epoch]
         checkpoints = [e for e, k in in_range if k == "checkpoint"]
@@ -215,11 +249,17 @@ class EpochLog:
         return [by_epoch[e] for e in sorted(by_epoch)]
 
     def _load(self, name: str) -> dict[str, Any]:
+        try:
+            data = self.storage.read_bytes(name)
+        except FileNotFoundError:
+            where = f"{self.storage.url.rstrip('/')}/{name}"
+            raise CorruptFileError(f"epoch log entry {where} vanished while the log was read") from None
+        return self._decode(data, name)
+
+    def _decode(self, data: bytes, name: str) -> dict[str, Any]:
         where = f"{self.storage.url.rstrip('/')}/{name}"
         try:
-            doc = json.loads(self.storage.read_bytes(name))
-        except FileNotFoundError:
-            raise CorruptFileError(f"epoch log entry {where} vanished while the log was read") from None
+            doc = json.loads(data)
         except ValueError as exc:
             raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
         if int(doc.get("format_version", 0)) > FORMAT_VERSION:

@@ -92,6 +92,11 @@ def epoch_checkpoint_name(epoch: int) -> str:
     return f"{EPOCHS_DIR}/{epoch:020d}.checkpoint.json"
 
 
+#: Hint naming the newest checkpoint of the epoch log, so readers need not list the log.
+#: Safe to lose or to lag (readers then start from an older checkpoint or list the folder).
+EPOCH_LAST_CHECKPOINT = f"{EPOCHS_DIR}/_last_checkpoint.json"
+
+
 _EPOCH_LOG_ENTRY = re.compile(r"^(?P<epoch>\d{20})\.(?P<kind>json|checkpoint\.json)$")
 
 
