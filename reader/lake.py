@@ -125,7 +125,8 @@ class Lake:
             raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
         if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
             raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
-        listed = self._storage.list("")
+        # Epoch-mode read_committed needs no listing of the table root: the log names the files.
+        listed = self._storage.list("") if self._log is None or isolation == "read_all" else []
         if self._log is not None:
             committed = self._log.committed_files(as_of_epoch=as_of_epoch, epochs=epochs)
             found = [
