@@ -252,6 +252,14 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             log.info("epoch %d of %s is already committed: replay skipped whole", batchId, self.config.path)
             return
 
+        if batchId > 0 and not epoch_log.has(batchId - 1) and epoch_log.latest_epoch() is not None:
+            # Readers find the newest epochs by walking the records after the last checkpoint
+            # (docs/FORMAT.md), so the log must not have holes. Spark commits epochs in order;
+            # a hole means another query (another checkpoint) is writing to this lake.
+            raise CommitError(
+                f"epoch {batchId - 1} of {self.config.path} has no record, so epoch {batchId} cannot be "
+                "committed: is another streaming query writing to this lake? Use one checkpoint per lake."
+            )
         _chaos_point("before_publish", batchId)
         rows_of = {f.name: m.rows for m in ours for f in m.files}
         part_of = {f.name: m.partition for m in ours for f in m.files}
