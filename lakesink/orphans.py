@@ -106,9 +106,19 @@ def _remove_file(storage: Storage, finding: Finding) -> None:
     storage.delete(finding.name)
 
 
+def _find_unrecorded(storage: Storage, now: float) -> Iterable[Finding]:
+    # Epoch mode: files an epoch commit published but never recorded (it crashed in between).
+    from lakesink.recovery import unrecorded_files
+
+    for entry in unrecorded_files(storage)[0]:
+        age = now - entry.modified if entry.modified is not None else 0.0
+        yield Finding("unrecorded_file", entry.name, age, entry.size)
+
+
 SWEEPERS: list[Sweeper] = [
     Sweeper("multipart_upload", _find_uploads, _remove_upload),
     Sweeper("staged_file", _find_staged, _remove_file),
+    Sweeper("unrecorded_file", _find_unrecorded, _remove_file),
 ]
 
 

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from lakesink.epochlog import EpochLog
+from lakesink.errors import NotALakeError, TableNotFoundError
 from lakesink.layout import parse_data_file
-from lakesink.storage import Storage
+from lakesink.metadata import read_table_metadata
+from lakesink.storage import Storage, StoredFile
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +45,33 @@ class SweepReport:
         return len(self.unrecorded) + len(self.staged) + len(self.uploads)
 
 
+def unrecorded_files(storage: Storage) -> tuple[list[StoredFile], int | None]:
+    """Published data files of an epoch-mode table that no epoch record lists, and the newest epoch.
+
+    Empty for a foreach-mode table (its files are committed by name, no record lists them) and
+    for a folder without table metadata: this never offers a committed file for deletion.
+    """
+    try:
+        if read_table_metadata(storage).mode != "epoch":
+            return [], None
+    except (NotALakeError, TableNotFoundError):
+        return [], None
+    epoch_log = EpochLog(storage)
+    # Read the log first: see the module docstring for why the order matters.
+    latest = epoch_log.latest_epoch()
+    recorded = {f.name for f in epoch_log.committed_files()}
+    found = []
+    for entry in storage.list(""):
+        parsed = parse_data_file(entry.name)
+        if parsed is not None and parsed.state == "committed" and entry.name not in recorded:
+            found.append(entry)
+    return found, latest
+
+
 def sweep_unrecorded(
     storage: Storage,
     *,
     in_flight_older_than: float | None,
-    keep: Collection[str] = (),
     now: float | None = None,
 ) -> list[str]:
     """Delete published data files of an epoch-mode table that no epoch record lists.
@@ -61,8 +84,6 @@ def sweep_unrecorded(
         Files of epochs above the newest record may be a commit in flight; they are deleted
         only when older than this many seconds. ``None`` means "nothing is in flight" (the
         caller is the only writer and is not committing): delete them whatever their age.
-    keep
-        Names never to delete (the files the calling commit is publishing right now).
     now
         The clock for the age test (tests pass their own).
 
@@ -71,16 +92,12 @@ def sweep_unrecorded(
     list of str
         The deleted names.
     """
-    epoch_log = EpochLog(storage)
-    # Read the log first: see the module docstring for why the order matters.
-    latest = epoch_log.latest_epoch()
-    recorded = {f.name for f in epoch_log.committed_files()}
     now = time.time() if now is None else now
+    found, latest = unrecorded_files(storage)
     removed = []
-    for entry in storage.list(""):
+    for entry in found:
         parsed = parse_data_file(entry.name)
-        if parsed is None or parsed.state != "committed" or entry.name in recorded or entry.name in keep:
-            continue
+        assert parsed is not None
         settled = latest is not None and parsed.epoch <= latest
         old_enough = in_flight_older_than is None or (
             entry.modified is not None and now - entry.modified >= in_flight_older_than

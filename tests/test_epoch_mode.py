@@ -14,6 +14,7 @@ from lakesink import SchemaMismatchError
 from lakesink.epochlog import CommittedFile, EpochLog
 from lakesink.layout import committed_name, epoch_record_name
 from lakesink.metadata import ensure_table
+from lakesink.orphans import sweep_orphans
 from lakesink.recovery import recover, sweep_unrecorded
 from lakesink.storage import open_storage
 from reader import Lake, read_all, read_committed
@@ -195,7 +196,7 @@ def test_storage_options_never_show_in_reprs_or_errors() -> None:
     with pytest.raises(ValueError, match="storage_options") as info:
         SinkConfig.from_options({"path": "/tmp/x", "storage_options": "s3cr3t-not-json"})
     assert "s3cr3t" not in str(info.value)
-    with pytest.raises(ValueError, match="row_group_bytes.*'many'"):
+    with pytest.raises(ValueError, match=r"row_group_bytes.*'many'"):
         SinkConfig.from_options({"path": "/tmp/x", "row_group_bytes": "many"})
 
 
@@ -229,6 +230,11 @@ def test_recovery_removes_unrecorded_files_but_spares_a_commit_in_flight(tmp_pat
 
     # read_committed never sees them; read_all shows them as staged.
     assert [f.name for f in Lake(storage.url).files()] == [kept]
+    # A foreach-mode table's files are never "unrecorded": the sweep must not touch them.
+    foreach = open_storage(str(tmp_path / "foreach"))
+    ensure_table(foreach, pa.schema([("id", pa.int64()), ("label", pa.string())]), "foreach")
+    _publish(foreach, committed_name(0, 0, "e" * 16))
+    assert sweep_unrecorded(foreach, in_flight_older_than=None) == []
     states = {f.name: f.state for f in Lake(storage.url).files("read_all")}
     assert states[crashed] == states[in_flight] == "staged" and states[kept] == "committed"
     with pytest.warns(UserWarning, match="skipped 1 unreadable"):
@@ -239,7 +245,12 @@ def test_recovery_removes_unrecorded_files_but_spares_a_commit_in_flight(tmp_pat
     assert storage.exists(in_flight)
     # Old enough (or the writer itself on start): it goes too.
     assert sweep_unrecorded(storage, in_flight_older_than=3600, now=time.time() + 7200) == [in_flight]
+    # The orphan command lists unrecorded files too (it applies its age to every kind).
+    _publish(storage, crashed)
+    found = sweep_orphans(storage.url, older_than=0).findings
+    assert [(f.kind, f.name) for f in found if f.kind == "unrecorded_file"] == [("unrecorded_file", crashed)]
     report = recover(storage, nothing_in_flight=True, staged_older_than=0)
-    assert report.unrecorded == [] and len(report.staged) == 1
+    assert report.unrecorded == [crashed]
+    assert len(report.staged) == 1
     assert sorted(os.listdir(storage.url)) == ["_lakesink", kept]
     assert storage.exists(epoch_record_name(0))
