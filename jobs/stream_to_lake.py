@@ -133,10 +133,12 @@ class EpochLogger:
         self.lake, self.options = lake, options
 
     def files_of(self, epoch: int) -> int | str:
-        from reader import Lake
+        from reader import Lake, NotALakeError, TableNotFoundError
 
         try:
             return sum(1 for f in Lake(self.lake, self.options).files() if f.epoch == epoch)
+        except (TableNotFoundError, NotALakeError):
+            return 0  # nothing committed yet: the table is created with its first rows
         except Exception as exc:  # noqa: BLE001 - a log line must not kill the job
             return f"? ({type(exc).__name__})"
 
@@ -173,6 +175,14 @@ def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> A
     )
 
 
+def stop_between_epochs(query: Any, patience: float = 60.0) -> None:
+    """Stop when no micro-batch is running, so the last epoch commits instead of aborting."""
+    give_up = time.monotonic() + patience
+    while query.isActive and query.status["isTriggerActive"] and time.monotonic() < give_up:
+        time.sleep(0.05)
+    query.stop()
+
+
 def run(args: argparse.Namespace) -> int:
     from lakesink.localspark import local_session
 
@@ -196,7 +206,7 @@ def run(args: argparse.Namespace) -> int:
                     seen.add(progress["batchId"])
                     epochs.log(progress)
             if deadline is not None and time.monotonic() >= deadline:
-                query.stop()
+                stop_between_epochs(query)
         for progress in query.recentProgress:
             if progress["batchId"] not in seen:
                 seen.add(progress["batchId"])

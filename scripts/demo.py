@@ -84,7 +84,7 @@ def main() -> int:
         run_job(lake, checkpoint, {}, args)
         return report(lake, {})
 
-    from lakesink.devserver import start_moto, stop_process
+    from lakesink.devserver import start_moto, stop_moto
 
     server, url = start_moto()
     print(f"moto S3 server on {url} (pid {server.pid})")
@@ -105,7 +105,7 @@ def main() -> int:
         run_job(lake, checkpoint, options, args)
         return report(lake, options)
     finally:
-        stop_process(server)
+        stop_moto(server)
         print(f"stopped moto (pid {server.pid})")
 
 
