@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from lakesink.epochlog import EpochLog
@@ -111,19 +112,21 @@ def sweep_unrecorded(
 
 
 def sweep_staged(
-    storage: Storage, *, older_than: float, now: float | None = None
+    storage: Storage, *, older_than: float, keep: Collection[str] = (), now: float | None = None
 ) -> tuple[list[str], list[str]]:
     """Delete staged ``.uncommitted`` files and abort multipart uploads older than ``older_than`` s.
 
-    Returns (staged names removed, upload names aborted). The orphan command
-    (``lakesink.orphans``) owns the general version of this; it is here so that the epoch
-    writer can clean up on start without depending on it.
+    ``keep`` names final data-file names whose staged data must survive whatever its age:
+    the sealed files of the epoch being committed (on S3 they are open uploads until the
+    publish completes them). Returns (staged names removed, upload names aborted). The
+    orphan command (``lakesink.orphans``) owns the general version of this; it is here so
+    that the epoch writer can clean up on start without depending on it.
     """
     now = time.time() if now is None else now
     staged = []
     for entry in storage.list(""):
         parsed = parse_data_file(entry.name)
-        if parsed is None or parsed.state != "staged":
+        if parsed is None or parsed.state != "staged" or parsed.committed_name in keep:
             continue
         if entry.modified is not None and now - entry.modified < older_than:
             continue
@@ -131,7 +134,7 @@ def sweep_staged(
         staged.append(entry.name)
     uploads = []
     for upload in storage.pending_uploads(""):
-        if now - upload.started < older_than:
+        if upload.name in keep or now - upload.started < older_than:
             continue
         storage.abort_upload(upload)
         uploads.append(upload.name)
@@ -144,6 +147,7 @@ def recover(
     nothing_in_flight: bool,
     staged_older_than: float = DEFAULT_STAGED_AGE,
     unrecorded_older_than: float = DEFAULT_STAGED_AGE,
+    keep: Collection[str] = (),
 ) -> SweepReport:
     """The recovery sweep of an epoch-mode table: unrecorded published files, then staged ones.
 
@@ -151,13 +155,14 @@ def recover(
     every unrecorded published file is garbage. Otherwise (the orphan command beside a
     possibly running query) files above the newest record must be older than
     ``unrecorded_older_than`` seconds. Staged files and uploads always need the age test:
-    executors of the running query stage files while the driver is elsewhere.
+    executors of the running query stage files while the driver is elsewhere. ``keep``: see
+    :func:`sweep_staged`.
     """
     report = SweepReport()
     report.unrecorded = sweep_unrecorded(
         storage, in_flight_older_than=None if nothing_in_flight else unrecorded_older_than
     )
-    report.staged, report.uploads = sweep_staged(storage, older_than=staged_older_than)
+    report.staged, report.uploads = sweep_staged(storage, older_than=staged_older_than, keep=keep)
     if report.removed:
         log.warning(
             "recovery sweep of %s removed %d unrecorded file(s), %d staged file(s), %d upload(s)",

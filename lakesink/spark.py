@@ -243,7 +243,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         ours = _messages(messages, batchId)
         sealed = [f for m in ours for f in m.files]
         query_id = next((m.query_id for m in ours if m.query_id), None)
-        self._recover_once(storage)
+        self._recover_once(storage, keep={f.name for f in sealed})
 
         existing = epoch_log.record(batchId)
         if existing is not None:
@@ -305,18 +305,19 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
     # -------------------------------------------------------------------------------------
 
-    def _recover_once(self, storage: Storage) -> None:
+    def _recover_once(self, storage: Storage, keep: set[str]) -> None:
         """Run the recovery sweep on the first commit of this run of the query.
 
         Here, inside the epoch commit, nothing else of this query is being committed (Spark
         commits one epoch at a time and refuses a second active run of one checkpoint), so
         every published file that no record lists is garbage. Commit workers are reused
         between epochs, so the module-level set usually keeps it to once per run; a fresh
-        worker sweeps again, which costs a listing and is otherwise harmless.
+        worker sweeps again, which costs a listing and is otherwise harmless. ``keep``: this
+        epoch's sealed files, staged still (open multipart uploads on S3) until published.
         """
         if self.run_token in _RECOVERED:
             return
-        recover(storage, nothing_in_flight=True, staged_older_than=self.config.staged_cleanup_age)
+        recover(storage, nothing_in_flight=True, staged_older_than=self.config.staged_cleanup_age, keep=keep)
         _RECOVERED.add(self.run_token)
 
     def _check_same_query(self, recorded: str | None, ours: str | None, epoch: int) -> None:
