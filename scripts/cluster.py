@@ -413,7 +413,7 @@ class StandaloneCluster:
         self.ui_url = f"http://127.0.0.1:{ui}"
         for _ in range(self.workers):
             self.start_worker(wait=False)
-        self.wait_for_workers(self.workers, timeout)
+        self.wait_for_workers(timeout)
 
     def start_worker(self, *, wait: bool = True, timeout: float = 120.0) -> Started:
         """Start one more worker (also: a replacement after a test killed one)."""
@@ -440,29 +440,33 @@ class StandaloneCluster:
         )
         self.worker_procs.append(worker)
         if wait:
-            self.wait_for_workers(len(self.alive_workers()) + 1, timeout)
+            _wait_for_log(worker, r"Successfully registered with master", timeout)
         return worker
+
+    def ensure_workers(self, count: int, timeout: float = 120.0) -> None:
+        """Start replacements until ``count`` of our workers run and are registered (after a kill)."""
+        for worker in self.worker_procs:
+            if worker.proc.poll() is not None:
+                stop(worker)  # reap it; sweeps nothing (its orphans were re-parented), but harmless
+        running = [w for w in self.worker_procs if w.proc.poll() is None]
+        for _ in range(count - len(running)):
+            self.start_worker(wait=False)
+        self.wait_for_workers(timeout)
 
     def status(self) -> dict[str, Any]:
         """The master's JSON status page (workers, apps)."""
         with urllib.request.urlopen(f"{self.ui_url}/json/", timeout=10) as resp:
             return dict(json.load(resp))
 
-    def alive_workers(self) -> list[dict[str, Any]]:
-        return [w for w in self.status().get("workers", []) if w.get("state") == "ALIVE"]
+    def wait_for_workers(self, timeout: float = 120.0) -> None:
+        """Wait until every running worker of ours has logged its registration with the master.
 
-    def wait_for_workers(self, count: int, timeout: float = 120.0) -> None:
-        deadline = time.monotonic() + timeout
-        while len(self.alive_workers()) < count:
-            for worker in self.worker_procs:
-                if worker.proc.poll() is not None and _REGISTRY.get(worker.pid) is worker:
-                    raise RuntimeError(f"{worker.name} exited ({worker.proc.returncode}):\n{worker.tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"only {len(self.alive_workers())} of {count} workers registered with "
-                    f"{self.master_url} within {timeout:.0f}s"
-                )
-            time.sleep(0.5)
+        The worker's own log, not the master's list: the master keeps showing a killed worker
+        as ALIVE until it notices, which would make a count-based wait pass too early.
+        """
+        for worker in self.worker_procs:
+            if worker.proc.poll() is None:
+                _wait_for_log(worker, r"Successfully registered with master", timeout)
 
     def executors(self, worker: Started | None = None) -> list[int]:
         """PIDs of the executor JVMs (CoarseGrainedExecutorBackend) under one or all workers."""
@@ -596,7 +600,21 @@ def check_lake(lake: str, options: Mapping[str, Any], expected_rows: int) -> str
     return line
 
 
-def job_args(lake: str, checkpoint: Path, source: Path, options: Mapping[str, str], mode: str) -> list[str]:
+def job_args(
+    lake: str,
+    checkpoint: Path,
+    source: Path,
+    options: Mapping[str, str],
+    mode: str,
+    *,
+    fail_once_after_rows: int = 500,
+) -> list[str]:
+    """Arguments of jobs/stream_to_lake.py: the files source, two files an epoch, two partitions.
+
+    ``fail_once_after_rows`` injects one failed task attempt (0: none): partition 0's first
+    attempt raises mid-partition and Spark retries it on the cluster. Its marker lives in the
+    checkpoint folder -- a local path every executor sees only because they share this host.
+    """
     args = [
         "--source", "files",
         "--input", str(source),
@@ -606,9 +624,7 @@ def job_args(lake: str, checkpoint: Path, source: Path, options: Mapping[str, st
         "--mode", mode,
         "--lake", lake,
         "--checkpoint", str(checkpoint),
-        # One injected task failure: partition 0's first attempt raises mid-partition; Spark
-        # retries it on the cluster. Its marker lives in the (shared, local) checkpoint dir.
-        "--fail-once-after-rows", "500",
+        "--fail-once-after-rows", str(fail_once_after_rows),
     ]  # fmt: skip
     for key, value in options.items():
         args += ["--storage-option", f"{key}={value}"]
