@@ -208,12 +208,11 @@ def test_kill_anywhere_and_restart_commits_every_row_exactly_once(
     paths = [f.path for f in lake_.files()]
     con = duckdb.connect()
     if options:
-        endpoint = options["endpoint_url"].removeprefix("http://")
-        con.execute(
-            f"SET s3_endpoint='{endpoint}'; SET s3_use_ssl=false; SET s3_url_style='path';"
-            f"SET s3_access_key_id='{options['key']}'; SET s3_secret_access_key='{options['secret']}';"
-            "SET s3_region='us-east-1';"
-        )
+        # DuckDB's own S3 support (httpfs) is a download away, and this machine is offline: it
+        # reads the listed objects through s3fs instead, still without our reader.
+        import s3fs
+
+        con.register_filesystem(s3fs.S3FileSystem(**options))
     duck = con.execute(
         "SELECT count(*), count(DISTINCT id), min(id), max(id) FROM read_parquet(?)", [paths]
     ).fetchone()
