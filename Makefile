@@ -9,6 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONUNBUFFERED := 1
+MODE ?= foreach
 
 .PHONY: help install run run-s3 run-cluster test chaos bench lint typecheck clean
 
@@ -25,10 +26,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP) ## create .venv and install lakesink with every extra (pinned)
 
 run: $(STAMP) ## demo: stream into a local lake with one injected task failure, then read it back
-	$(PY) scripts/demo.py --target local
+	$(PY) scripts/demo.py --target local --mode $(MODE)
 
 run-s3: $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts and stops
-	$(PY) scripts/demo.py --target s3
+	$(PY) scripts/demo.py --target s3 --mode $(MODE)
 
 run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
 	$(PY) scripts/cluster.py demo

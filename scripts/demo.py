@@ -72,7 +72,7 @@ def report(lake: str, options: dict[str, Any]) -> int:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--target", choices=("local", "s3"), default="local")
-    p.add_argument("--mode", choices=("foreach", "epoch"), default=os.environ.get("LAKESINK_MODE", "foreach"))
+    p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach")
     p.add_argument("--duration", type=float, default=15.0)
     p.add_argument("--rows-per-second", type=int, default=2000)
     args = p.parse_args()
