@@ -204,7 +204,8 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     )
     if s3 is not None:
         assert s3.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
-        # The secret travelled to the executors; it must not appear in any Spark log.
-        for path in cluster.workdir.rglob("*"):
+        # The secret travelled to the executors; it must not appear in any Spark log (driver,
+        # master, workers, executors' stdout/stderr) nor in the query's checkpoint.
+        for path in [*cluster.workdir.rglob("*"), *(tmp_path / "chk").rglob("*")]:
             if path.is_file() and path.suffix not in (".zip", ".pyc") and "executor-env" not in path.parts:
                 assert "testing-secret-do-not-log" not in path.read_text(errors="replace"), path
