@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     job.build_stream = build_with_hang
     job.start_query = start_small
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    return job.run(job.parse_args(rest))
+    return int(job.run(job.parse_args(rest)))
 
 
 if __name__ == "__main__":
