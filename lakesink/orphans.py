@@ -115,11 +115,10 @@ def _find_unrecorded(storage: Storage, now: float) -> Iterable[Finding]:
         yield Finding("unrecorded_file", entry.name, age, entry.size)
 
 
-SWEEPERS: list[Sweeper] = [
-    Sweeper("multipart_upload", _find_uploads, _remove_upload),
-    Sweeper("staged_file", _find_staged, _remove_file),
-    Sweeper("unrecorded_file", _find_unrecorded, _remove_file),
-]
+UPLOADS = Sweeper("multipart_upload", _find_uploads, _remove_upload)
+STAGED_FILES = Sweeper("staged_file", _find_staged, _remove_file)
+UNRECORDED_FILES = Sweeper("unrecorded_file", _find_unrecorded, _remove_file)
+SWEEPERS: list[Sweeper] = [UPLOADS, STAGED_FILES, UNRECORDED_FILES]
 
 
 def sweep_orphans(

@@ -119,26 +119,24 @@ def sweep_staged(
     ``keep`` names final data-file names whose staged data must survive whatever its age:
     the sealed files of the epoch being committed (on S3 they are open uploads until the
     publish completes them). Returns (staged names removed, upload names aborted). The
-    orphan command (``lakesink.orphans``) owns the general version of this; it is here so
-    that the epoch writer can clean up on start without depending on it.
+    finding and removing is the orphan command's (``lakesink.orphans``); what is added here
+    is the ``keep`` list.
     """
+    from lakesink.orphans import STAGED_FILES, UPLOADS, Finding
+
+    def final_name(finding: Finding) -> str:
+        parsed = parse_data_file(finding.name.rsplit("/", 1)[-1])
+        return parsed.committed_name if parsed is not None else finding.name
+
     now = time.time() if now is None else now
-    staged = []
-    for entry in storage.list(""):
-        parsed = parse_data_file(entry.name)
-        if parsed is None or parsed.state != "staged" or parsed.committed_name in keep:
-            continue
-        if entry.modified is not None and now - entry.modified < older_than:
-            continue
-        storage.delete(entry.name)
-        staged.append(entry.name)
-    uploads = []
-    for upload in storage.pending_uploads(""):
-        if upload.name in keep or now - upload.started < older_than:
-            continue
-        storage.abort_upload(upload)
-        uploads.append(upload.name)
-    return staged, uploads
+    removed: dict[str, list[str]] = {STAGED_FILES.kind: [], UPLOADS.kind: []}
+    for sweeper in (STAGED_FILES, UPLOADS):
+        for finding in sweeper.find(storage, now):
+            if finding.age < older_than or final_name(finding) in keep:
+                continue
+            sweeper.remove(storage, finding)
+            removed[sweeper.kind].append(finding.name)
+    return removed[STAGED_FILES.kind], removed[UPLOADS.kind]
 
 
 def recover(
