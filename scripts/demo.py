@@ -7,7 +7,6 @@ s3://demo-lake/events through it, and stops the server by PID whatever happens.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
