@@ -35,7 +35,7 @@ run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and m
 	$(PY) scripts/cluster.py demo
 
 test: $(STAMP) ## the full suite (bounded chaos runs included), under 20 minutes
-	$(PY) -m pytest -m "not bench" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not bench" --durations=12 $(PYTEST_ARGS)
 
 chaos: $(STAMP) ## the long kill -9 / restart runs
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos $(PYTEST_ARGS)
