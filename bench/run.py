@@ -1,0 +1,767 @@
+"""``make bench``: lakesink's writers against Spark's own parquet sink, and its reader against pyarrow.
+
+One run, one deterministic input stream (Parquet files read with the ``readStream`` file source,
+``maxFilesPerTrigger=4``, ``trigger(availableNow=True)``, Spark ``local[2]``) through:
+
+    parquet      Spark's built-in ``writeStream.format("parquet")`` (the baseline, "a")
+    foreach      ``LakeForeachWriter`` (row-at-a-time foreach, "b")
+    epoch        the epoch / Arrow path, ``lakesink.write_stream``, local disk ("c")
+    epoch-s3     the same into a moto S3 server on 127.0.0.1 that this script starts and stops
+
+Each sink runs in its own child process (a fresh JVM), so its peak RSS -- sampled from /proc
+over the child's whole process tree: driver Python, JVM, Python workers -- is its own. Then the
+reader side: ``read_committed`` vs ``pyarrow.dataset`` over the same committed files, and the
+time to open a table of N files and one of N epochs. Then memory: one writer, ONE partition of
+1M and of 10M rows. Prints a table and writes ``bench-results.json``.
+
+    .venv/bin/python bench/run.py                    # the full run (10M rows)
+    .venv/bin/python bench/run.py --rows 2000000 --skip-s3 --memory-rows 1000000,2000000
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as dt
+import json
+import os
+import platform
+import shlex
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR))
+
+from procmem import TreeSampler, tree_cpu_seconds  # noqa: E402 - bench/ is a folder of scripts, not a package
+
+SINKS = ("parquet", "foreach", "epoch", "epoch-s3")
+#: Rows per generated input file: 4 files (one trigger) make an epoch of 1M rows at the default.
+ROWS_PER_FILE = 250_000
+BUCKET = "lakesink-bench"
+SEED = 20240611
+
+
+# Input ----------------------------------------------------------------------------------------
+
+
+def input_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("id", pa.int64()),
+            ("ts", pa.timestamp("us", tz="UTC")),
+            ("label", pa.string()),
+            ("amount", pa.float64()),
+        ]
+    )
+
+
+def make_chunk(start: int, rows: int) -> Any:
+    """Rows ``start .. start+rows-1`` of the stream: the same bytes on every run and machine.
+
+    ``label`` is a unique 20-character string (like ``jobs/stream_to_lake.py``'s rate source),
+    so dictionary encoding cannot cheat; ``amount`` is a seeded random double.
+    """
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids = np.arange(start, start + rows, dtype=np.int64)
+    ts = pa.array(1_700_000_000_000_000 + ids * 1_000, type=pa.timestamp("us", tz="UTC"))
+    digits = pc.utf8_lpad(pc.cast(pa.array(ids), pa.string()), width=14, padding="0")
+    label = pc.binary_join_element_wise(pa.scalar("event-"), digits, "")
+    amount = np.random.default_rng(SEED + start).random(rows) * 1000.0
+    return pa.table([pa.array(ids), ts, label, pa.array(amount)], schema=input_schema())
+
+
+def ensure_input(folder: Path, rows: int, rows_per_file: int) -> list[Path]:
+    """Generate the input files once (kept between runs: same parameters, same bytes)."""
+    import pyarrow.parquet as pq
+
+    marker = folder / f"_complete-{rows}-{rows_per_file}"
+    files = [folder / f"in-{i:05d}.parquet" for i in range((rows + rows_per_file - 1) // rows_per_file)]
+    if marker.exists():
+        return files
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for i, path in enumerate(files):
+        start = i * rows_per_file
+        pq.write_table(make_chunk(start, min(rows_per_file, rows - start)), path, compression="snappy")
+    marker.touch()
+    return files
+
+
+def link_subset(files: list[Path], rows: int, rows_per_file: int, folder: Path) -> Path:
+    """A folder holding (hard links to) the first files that make up ``rows`` rows."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    for path in files[: (rows + rows_per_file - 1) // rows_per_file]:
+        os.link(path, folder / path.name)
+    return folder
+
+
+# Child: one sink in a fresh JVM ---------------------------------------------------------------
+
+
+def child(args: argparse.Namespace) -> None:
+    """Run one sink over the input and write its timing to ``args.result``."""
+    import pyarrow.parquet as pq
+
+    from lakesink.localspark import local_session
+
+    conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch_rows)}
+    if args.driver_memory:
+        conf["spark.driver.memory"] = args.driver_memory
+    if args.one_partition:
+        # One task reads all of an epoch's files: a Parquet split never exceeds this.
+        conf["spark.sql.files.maxPartitionBytes"] = str(8 << 30)
+    started = time.monotonic()
+    spark = local_session(f"lakesink-bench-{args.sink}", master=args.master, **conf)
+    schema = pq.read_schema(next(Path(args.input).glob("*.parquet")))
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    df = (
+        spark.readStream.schema(from_arrow_schema(schema))
+        .option("maxFilesPerTrigger", args.max_files_per_trigger)
+        .parquet(args.input)
+    )
+    if args.one_partition:
+        df = df.coalesce(1)
+    jvm_ready = time.monotonic()
+    cpu_ready = tree_cpu_seconds(os.getpid())
+    query = start_sink(df, args)
+    query.awaitTermination()
+    finished = time.monotonic()
+    cpu_done = tree_cpu_seconds(os.getpid())
+    cpu_used = {kind: cpu_done[kind] - cpu_ready[kind] for kind in cpu_done}
+    if query.exception() is not None:
+        raise SystemExit(f"{args.sink}: the query failed: {query.exception()}")
+    progress = query.recentProgress
+    result = {
+        "sink": args.sink,
+        "rows": sum(p["numInputRows"] for p in progress),
+        "epochs": sum(1 for p in progress if p["numInputRows"] > 0),
+        "query_seconds": finished - jvm_ready,
+        "query_cpu_seconds": cpu_used["total"],
+        "query_cpu_seconds_jvm": cpu_used["jvm"],
+        "query_cpu_seconds_python_workers": cpu_used["python_workers"],
+        "query_cpu_seconds_driver_python": cpu_used["other"],
+        "child_seconds": finished - started,
+    }
+    spark.stop()
+    Path(args.result).write_text(json.dumps(result))
+
+
+def start_sink(df: Any, args: argparse.Namespace) -> Any:
+    chk, out = args.checkpoint, args.output
+    options = json.loads(args.storage_options) if args.storage_options else None
+    write_options = json.loads(args.write_options) if args.write_options else {}
+    if args.sink == "parquet":
+        writer = df.writeStream.format("parquet").option("path", out)
+        return writer.option("checkpointLocation", chk).trigger(availableNow=True).start()
+    if args.sink == "foreach":
+        from lakesink import LakeForeachWriter, WriteOptions
+
+        sink = LakeForeachWriter(
+            out, schema=df.schema, storage_options=options, write_options=WriteOptions(**write_options)
+        )
+        writer = df.writeStream.foreach(sink).option("checkpointLocation", chk)
+        return writer.trigger(availableNow=True).start()
+    import lakesink
+
+    return lakesink.write_stream(
+        df,
+        out,
+        checkpoint_location=chk,
+        storage_options=options,
+        trigger={"availableNow": True},
+        **write_options,
+    )
+
+
+# Parent ---------------------------------------------------------------------------------------
+
+
+def run_sink(
+    sink: str,
+    input_dir: Path,
+    work: Path,
+    args: argparse.Namespace,
+    *,
+    output: str | None = None,
+    storage_options: dict[str, Any] | None = None,
+    one_partition: bool = False,
+    tag: str = "",
+) -> dict[str, Any]:
+    """Run ``sink`` in a child process; its timing plus the peak RSS of its process tree."""
+    name = f"{sink}{tag}"
+    out = output or str(work / "out" / name)
+    result = work / f"result-{name}.json"
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--child",
+        sink,
+        "--input",
+        str(input_dir),
+        "--output",
+        out,
+        "--checkpoint",
+        str(work / "chk" / name),
+        "--result",
+        str(result),
+        "--master",
+        args.master,
+        "--max-files-per-trigger",
+        str(args.max_files_per_trigger if not one_partition else 1 << 20),
+        "--arrow-batch-rows",
+        str(args.arrow_batch_rows),
+        "--write-options",
+        args.write_options or "{}",
+    ]
+    if args.driver_memory:
+        cmd += ["--driver-memory", args.driver_memory]
+    if storage_options:
+        cmd += ["--storage-options", json.dumps(storage_options)]
+    if one_partition:
+        cmd.append("--one-partition")
+    log = work / f"log-{name}.txt"
+    print(f"  running {name} ...", end="", flush=True)
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+        try:
+            with TreeSampler(proc.pid, args.rss_interval) as sampler:
+                code = proc.wait()
+        except BaseException:
+            proc.kill()  # by PID: our own child; its JVM exits with it (py4j gateway closes)
+            proc.wait()
+            raise
+    if code != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RuntimeError(f"sink {name} failed (exit {code}); end of {log}:\n{tail}")
+    figures = json.loads(result.read_text())
+    figures.update(sampler.peak.to_dict())
+    figures["rows_per_second"] = figures["rows"] / figures["query_seconds"]
+    figures["rows_per_cpu_second"] = figures["rows"] / figures["query_cpu_seconds"]
+    print(
+        f" {figures['rows_per_second']:,.0f} rows/s, {figures['query_seconds']:.1f} s, "
+        f"{figures['rows_per_cpu_second']:,.0f} rows/cpu-s"
+    )
+    return figures
+
+
+def output_bytes_local(root: str) -> tuple[int, int]:
+    """(bytes, files) of the visible Parquet files under ``root`` (what plain readers see)."""
+    total = files = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            if name.endswith(".parquet") and not name.startswith(("_", ".")):
+                total += os.path.getsize(os.path.join(folder, name))
+                files += 1
+    return total, files
+
+
+def output_bytes_s3(endpoint: str, bucket: str, prefix: str) -> tuple[int, int]:
+    import boto3
+
+    from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=DEV_KEY,
+        aws_secret_access_key=DEV_SECRET,
+        region_name=DEV_REGION,
+    )
+    total = files = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            base = obj["Key"].rsplit("/", 1)[-1]
+            rel = obj["Key"][len(prefix) :]
+            if base.endswith(".parquet") and not base.startswith((".", "_")) and not rel.startswith("_"):
+                total += obj["Size"]
+                files += 1
+    return total, files
+
+
+def count_rows(sink: str, out: str, storage_options: dict[str, Any] | None) -> int:
+    """Rows a reader sees in the sink's output (a check that the run wrote everything once)."""
+    if sink == "parquet":
+        import pyarrow.dataset as ds
+
+        return int(ds.dataset(out, format="parquet").count_rows())
+    from reader import Lake
+
+    return int(Lake(out, storage_options).dataset().count_rows())
+
+
+def bench_reader(root: str, repeats: int) -> dict[str, Any]:
+    """``read_committed`` vs ``pyarrow.dataset(root).to_table()`` over the same committed files.
+
+    One untimed read each first (the files are then in the page cache, so both measure the
+    reading, not the disk); then ``repeats`` timed rounds, the order alternating between
+    rounds, and the medians count.
+    """
+    import pyarrow.dataset as ds
+
+    from reader import read_committed
+
+    def timed(read: Any) -> tuple[float, int]:
+        t = time.perf_counter()
+        rows = read().num_rows
+        return time.perf_counter() - t, rows
+
+    def ours_read() -> Any:
+        return read_committed(root)
+
+    def plain_read() -> Any:
+        return ds.dataset(root, format="parquet").to_table()
+
+    ours: list[float] = []
+    theirs: list[float] = []
+    timed(ours_read), timed(plain_read)
+    for i in range(repeats):
+        for which in (ours_read, plain_read) if i % 2 == 0 else (plain_read, ours_read):
+            seconds, n = timed(which)
+            (ours if which is ours_read else theirs).append(seconds)
+            if which is ours_read:
+                rows = n
+            else:
+                plain = n
+        if plain != rows:
+            raise RuntimeError(f"read_committed saw {rows} rows, pyarrow.dataset {plain}: {root}")
+    return {
+        "rows": rows,
+        "read_committed_seconds": statistics.median(ours),
+        "pyarrow_dataset_seconds": statistics.median(theirs),
+        "ratio": statistics.median(ours) / statistics.median(theirs),
+        "repeats": repeats,
+    }
+
+
+def tiny_parquet() -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    sink = pa.BufferOutputStream()
+    pq.write_table(make_chunk(0, 10), sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+@contextlib.contextmanager
+def no_fsync() -> Iterator[None]:
+    """Switch off fsync while building the open-time tables, in this process only.
+
+    Built through the commit protocol with its fsyncs (two per file), 10,000 files take
+    minutes on a plain disk; what is measured afterwards is opening the table, which reads
+    names and metadata, so durability does not matter for the build.
+    """
+    from lakesink.storage import local
+
+    saved = local.os.fsync, local.fsync_dir
+    local.os.fsync, local.fsync_dir = (lambda fd: None), (lambda path: None)  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        local.os.fsync, local.fsync_dir = saved  # type: ignore[assignment]
+
+
+def build_many_files(root: Path, count: int) -> None:
+    """A foreach-mode table of ``count`` tiny committed files, published by the commit protocol.
+
+    Every file holds the same 10 rows (one Parquet file's bytes, staged and published under
+    each name): opening the table reads names and metadata, so the content does not matter.
+    """
+    from lakesink.layout import committed_name
+    from lakesink.metadata import ensure_table
+    from lakesink.storage.local import LocalStorage
+
+    storage = LocalStorage(str(root))
+    root.mkdir(parents=True)
+    ensure_table(storage, input_schema(), "foreach")
+    data = tiny_parquet()
+    with no_fsync():
+        for i in range(count):
+            storage.put_if_absent(committed_name(i % 8, i // 8, "b0b0b0b0b0b0b0b0"), data)
+
+
+def build_many_epochs(root: Path, count: int) -> None:
+    """An epoch-mode table of ``count`` epochs of one tiny file each, logged by ``EpochLog``.
+
+    Every epoch's file is the same tiny Parquet file copied under its own name: the data file
+    path is irrelevant to opening the table, the log (records and checkpoints) is what counts.
+    """
+    from lakesink.epochlog import CommittedFile, EpochLog
+    from lakesink.layout import committed_name
+    from lakesink.metadata import ensure_table
+    from lakesink.storage.local import LocalStorage
+
+    storage = LocalStorage(str(root))
+    root.mkdir(parents=True)
+    ensure_table(storage, input_schema(), "epoch")
+    data = tiny_parquet()
+    log = EpochLog(storage)
+    with no_fsync():
+        for epoch in range(count):
+            name = committed_name(0, epoch, "c0c0c0c0c0c0c0c0")
+            storage.put_if_absent(name, data)
+            log.commit(epoch, [CommittedFile(name, 0, epoch, 10, len(data))])
+
+
+def cached_table(base: Path, kind: str, count: int, build: Any) -> Path:
+    """The table of ``count`` files / epochs, built once and kept beside the input files.
+
+    Creating 20,000-30,000 small files takes ~30 s on a loaded machine; the tables depend only
+    on the count and the lake format version, so later runs reuse them.
+    """
+    from lakesink.layout import FORMAT_VERSION
+
+    root = base / f"open-{kind}-{count}-v{FORMAT_VERSION}"
+    marker = base / f"{root.name}.complete"
+    if not marker.exists():
+        print(f"  building a table of {count:,} {kind} (kept for later runs) ...")
+        shutil.rmtree(root, ignore_errors=True)
+        build(root, count)
+        marker.touch()
+    return root
+
+
+def time_open(root: str, repeats: int) -> dict[str, Any]:
+    """Seconds to open the table and list what ``read_committed`` would read (no data read)."""
+    import pyarrow.dataset as ds
+
+    from reader import Lake
+
+    ours, theirs = [], []
+    files = 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        files = len(Lake(root).dataset().files)
+        ours.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        ds.dataset(root, format="parquet")
+        theirs.append(time.perf_counter() - t)
+    return {
+        "files": files,
+        "open_seconds": statistics.median(ours),
+        "pyarrow_dataset_open_seconds": statistics.median(theirs),
+    }
+
+
+def machine() -> dict[str, Any]:
+    mem = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem = int(line.split()[1]) * 1024
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
+    except OSError:
+        pass
+    import pyarrow
+    import pyspark
+
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem / (1 << 30), 1),
+        "cpu": cpu,
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "pyspark": pyspark.__version__,
+        "pyarrow": pyarrow.__version__,
+        "load_average_at_start": os.getloadavg(),
+    }
+
+
+def parent(args: argparse.Namespace) -> dict[str, Any]:
+    sinks = [s for s in args.sinks.split(",") if s]
+    unknown = set(sinks) - set(SINKS)
+    if unknown:
+        raise SystemExit(f"unknown sink(s) {sorted(unknown)}; choose from {SINKS}")
+    if args.skip_s3:
+        sinks = [s for s in sinks if s != "epoch-s3"]
+    memory_rows = [int(r) for r in args.memory_rows.split(",") if r] if not args.skip_memory else []
+    results: dict[str, Any] = {
+        "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "command": shlex.join([os.path.relpath(sys.executable), *sys.argv]),
+        "machine": machine(),
+        "parameters": {
+            "rows": args.rows,
+            "rows_per_input_file": args.rows_per_file,
+            "max_files_per_trigger": args.max_files_per_trigger,
+            "master": args.master,
+            "arrow_max_records_per_batch": args.arrow_batch_rows,
+            "write_options": effective_write_options(args.write_options),
+            "trigger": "availableNow",
+        },
+        "sinks": {},
+    }
+    base = (
+        Path(args.workdir) if args.workdir else Path(tempfile.gettempdir()) / f"lakesink-bench-{os.getuid()}"
+    )
+    work = base / f"run-{os.getpid()}"
+    work.mkdir(parents=True)
+    total_input = max([args.rows, *memory_rows])
+    print(f"input: {total_input:,} rows in {base / 'input'}")
+    files = ensure_input(base / "input", total_input, args.rows_per_file)
+    stream_input = link_subset(files, args.rows, args.rows_per_file, work / "input-stream")
+    moto = None
+    try:
+        print(
+            f"writers ({args.rows:,} rows, {args.master}, maxFilesPerTrigger={args.max_files_per_trigger}):"
+        )
+        for sink in sinks:
+            options = None
+            out = None
+            if sink == "epoch-s3":
+                from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET, start_moto
+
+                moto, endpoint = start_moto()
+                results["moto_pid"] = moto.pid
+                make_bucket(endpoint)
+                options = {
+                    "endpoint_url": endpoint,
+                    "key": DEV_KEY,
+                    "secret": DEV_SECRET,
+                    "client_kwargs": {"region_name": DEV_REGION},
+                }
+                out = f"s3://{BUCKET}/epoch"
+            figures = run_sink(
+                "epoch" if sink == "epoch-s3" else sink,
+                stream_input,
+                work,
+                args,
+                output=out,
+                storage_options=options,
+                tag="-s3" if sink == "epoch-s3" else "",
+            )
+            figures["sink"] = sink
+            out = out or str(work / "out" / sink)
+            if sink == "epoch-s3":
+                figures["output_bytes"], figures["output_files"] = output_bytes_s3(endpoint, BUCKET, "epoch/")
+            else:
+                figures["output_bytes"], figures["output_files"] = output_bytes_local(out)
+            figures["rows_read_back"] = count_rows(sink, out, options)
+            if figures["rows_read_back"] != args.rows:
+                raise RuntimeError(f"{sink}: wrote {figures['rows_read_back']} rows, expected {args.rows}")
+            figures["output"] = out
+            results["sinks"][sink] = figures
+            if moto is not None:
+                from lakesink.devserver import stop_moto
+
+                stop_moto(moto)
+                moto = None
+    finally:
+        if moto is not None:
+            from lakesink.devserver import stop_moto
+
+            stop_moto(moto)
+    add_ratios(results)
+
+    committed = next((str(work / "out" / s) for s in ("epoch", "foreach") if s in results["sinks"]), None)
+    if committed is not None and not args.skip_reader:
+        print(f"reader: read_committed vs pyarrow.dataset over {committed}")
+        results["reader"] = bench_reader(committed, args.reader_repeats)
+        results["reader"]["table"] = os.path.basename(committed)
+        many_files = cached_table(base, "files", args.reader_files, build_many_files)
+        many_epochs = cached_table(base, "epochs", args.reader_epochs, build_many_epochs)
+        results["open_many_files"] = time_open(str(many_files), args.reader_repeats)
+        results["open_many_epochs"] = time_open(str(many_epochs), args.reader_repeats)
+
+    if memory_rows:
+        results["memory_one_partition"] = {}
+        for sink in [s for s in args.memory_sinks.split(",") if s]:
+            runs = {}
+            for rows in memory_rows:
+                folder = link_subset(files, rows, args.rows_per_file, work / f"input-{rows}")
+                print(f"memory: {sink}, {rows:,} rows in one partition")
+                figures = run_sink(sink, folder, work, args, one_partition=True, tag=f"-one-{rows}")
+                figures["rows_read_back"] = count_rows(sink, str(work / "out" / f"{sink}-one-{rows}"), None)
+                if figures["rows_read_back"] != rows:
+                    raise RuntimeError(
+                        f"{sink}, one partition: wrote {figures['rows_read_back']} of {rows} rows"
+                    )
+                runs[str(rows)] = figures
+            results["memory_one_partition"][sink] = runs
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        results["workdir"] = str(work)
+    return results
+
+
+def make_bucket(endpoint: str) -> None:
+    import boto3
+
+    from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET
+
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id=DEV_KEY,
+        aws_secret_access_key=DEV_SECRET,
+        region_name=DEV_REGION,
+    ).create_bucket(Bucket=BUCKET)
+
+
+def effective_write_options(raw: str | None) -> dict[str, Any]:
+    """The WriteOptions the lakesink writers run with (defaults plus ``--write-options``)."""
+    import dataclasses
+
+    from lakesink import WriteOptions
+
+    return dataclasses.asdict(WriteOptions(**json.loads(raw or "{}")))
+
+
+def add_ratios(results: dict[str, Any]) -> None:
+    sinks = results["sinks"]
+    if "parquet" not in sinks:
+        return
+    base = sinks["parquet"]["rows_per_second"]
+    ratios = {f"{s}/parquet": sinks[s]["rows_per_second"] / base for s in sinks if s != "parquet"}
+    results["ratios"] = ratios
+    cpu = sinks["parquet"]["rows_per_cpu_second"]
+    results["ratios_by_cpu"] = {
+        f"{s}/parquet": sinks[s]["rows_per_cpu_second"] / cpu for s in sinks if s != "parquet"
+    }
+
+
+# Report ---------------------------------------------------------------------------------------
+
+MiB = 1 << 20
+
+
+def report(results: dict[str, Any]) -> str:
+    lines = []
+    m = results["machine"]
+    lines.append(f"lakesink bench  {results['date']}  {m['cores']} cores, {m['memory_gib']} GiB, {m['cpu']}")
+    lines.append(f"command: {results['command']}")
+    p = results["parameters"]
+    lines.append(
+        f"stream: {p['rows']:,} rows (long, timestamp, 20-char string, double), {p['master']}, "
+        f"file source maxFilesPerTrigger={p['max_files_per_trigger']}, availableNow, "
+        f"arrow maxRecordsPerBatch={p['arrow_max_records_per_batch']}"
+    )
+    lines.append("")
+    head = (
+        f"{'sink':<10} {'rows/s':>11} {'vs a':>6} {'seconds':>8} {'rows/cpu-s':>11} {'vs a':>6} "
+        f"{'peak RSS':>9} {'JVM':>8} {'py wrk':>8} {'output':>9} {'files':>6}"
+    )
+    lines.append(head)
+    lines.append("-" * len(head))
+    a = results["sinks"].get("parquet")
+    for sink, f in results["sinks"].items():
+        ratio = f"{f['rows_per_second'] / a['rows_per_second']:.2f}" if a else "-"
+        cpu_ratio = f"{f['rows_per_cpu_second'] / a['rows_per_cpu_second']:.2f}" if a else "-"
+        lines.append(
+            f"{sink:<10} {f['rows_per_second']:>11,.0f} {ratio:>6} {f['query_seconds']:>8.1f} "
+            f"{f['rows_per_cpu_second']:>11,.0f} {cpu_ratio:>6} "
+            f"{f['peak_rss_bytes'] / MiB:>7.0f}Mi {f['peak_rss_jvm_bytes'] / MiB:>6.0f}Mi "
+            f"{f['peak_rss_python_workers_bytes'] / MiB:>6.0f}Mi {f['output_bytes'] / MiB:>7.1f}Mi "
+            f"{f['output_files']:>6}"
+        )
+    if "reader" in results:
+        r = results["reader"]
+        lines.append("")
+        lines.append(
+            f"reader ({r['rows']:,} rows, {r['table']} table, median of {r['repeats']}): read_committed "
+            f"{r['read_committed_seconds']:.3f} s, pyarrow.dataset {r['pyarrow_dataset_seconds']:.3f} s, "
+            f"ratio {r['ratio']:.2f}"
+        )
+        for key, what in (("open_many_files", "files (foreach)"), ("open_many_epochs", "epochs (epoch)")):
+            o = results[key]
+            lines.append(
+                f"open a table of {o['files']:,} {what}: {o['open_seconds']:.3f} s "
+                f"(pyarrow.dataset listing the folder: {o['pyarrow_dataset_open_seconds']:.3f} s)"
+            )
+    if "memory_one_partition" in results:
+        lines.append("")
+        lines.append(
+            "memory, one partition (peak RSS, MiB: whole tree / all Python workers / largest Python "
+            "worker process / JVM):"
+        )
+        keys = ("peak_rss_bytes", "peak_rss_python_workers_bytes", "peak_rss_largest_python_worker_bytes")
+        for sink, runs in results["memory_one_partition"].items():
+            for rows, f in runs.items():
+                total, py, one = (f[k] / MiB for k in keys)
+                lines.append(
+                    f"  {sink:<8} {int(rows):>12,} rows: {total:6.0f} / {py:5.0f} / {one:5.0f} / "
+                    f"{f['peak_rss_jvm_bytes'] / MiB:5.0f}  ({f['rows_per_second']:,.0f} rows/s)"
+                )
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rows", type=int, default=10_000_000, help="rows in the stream (default 10M)")
+    p.add_argument("--rows-per-file", type=int, default=ROWS_PER_FILE, help="rows per input file")
+    p.add_argument("--max-files-per-trigger", type=int, default=4)
+    p.add_argument("--master", default="local[2]")
+    p.add_argument("--sinks", default=",".join(SINKS), help=f"comma-separated, from {SINKS}")
+    p.add_argument("--skip-s3", action="store_true", help="leave out epoch-s3 (no moto server)")
+    p.add_argument(
+        "--arrow-batch-rows",
+        type=int,
+        default=10_000,
+        help="spark.sql.execution.arrow.maxRecordsPerBatch for every sink",
+    )
+    p.add_argument(
+        "--write-options",
+        default=None,
+        help="JSON of lakesink.WriteOptions fields for both lakesink writers, e.g. "
+        '\'{"compression": "snappy"}\'',
+    )
+    p.add_argument("--driver-memory", default=None, help="spark.driver.memory (Spark's default: 1g)")
+    p.add_argument("--memory-rows", default="1000000,10000000", help="one-partition runs, comma-separated")
+    p.add_argument("--memory-sinks", default="epoch,foreach", help="writers for the one-partition runs")
+    p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--skip-reader", action="store_true")
+    p.add_argument("--reader-files", type=int, default=10_000)
+    p.add_argument("--reader-epochs", type=int, default=10_000)
+    p.add_argument("--reader-repeats", type=int, default=7)
+    p.add_argument("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
+    p.add_argument("--workdir", default=None, help="input cache and scratch (default: $TMPDIR)")
+    p.add_argument("--keep", action="store_true", help="keep the outputs of this run")
+    p.add_argument("--out", default="bench-results.json", help="where the JSON results go")
+    # The child side (one sink in a fresh JVM); not for direct use.
+    p.add_argument("--child", choices=("parquet", "foreach", "epoch"), help=argparse.SUPPRESS)
+    for hidden in ("--input", "--output", "--checkpoint", "--result", "--storage-options"):
+        p.add_argument(hidden, help=argparse.SUPPRESS)
+    p.add_argument("--one-partition", action="store_true", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if args.rows < 1:
+        p.error("--rows must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.child:
+        args.sink = args.child
+        child(args)
+        return 0
+    from lakesink.localspark import prepare_environment
+
+    prepare_environment()  # children and their Python workers run this interpreter
+    results = parent(args)
+    Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
+    print()
+    print(report(results))
+    print(f"\nwrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
