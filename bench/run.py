@@ -703,6 +703,55 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def report_markdown(results: dict[str, Any]) -> str:
+    """The same figures as a Markdown table, for README's "Performance" section."""
+    m, p = results["machine"], results["parameters"]
+    lines = [
+        f"Machine: {m['cores']} cores, {m['memory_gib']} GiB ({m['cpu']}); Python {m['python']}, "
+        f"pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; load average at start "
+        f"{m['load_average_at_start'][0]:.1f}. Date: {results['date']}. Command: `{results['command']}`. "
+        f"Stream: {p['rows']:,} rows, `{p['master']}`, maxFilesPerTrigger={p['max_files_per_trigger']}, "
+        "availableNow.",
+        "",
+        "| sink | rows/s | vs Spark parquet | rows per CPU-second | vs Spark parquet | peak RSS (tree) "
+        "| output |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    a = results["sinks"].get("parquet")
+    names = {
+        "parquet": '(a) Spark `format("parquet")`',
+        "foreach": "(b) `LakeForeachWriter`",
+        "epoch": "(c) epoch / Arrow, local disk",
+        "epoch-s3": "(c) epoch / Arrow, moto S3",
+    }
+    for sink, f in results["sinks"].items():
+        wall = f"{f['rows_per_second'] / a['rows_per_second']:.2f}x" if a else "-"
+        cpu = f"{f['rows_per_cpu_second'] / a['rows_per_cpu_second']:.2f}x" if a else "-"
+        lines.append(
+            f"| {names.get(sink, sink)} | {f['rows_per_second']:,.0f} | {wall} | "
+            f"{f['rows_per_cpu_second']:,.0f} | {cpu} | {f['peak_rss_bytes'] / MiB:,.0f} MiB | "
+            f"{f['output_bytes'] / MiB:,.1f} MiB |"
+        )
+    if "reader" in results:
+        r, files, epochs = results["reader"], results["open_many_files"], results["open_many_epochs"]
+        lines += [
+            "",
+            f"- `read_committed` vs `pyarrow.dataset` over the same {r['rows']:,} committed rows: "
+            f"{r['read_committed_seconds']:.3f} s vs {r['pyarrow_dataset_seconds']:.3f} s "
+            f"(ratio {r['ratio']:.2f}).",
+            f"- Opening a table of {files['files']:,} files: {files['open_seconds']:.3f} s; "
+            f"of {epochs['files']:,} epochs: {epochs['open_seconds']:.3f} s.",
+        ]
+    for sink, runs in results.get("memory_one_partition", {}).items():
+        figures = ", ".join(
+            f"{int(rows):,} rows: {f['peak_rss_largest_python_worker_bytes'] / MiB:,.0f} MiB "
+            f"(tree {f['peak_rss_bytes'] / MiB:,.0f} MiB)"
+            for rows, f in runs.items()
+        )
+        lines.append(f"- One partition, {sink} writer, peak RSS of the largest Python worker: {figures}.")
+    return "\n".join(lines)
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rows", type=int, default=10_000_000, help="rows in the stream (default 10M)")
@@ -759,6 +808,8 @@ def main(argv: list[str] | None = None) -> int:
     Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
     print()
     print(report(results))
+    print("\nMarkdown (README 'Performance'):\n")
+    print(report_markdown(results))
     print(f"\nwrote {args.out}")
     return 0
 
