@@ -46,6 +46,7 @@ SINKS = ("parquet", "foreach", "epoch", "epoch-s3")
 #: Rows per generated input file: 4 files (one trigger) make an epoch of 1M rows at the default.
 ROWS_PER_FILE = 250_000
 BUCKET = "lakesink-bench"
+STORAGE_OPTIONS_ENV = "LAKESINK_BENCH_STORAGE_OPTIONS"
 SEED = 20240611
 
 
@@ -118,7 +119,11 @@ def child(args: argparse.Namespace) -> None:
 
     from lakesink.localspark import local_session
 
-    conf = {"spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch_rows)}
+    conf = {
+        "spark.sql.execution.arrow.maxRecordsPerBatch": str(args.arrow_batch_rows),
+        # Rows are counted from the query's progress reports: keep all of them, not the last 100.
+        "spark.sql.streaming.numRecentProgressUpdates": "1000000",
+    }
     if args.driver_memory:
         conf["spark.driver.memory"] = args.driver_memory
     if args.one_partition:
@@ -163,7 +168,8 @@ def child(args: argparse.Namespace) -> None:
 
 def start_sink(df: Any, args: argparse.Namespace) -> Any:
     chk, out = args.checkpoint, args.output
-    options = json.loads(args.storage_options) if args.storage_options else None
+    raw_options = os.environ.get(STORAGE_OPTIONS_ENV)
+    options = json.loads(raw_options) if raw_options else None
     write_options = json.loads(args.write_options) if args.write_options else {}
     if args.sink == "parquet":
         writer = df.writeStream.format("parquet").option("path", out)
@@ -230,14 +236,14 @@ def run_sink(
     ]
     if args.driver_memory:
         cmd += ["--driver-memory", args.driver_memory]
-    if storage_options:
-        cmd += ["--storage-options", json.dumps(storage_options)]
+    # Storage options may hold credentials: through the environment, not the command line (ps).
+    env = {**os.environ, STORAGE_OPTIONS_ENV: json.dumps(storage_options)} if storage_options else None
     if one_partition:
         cmd.append("--one-partition")
     log = work / f"log-{name}.txt"
     print(f"  running {name} ...", end="", flush=True)
     with open(log, "wb") as logf:
-        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
         try:
             with TreeSampler(proc.pid, args.rss_interval) as sampler:
                 code = proc.wait()
@@ -786,7 +792,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", default="bench-results.json", help="where the JSON results go")
     # The child side (one sink in a fresh JVM); not for direct use.
     p.add_argument("--child", choices=("parquet", "foreach", "epoch"), help=argparse.SUPPRESS)
-    for hidden in ("--input", "--output", "--checkpoint", "--result", "--storage-options"):
+    for hidden in ("--input", "--output", "--checkpoint", "--result"):
         p.add_argument(hidden, help=argparse.SUPPRESS)
     p.add_argument("--one-partition", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
