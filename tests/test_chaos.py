@@ -37,10 +37,12 @@ from lakesink.recovery import recover
 from lakesink.storage import open_storage
 from reader import Lake, read_committed
 
-pytestmark = [pytest.mark.chaos, pytest.mark.spark]
 
 TESTS_DIR = Path(__file__).resolve().parent
 KILLS = int(os.environ.get("LAKESINK_CHAOS_KILLS", "3"))
+# Every run starts a JVM and takes 30-60 s on this machine: the per-test limit grows with the
+# number of kills (pytest's default of 600 s cut a 20-kill run short).
+pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.timeout(300 + 120 * KILLS)]
 TARGETS = ("after_publish", "after_record", "random", "in_write")
 PARTITIONS = (2, 3, 4)
 ROWS_PER_FILE = 200
