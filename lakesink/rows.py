@@ -15,9 +15,9 @@ string, double; Spark 4.3 local mode, pyarrow 26; shares of the worker's time):
 Converting timestamps back to UTC value by value (``astimezone``) used to cost as much as
 everything else of ours together (1.3 us of 2.7 us a row); it is now vectorized
 (:func:`_timestamps_to_utc`). What is left is the row API itself: the way to go faster is the
-epoch mode (Arrow batches end to end), or fewer timestamp columns per row. Outside a profiler
-the foreach writer ran at about 0.3-0.4x of Spark's parquet sink in CPU time per row on 2M
-rows (bench/run.py; the JVM's pickling is part of that bill).
+epoch mode (Arrow batches end to end), or fewer timestamp columns per row. In ``make bench``
+(10M rows, 2 cores, load 3-5) the foreach writer ran at 0.20x of Spark's parquet sink (0.21x
+in CPU time); of its CPU, 53% was the JVM pickling rows for Python and 47% the Python worker.
 """
 
 from __future__ import annotations
