@@ -117,3 +117,26 @@ def stop_moto(server: subprocess.Popen[bytes] | int, timeout: float = 10.0) -> N
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
         os.kill(server, signal.SIGKILL)
+
+
+def dev_storage_options(endpoint_url: str) -> dict[str, object]:
+    """lakesink ``storage_options`` for a dev server at ``endpoint_url``."""
+    return {
+        "endpoint_url": endpoint_url,
+        "key": DEV_KEY,
+        "secret": DEV_SECRET,
+        "client_kwargs": {"region_name": DEV_REGION},
+    }
+
+
+def create_bucket(endpoint_url: str, bucket: str) -> None:
+    """Create ``bucket`` on the dev server at ``endpoint_url``."""
+    import boto3
+
+    boto3.client(
+        "s3",
+        endpoint_url=endpoint_url,
+        aws_access_key_id=DEV_KEY,
+        aws_secret_access_key=DEV_SECRET,
+        region_name=DEV_REGION,
+    ).create_bucket(Bucket=bucket)

@@ -642,19 +642,19 @@ def demo(args: argparse.Namespace) -> int:
     lakes: list[tuple[str, dict[str, str], dict[str, Any]]] = [(str(workdir / "lake"), {}, {})]
     try:
         if args.s3:
-            from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET, start_moto, stop_moto
+            from lakesink.devserver import (
+                DEV_KEY,
+                DEV_REGION,
+                DEV_SECRET,
+                create_bucket,
+                dev_storage_options,
+                start_moto,
+                stop_moto,
+            )
 
             moto, endpoint = start_moto()
             _REGISTRY[moto.pid] = Started("moto", moto, workdir / "logs" / "moto.log")
-            import boto3
-
-            boto3.client(
-                "s3",
-                endpoint_url=endpoint,
-                aws_access_key_id=DEV_KEY,
-                aws_secret_access_key=DEV_SECRET,
-                region_name=DEV_REGION,
-            ).create_bucket(Bucket="cluster-demo")
+            create_bucket(endpoint, "cluster-demo")
             # Credentials reach the executors the way an instance role or node secret would:
             # in the workers' environment (boto3's default chain), never on a command line.
             creds = {
@@ -664,12 +664,7 @@ def demo(args: argparse.Namespace) -> int:
             }
             worker_env.update(creds)
             job_options = {"endpoint_url": endpoint, "region_name": DEV_REGION}
-            reader_options: dict[str, Any] = {
-                "endpoint_url": endpoint,
-                "key": DEV_KEY,
-                "secret": DEV_SECRET,
-                "client_kwargs": {"region_name": DEV_REGION},
-            }
+            reader_options: dict[str, Any] = dev_storage_options(endpoint)
             lakes.append(("s3://cluster-demo/events", job_options, reader_options))
         with StandaloneCluster(workdir / "cluster", workers=2, worker_env=worker_env) as cluster:
             print(

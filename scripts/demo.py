@@ -83,23 +83,13 @@ def main() -> int:
         run_job(lake, checkpoint, {}, args)
         return report(lake, {})
 
-    from lakesink.devserver import start_moto, stop_moto
+    from lakesink.devserver import create_bucket, dev_storage_options, start_moto, stop_moto
 
     server, url = start_moto()
     print(f"moto S3 server on {url} (pid {server.pid})")
     try:
-        import boto3
-
-        options: dict[str, Any] = {
-            "endpoint_url": url,
-            "key": "demo",
-            "secret": "demo-secret",
-            "client_kwargs": {"region_name": "us-east-1"},
-        }
-        boto3.client(
-            "s3", endpoint_url=url, aws_access_key_id="demo", aws_secret_access_key="demo-secret",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="demo-lake")  # fmt: skip
+        options: dict[str, Any] = dev_storage_options(url)
+        create_bucket(url, "demo-lake")
         lake = "s3://demo-lake/events"
         run_job(lake, checkpoint, options, args)
         return report(lake, options)
