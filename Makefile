@@ -44,8 +44,8 @@ bench: $(STAMP) ## benchmarks against Spark's own parquet sink; writes bench-res
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check
-	$(VENV)/bin/ruff check lakesink reader jobs tests scripts
-	$(VENV)/bin/ruff format --check lakesink reader jobs tests scripts
+	$(VENV)/bin/ruff check lakesink reader jobs tests scripts bench
+	$(VENV)/bin/ruff format --check lakesink reader jobs tests scripts bench
 
 typecheck: $(STAMP) ## mypy on the libraries
 	$(VENV)/bin/mypy lakesink reader

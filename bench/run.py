@@ -278,17 +278,9 @@ def output_bytes_local(root: str) -> tuple[int, int]:
 
 
 def output_bytes_s3(endpoint: str, bucket: str, prefix: str) -> tuple[int, int]:
-    import boto3
+    from lakesink.devserver import dev_client
 
-    from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET
-
-    client = boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=DEV_KEY,
-        aws_secret_access_key=DEV_SECRET,
-        region_name=DEV_REGION,
-    )
+    client = dev_client(endpoint)
     total = files = 0
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
         for obj in page.get("Contents", []):
@@ -532,17 +524,12 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
             options = None
             out = None
             if sink == "epoch-s3":
-                from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET, start_moto
+                from lakesink.devserver import create_bucket, dev_storage_options, start_moto
 
                 moto, endpoint = start_moto()
                 results["moto_pid"] = moto.pid
-                make_bucket(endpoint)
-                options = {
-                    "endpoint_url": endpoint,
-                    "key": DEV_KEY,
-                    "secret": DEV_SECRET,
-                    "client_kwargs": {"region_name": DEV_REGION},
-                }
+                create_bucket(endpoint, BUCKET)
+                options = dev_storage_options(endpoint)
                 out = f"s3://{BUCKET}/epoch"
             figures = run_sink(
                 "epoch" if sink == "epoch-s3" else sink,
@@ -606,20 +593,6 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
     else:
         results["workdir"] = str(work)
     return results
-
-
-def make_bucket(endpoint: str) -> None:
-    import boto3
-
-    from lakesink.devserver import DEV_KEY, DEV_REGION, DEV_SECRET
-
-    boto3.client(
-        "s3",
-        endpoint_url=endpoint,
-        aws_access_key_id=DEV_KEY,
-        aws_secret_access_key=DEV_SECRET,
-        region_name=DEV_REGION,
-    ).create_bucket(Bucket=BUCKET)
 
 
 def effective_write_options(raw: str | None) -> dict[str, Any]:

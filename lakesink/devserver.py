@@ -17,6 +17,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Mapping
+from typing import Any
 
 #: Credentials the dev server accepts (it checks none unless started with
 #: ``INITIAL_NO_AUTH_ACTION_COUNT``); never use them anywhere else.
@@ -119,7 +120,7 @@ def stop_moto(server: subprocess.Popen[bytes] | int, timeout: float = 10.0) -> N
         os.kill(server, signal.SIGKILL)
 
 
-def dev_storage_options(endpoint_url: str) -> dict[str, object]:
+def dev_storage_options(endpoint_url: str) -> dict[str, Any]:
     """lakesink ``storage_options`` for a dev server at ``endpoint_url``."""
     return {
         "endpoint_url": endpoint_url,
@@ -129,14 +130,19 @@ def dev_storage_options(endpoint_url: str) -> dict[str, object]:
     }
 
 
-def create_bucket(endpoint_url: str, bucket: str) -> None:
-    """Create ``bucket`` on the dev server at ``endpoint_url``."""
+def dev_client(endpoint_url: str) -> Any:
+    """A boto3 S3 client for the dev server at ``endpoint_url``."""
     import boto3
 
-    boto3.client(
+    return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
         aws_access_key_id=DEV_KEY,
         aws_secret_access_key=DEV_SECRET,
         region_name=DEV_REGION,
-    ).create_bucket(Bucket=bucket)
+    )
+
+
+def create_bucket(endpoint_url: str, bucket: str) -> None:
+    """Create ``bucket`` on the dev server at ``endpoint_url``."""
+    dev_client(endpoint_url).create_bucket(Bucket=bucket)

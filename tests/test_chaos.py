@@ -37,7 +37,6 @@ from lakesink.recovery import recover
 from lakesink.storage import open_storage
 from reader import Lake, read_committed
 
-
 TESTS_DIR = Path(__file__).resolve().parent
 KILLS = int(os.environ.get("LAKESINK_CHAOS_KILLS", "3"))
 # Every run starts a JVM and takes 30-60 s on this machine: the per-test limit grows with the
