@@ -35,6 +35,9 @@ def make_input(folder: Path, files: int, rows_per_file: int) -> None:
         ids = pa.array(range(i * rows_per_file, (i + 1) * rows_per_file), pa.int64())
         table = pa.table({"id": ids, "label": pa.array([f"row-{v}" for v in ids.to_pylist()])})
         pq.write_table(table, folder / f"input-{i:03d}.parquet")
+        # Distinct modification times: the file source takes files in that order, and the
+        # tests below expect input file i to be epoch i (equal mtimes made that a coin toss).
+        os.utime(folder / f"input-{i:03d}.parquet", (1_700_000_000 + i, 1_700_000_000 + i))
 
 
 def source(spark, folder: Path, max_files: int = 1):  # type: ignore[no-untyped-def]
