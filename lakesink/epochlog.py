@@ -146,7 +146,7 @@ class EpochLog:
 
     def write_checkpoint(self, epoch: int) -> None:
         """Fold every record up to ``epoch`` into one checkpoint file (idempotent)."""
-        records = self._records(as_of_epoch=epoch)
+        records = self.records(as_of_epoch=epoch)
         doc = {
             "format_version": FORMAT_VERSION,
             "epoch": epoch,
@@ -172,7 +172,7 @@ class EpochLog:
         return self._parse(self._decode(data, name), name)
 
     def epochs(self, *, as_of_epoch: int | None = None) -> list[EpochInfo]:
-        return [r.info() for r in self._records(as_of_epoch=as_of_epoch)]
+        return [r.info() for r in self.records(as_of_epoch=as_of_epoch)]
 
     def latest_epoch(self) -> int | None:
         tail = self._tail()
@@ -189,7 +189,7 @@ class EpochLog:
         upto = as_of_epoch
         if epochs is not None:
             upto = epochs[1] if upto is None else min(upto, epochs[1])
-        records = self._records(as_of_epoch=upto)
+        records = self.records(as_of_epoch=upto)
         first = epochs[0] if epochs is not None else None
         return [f for r in records if first is None or r.epoch >= first for f in r.files]
 
@@ -213,9 +213,10 @@ class EpochLog:
         if base is None or (as_of_epoch is not None and as_of_epoch < base):
             return None
         name = epoch_checkpoint_name(base)
-        if not self.storage.exists(name):
+        try:
+            doc = self._decode(self.storage.read_bytes(name), name)
+        except FileNotFoundError:
             return None
-        doc = self._load(name)
         records = [self._parse(r, name) for r in doc["epochs"]]
         epoch = base + 1
         while as_of_epoch is None or epoch <= as_of_epoch:
@@ -226,7 +227,8 @@ class EpochLog:
             epoch += 1
         return [r for r in records if as_of_epoch is None or r.epoch <= as_of_epoch]
 
-    def _records(self, *, as_of_epoch: int | None) -> list[EpochRecord]:
+    def records(self, *, as_of_epoch: int | None = None) -> list[EpochRecord]:
+        """The committed epochs' records (all, or up to ``as_of_epoch``), oldest first."""
         tail = self._tail(as_of_epoch)
         if tail is not None:
             return tail

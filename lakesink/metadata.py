@@ -72,7 +72,6 @@ class TableMetadata:
 
 def read_table_metadata(storage: Storage) -> TableMetadata:
     """The table's metadata; TableNotFoundError / NotALakeError naming the path otherwise."""
-    where = f"{storage.url.rstrip('/')}/{TABLE_FILE}"
     try:
         data = storage.read_bytes(TABLE_FILE)
     except FileNotFoundError:
@@ -82,7 +81,11 @@ def read_table_metadata(storage: Storage) -> TableMetadata:
             f"{storage.url!r} is not a lakesink table: {TABLE_FILE} is missing "
             "(nothing was ever committed here by lakesink)"
         ) from None
-    return TableMetadata.from_json(data, where)
+    return TableMetadata.from_json(data, _where(storage))
+
+
+def _where(storage: Storage) -> str:
+    return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
 
 
 def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
@@ -107,12 +110,14 @@ def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
 
 def ensure_table(storage: Storage, schema: pa.Schema, mode: WriterMode) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it."""
-    fresh = TableMetadata(FORMAT_VERSION, mode, schema, time.time())
     # Read first: the epoch writer checks on every epoch, and a create attempt costs a write.
-    if storage.exists(TABLE_FILE) or not storage.put_if_absent(TABLE_FILE, fresh.to_json()):
-        existing = read_table_metadata(storage)
-    else:
-        return fresh
+    try:
+        existing = TableMetadata.from_json(storage.read_bytes(TABLE_FILE), _where(storage))
+    except FileNotFoundError:
+        fresh = TableMetadata(FORMAT_VERSION, mode, schema, time.time())
+        if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
+            return fresh
+        existing = read_table_metadata(storage)  # a concurrent first writer created it
     if existing.mode != mode:
         raise ModeMismatchError(
             f"{storage.url!r} is a {existing.mode}-mode lake; refusing to write to it in {mode} mode"
