@@ -57,10 +57,10 @@ def unrecorded_files(storage: Storage) -> tuple[list[StoredFile], int | None]:
             return [], None
     except (NotALakeError, TableNotFoundError):
         return [], None
-    epoch_log = EpochLog(storage)
     # Read the log first: see the module docstring for why the order matters.
-    latest = epoch_log.latest_epoch()
-    recorded = {f.name for f in epoch_log.committed_files()}
+    records = EpochLog(storage).records()
+    latest = records[-1].epoch if records else None
+    recorded = {f.name for r in records for f in r.files}
     found = []
     for entry in storage.list(""):
         parsed = parse_data_file(entry.name)
