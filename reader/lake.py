@@ -25,7 +25,7 @@ import pyarrow.parquet as pq
 
 from lakesink.epochlog import EpochInfo, EpochLog
 from lakesink.errors import CorruptFileError
-from lakesink.layout import parse_data_file
+from lakesink.layout import DataFileName, parse_data_file
 from lakesink.metadata import TableMetadata, read_table_metadata
 from lakesink.storage import Storage, open_storage
 
@@ -126,69 +126,36 @@ class Lake:
         if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
             raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
         # Epoch-mode read_committed needs no listing of the table root: the log names the files.
-        listed = self._storage.list("") if self._log is None or isolation == "read_all" else []
+        listing = self._storage.list("") if self._log is None or isolation == "read_all" else []
+        listed = [(e.name, e.size, p) for e in listing if (p := parse_data_file(e.name)) is not None]
         if self._log is not None:
-            committed = self._log.committed_files(as_of_epoch=as_of_epoch, epochs=epochs)
             found = [
                 LakeFile(c.name, self._path(c.name), c.partition, c.epoch, "committed", c.size, c.rows)
-                for c in committed
+                for c in self._log.committed_files(as_of_epoch=as_of_epoch, epochs=epochs)
             ]
-            committed_names = {c.name for c in committed}
         else:
-            found = []
-            committed_names = set()
-            for entry in listed:
-                parsed = parse_data_file(entry.name)
-                if parsed is None or parsed.state != "committed":
-                    continue
-                if as_of_epoch is not None and parsed.epoch > as_of_epoch:
-                    continue
-                if epochs is not None and not epochs[0] <= parsed.epoch <= epochs[1]:
-                    continue
-                found.append(
-                    LakeFile(
-                        entry.name,
-                        self._path(entry.name),
-                        parsed.partition,
-                        parsed.epoch,
-                        "committed",
-                        entry.size,
-                    )
-                )
+            found = [
+                self._file(name, parsed, "committed", size)
+                for name, size, parsed in listed
+                if parsed.state == "committed"
+                and (as_of_epoch is None or parsed.epoch <= as_of_epoch)
+                and (epochs is None or epochs[0] <= parsed.epoch <= epochs[1])
+            ]
         if isolation == "read_all":
-            for entry in listed:
-                parsed = parse_data_file(entry.name)
-                if (
-                    parsed is None
-                    or entry.name in committed_names
-                    or (parsed.state == "committed" and self._log is None)
-                ):
-                    continue
-                found.append(
-                    LakeFile(
-                        entry.name,
-                        self._path(entry.name),
-                        parsed.partition,
-                        parsed.epoch,
-                        "staged",
-                        entry.size,
-                    )
-                )
+            # Everything listed that is not committed: staged files, and in epoch mode also
+            # files published by an epoch that has no record (as_of_epoch/epochs are refused
+            # above, so every committed file is in ``found``).
+            committed = {f.name for f in found}
+            found += [self._file(n, p, "staged", size) for n, size, p in listed if n not in committed]
             for upload in self._storage.pending_uploads(""):
                 parsed = parse_data_file(upload.name)
                 if parsed is not None:
-                    found.append(
-                        LakeFile(
-                            upload.name,
-                            self._path(upload.name),
-                            parsed.partition,
-                            parsed.epoch,
-                            "pending",
-                            upload.bytes,
-                        )
-                    )
+                    found.append(self._file(upload.name, parsed, "pending", upload.bytes))
         found.sort(key=lambda f: (f.epoch, f.partition, f.name))
         return found
+
+    def _file(self, name: str, parsed: DataFileName, state: FileState, size: int) -> LakeFile:
+        return LakeFile(name, self._path(name), parsed.partition, parsed.epoch, state, size)
 
     def _path(self, name: str) -> str:
         return f"{self._storage.url.rstrip('/')}/{name}"
