@@ -131,6 +131,14 @@ class EpochLogger:
 
     def __init__(self, lake: str, options: dict[str, Any]) -> None:
         self.lake, self.options = lake, options
+        self.logged: set[int] = set()
+
+    def log_new(self, query: Any) -> None:
+        """Log the epochs of ``query.recentProgress`` not logged yet."""
+        for progress in query.recentProgress:
+            if progress["batchId"] not in self.logged:
+                self.logged.add(progress["batchId"])
+                self.log(progress)
 
     def files_of(self, epoch: int) -> int | str:
         from reader import Lake, NotALakeError, TableNotFoundError
@@ -196,21 +204,14 @@ def run(args: argparse.Namespace) -> int:
         spark = local_session("stream_to_lake", master=args.master or "local[2,4]")
     query = start_query(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
-    seen: set[int] = set()
     deadline = time.monotonic() + args.duration if args.duration else None
     try:
         while query.isActive:
             query.awaitTermination(0.5)
-            for progress in query.recentProgress:
-                if progress["batchId"] not in seen and progress["numInputRows"] >= 0:
-                    seen.add(progress["batchId"])
-                    epochs.log(progress)
+            epochs.log_new(query)
             if deadline is not None and time.monotonic() >= deadline:
                 stop_between_epochs(query)
-        for progress in query.recentProgress:
-            if progress["batchId"] not in seen:
-                seen.add(progress["batchId"])
-                epochs.log(progress)
+        epochs.log_new(query)  # the epochs that finished as the query stopped
         if query.exception() is not None:
             log.error("query failed: %s", query.exception())
             return 1
