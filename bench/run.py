@@ -1,21 +1,28 @@
 """``make bench``: lakesink's writers against Spark's own parquet sink, and its reader against pyarrow.
 
 One run, one deterministic input stream (Parquet files read with the ``readStream`` file source,
-``maxFilesPerTrigger=4``, ``trigger(availableNow=True)``, Spark ``local[2]``) through:
+``maxFilesPerTrigger=4``, ``trigger(availableNow=True)``, Spark ``local[2]``; 20M rows, as in
+the baseline the performance issue was measured with) through:
 
     parquet      Spark's built-in ``writeStream.format("parquet")`` (the baseline, "a")
-    foreach      ``LakeForeachWriter`` (row-at-a-time foreach, "b")
     epoch        the epoch / Arrow path, ``lakesink.write_stream``, local disk ("c")
-    epoch-s3     the same into a moto S3 server on 127.0.0.1 that this script starts and stops
+    epoch-stock  the same with Spark's stock Python worker setup: workers compile pyspark.zip
+                 instead of importing the installed pyspark (see lakesink/localspark.py)
+    foreach      ``LakeForeachWriter`` (row-at-a-time foreach, "b")
+    epoch-s3     the epoch path into a moto S3 server on 127.0.0.1 that this script starts and stops
 
-Each sink runs in its own child process (a fresh JVM), so its peak RSS -- sampled from /proc
-over the child's whole process tree: driver Python, JVM, Python workers -- is its own. Then the
-reader side: ``read_committed`` vs ``pyarrow.dataset`` over the same committed files, and the
-time to open a table of N files and one of N epochs. Then memory: one writer, ONE partition of
-1M and of 10M rows. Prints a table and writes ``bench-results.json``.
+parquet and epoch run ``--repeats`` times (3), taking turns, and count by their median run.
+Each run is a child process (a fresh JVM), so its peak RSS -- sampled from /proc over the
+child's whole process tree: driver Python, JVM, Python workers -- is its own. Rates are given
+over the whole query and after the first epoch (the steady state, once workers are started).
+Then the reader side: ``read_committed`` vs ``pyarrow.dataset`` over the same committed files,
+and the time to open a table of N files and one of N epochs. Then memory: one writer, ONE
+partition of 1M and of 10M rows. Prints a table and writes ``bench-results.json``.
 
-    .venv/bin/python bench/run.py                    # the full run (10M rows)
-    .venv/bin/python bench/run.py --rows 2000000 --skip-s3 --memory-rows 1000000,2000000
+    .venv/bin/python bench/run.py                    # the full run
+    .venv/bin/python bench/run.py --rows 2000000 --repeats 1 --skip-s3 --memory-rows 1000000,2000000
+    .venv/bin/python bench/run.py --sinks parquet,epoch \\
+        --spark-conf spark.sql.execution.arrow.maxBytesPerBatch=67108864   # Spark's default cap
 """
 
 from __future__ import annotations
@@ -42,7 +49,7 @@ sys.path.insert(0, str(BENCH_DIR))
 
 from procmem import TreeSampler, tree_cpu_seconds  # noqa: E402 - bench/ is a folder of scripts, not a package
 
-SINKS = ("parquet", "foreach", "epoch", "epoch-s3")
+SINKS = ("parquet", "epoch", "epoch-stock", "foreach", "epoch-s3")
 #: Rows per generated input file: 4 files (one trigger) make an epoch of 1M rows at the default.
 ROWS_PER_FILE = 250_000
 BUCKET = "lakesink-bench"
@@ -126,6 +133,7 @@ def child(args: argparse.Namespace) -> None:
     }
     if args.driver_memory:
         conf["spark.driver.memory"] = args.driver_memory
+    conf.update(spark_conf(args.spark_conf))
     if args.one_partition:
         # One task reads all of an epoch's files: a Parquet split never exceeds this.
         conf["spark.sql.files.maxPartitionBytes"] = str(8 << 30)
@@ -150,11 +158,18 @@ def child(args: argparse.Namespace) -> None:
     cpu_used = {kind: cpu_done[kind] - cpu_ready[kind] for kind in cpu_done}
     if query.exception() is not None:
         raise SystemExit(f"{args.sink}: the query failed: {query.exception()}")
-    progress = query.recentProgress
+    progress = [p for p in query.recentProgress if p["numInputRows"] > 0]
+    # After the first epoch: the rate once every worker, daemon and JIT-compiled path is warm.
+    steady = progress[1:]
+    steady_seconds = sum(p["durationMs"]["triggerExecution"] for p in steady) / 1000
     result = {
         "sink": args.sink,
         "rows": sum(p["numInputRows"] for p in progress),
-        "epochs": sum(1 for p in progress if p["numInputRows"] > 0),
+        "epochs": len(progress),
+        "first_epoch_seconds": progress[0]["durationMs"]["triggerExecution"] / 1000 if progress else None,
+        "steady_rows_per_second": (
+            sum(p["numInputRows"] for p in steady) / steady_seconds if steady_seconds else None
+        ),
         "query_seconds": finished - jvm_ready,
         "query_cpu_seconds": cpu_used["total"],
         "query_cpu_seconds_jvm": cpu_used["jvm"],
@@ -206,6 +221,7 @@ def run_sink(
     output: str | None = None,
     storage_options: dict[str, Any] | None = None,
     one_partition: bool = False,
+    stock_spark_home: bool = False,
     tag: str = "",
 ) -> dict[str, Any]:
     """Run ``sink`` in a child process; its timing plus the peak RSS of its process tree."""
@@ -236,8 +252,17 @@ def run_sink(
     ]
     if args.driver_memory:
         cmd += ["--driver-memory", args.driver_memory]
-    # Storage options may hold credentials: through the environment, not the command line (ps).
-    env = {**os.environ, STORAGE_OPTIONS_ENV: json.dumps(storage_options)} if storage_options else None
+    for setting in args.spark_conf:
+        cmd += ["--spark-conf", setting]
+    env = dict(os.environ)
+    if storage_options:
+        # Storage options may hold credentials: through the environment, not the command line (ps).
+        env[STORAGE_OPTIONS_ENV] = json.dumps(storage_options)
+    if stock_spark_home:
+        # Spark's own Python worker setup: workers compile pyspark.zip (lakesink.localspark).
+        from lakesink.localspark import installed_spark_home
+
+        env["SPARK_HOME"] = str(installed_spark_home())
     if one_partition:
         cmd.append("--one-partition")
     log = work / f"log-{name}.txt"
@@ -501,6 +526,8 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
             "max_files_per_trigger": args.max_files_per_trigger,
             "master": args.master,
             "arrow_max_records_per_batch": args.arrow_batch_rows,
+            "repeats": args.repeats,
+            "spark_conf": spark_conf(args.spark_conf),
             "write_options": effective_write_options(args.write_options),
             "trigger": "availableNow",
         },
@@ -520,9 +547,11 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
         print(
             f"writers ({args.rows:,} rows, {args.master}, maxFilesPerTrigger={args.max_files_per_trigger}):"
         )
-        for sink in sinks:
+        runs: dict[str, list[dict[str, Any]]] = {}
+        for sink, attempt in schedule(sinks, args.repeats):
             options = None
             out = None
+            endpoint = ""
             if sink == "epoch-s3":
                 from lakesink.devserver import create_bucket, dev_storage_options, start_moto
 
@@ -531,17 +560,20 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
                 create_bucket(endpoint, BUCKET)
                 options = dev_storage_options(endpoint)
                 out = f"s3://{BUCKET}/epoch"
+            kind = sink if sink in ("parquet", "foreach") else "epoch"  # what the child runs
+            tag = sink.removeprefix(kind) + (f"-{attempt}" if attempt else "")
             figures = run_sink(
-                "epoch" if sink == "epoch-s3" else sink,
+                kind,
                 stream_input,
                 work,
                 args,
                 output=out,
                 storage_options=options,
-                tag="-s3" if sink == "epoch-s3" else "",
+                stock_spark_home=sink == "epoch-stock",
+                tag=tag,
             )
             figures["sink"] = sink
-            out = out or str(work / "out" / sink)
+            out = out or str(work / "out" / f"{kind}{tag}")
             if sink == "epoch-s3":
                 figures["output_bytes"], figures["output_files"] = output_bytes_s3(endpoint, BUCKET, "epoch/")
             else:
@@ -550,7 +582,7 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
             if figures["rows_read_back"] != args.rows:
                 raise RuntimeError(f"{sink}: wrote {figures['rows_read_back']} rows, expected {args.rows}")
             figures["output"] = out
-            results["sinks"][sink] = figures
+            runs.setdefault(sink, []).append(figures)
             if moto is not None:
                 from lakesink.devserver import stop_moto
 
@@ -561,6 +593,8 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
             from lakesink.devserver import stop_moto
 
             stop_moto(moto)
+    for sink, sink_runs in runs.items():
+        results["sinks"][sink] = median_run(sink_runs)
     add_ratios(results)
 
     committed = next((str(work / "out" / s) for s in ("epoch", "foreach") if s in results["sinks"]), None)
@@ -595,6 +629,37 @@ def parent(args: argparse.Namespace) -> dict[str, Any]:
     return results
 
 
+#: The sinks whose ratio is the target (c/a) run ``--repeats`` times, interleaved, and count by
+#: their median run: on this 2-core machine one run of a sink varies by about 5%.
+REPEATED = ("parquet", "epoch")
+
+
+def schedule(sinks: list[str], repeats: int) -> list[tuple[str, int]]:
+    """(sink, attempt) in run order: the repeated sinks take turns, then the others once each."""
+    repeated = [s for s in sinks if s in REPEATED]
+    order = [(sink, i) for i in range(repeats) for sink in repeated]
+    return order + [(sink, 0) for sink in sinks if sink not in REPEATED]
+
+
+def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median rows/s (the lower middle one for an even count), plus all rates."""
+    ordered = sorted(runs, key=lambda f: f["rows_per_second"])
+    figures = dict(ordered[(len(ordered) - 1) // 2])
+    figures["runs_rows_per_second"] = [f["rows_per_second"] for f in runs]
+    return figures
+
+
+def spark_conf(settings: list[str]) -> dict[str, str]:
+    """``--spark-conf KEY=VALUE`` settings as a dict (for every sink's session)."""
+    conf = {}
+    for setting in settings:
+        key, sep, value = setting.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--spark-conf wants KEY=VALUE, got {setting!r}")
+        conf[key] = value
+    return conf
+
+
 def effective_write_options(raw: str | None) -> dict[str, Any]:
     """The WriteOptions the lakesink writers run with (defaults plus ``--write-options``)."""
     import dataclasses
@@ -611,6 +676,13 @@ def add_ratios(results: dict[str, Any]) -> None:
     base = sinks["parquet"]["rows_per_second"]
     ratios = {f"{s}/parquet": sinks[s]["rows_per_second"] / base for s in sinks if s != "parquet"}
     results["ratios"] = ratios
+    steady = sinks["parquet"]["steady_rows_per_second"]
+    if steady:
+        results["ratios_steady"] = {
+            f"{s}/parquet": (sinks[s]["steady_rows_per_second"] or 0) / steady
+            for s in sinks
+            if s != "parquet"
+        }
     cpu = sinks["parquet"]["rows_per_cpu_second"]
     results["ratios_by_cpu"] = {
         f"{s}/parquet": sinks[s]["rows_per_cpu_second"] / cpu for s in sinks if s != "parquet"
@@ -635,22 +707,30 @@ def report(results: dict[str, Any]) -> str:
     )
     lines.append("")
     head = (
-        f"{'sink':<10} {'rows/s':>11} {'vs a':>6} {'seconds':>8} {'rows/cpu-s':>11} {'vs a':>6} "
-        f"{'peak RSS':>9} {'JVM':>8} {'py wrk':>8} {'output':>9} {'files':>6}"
+        f"{'sink':<11} {'rows/s':>9} {'vs a':>5} {'steady':>9} {'vs a':>5} {'1st ep':>6} {'seconds':>7} "
+        f"{'rows/cpu-s':>10} {'vs a':>5} {'peak RSS':>8} {'JVM':>7} {'py wrk':>7} {'output':>8} {'files':>5}"
     )
     lines.append(head)
     lines.append("-" * len(head))
     a = results["sinks"].get("parquet")
     for sink, f in results["sinks"].items():
-        ratio = f"{f['rows_per_second'] / a['rows_per_second']:.2f}" if a else "-"
-        cpu_ratio = f"{f['rows_per_cpu_second'] / a['rows_per_cpu_second']:.2f}" if a else "-"
         lines.append(
-            f"{sink:<10} {f['rows_per_second']:>11,.0f} {ratio:>6} {f['query_seconds']:>8.1f} "
-            f"{f['rows_per_cpu_second']:>11,.0f} {cpu_ratio:>6} "
-            f"{f['peak_rss_bytes'] / MiB:>7.0f}Mi {f['peak_rss_jvm_bytes'] / MiB:>6.0f}Mi "
-            f"{f['peak_rss_python_workers_bytes'] / MiB:>6.0f}Mi {f['output_bytes'] / MiB:>7.1f}Mi "
-            f"{f['output_files']:>6}"
+            f"{sink:<11} {f['rows_per_second']:>9,.0f} {_vs(f, a, 'rows_per_second'):>5} "
+            f"{f['steady_rows_per_second'] or 0:>9,.0f} {_vs(f, a, 'steady_rows_per_second'):>5} "
+            f"{f['first_epoch_seconds'] or 0:>6.1f} {f['query_seconds']:>7.1f} "
+            f"{f['rows_per_cpu_second']:>10,.0f} {_vs(f, a, 'rows_per_cpu_second'):>5} "
+            f"{f['peak_rss_bytes'] / MiB:>6.0f}Mi {f['peak_rss_jvm_bytes'] / MiB:>5.0f}Mi "
+            f"{f['peak_rss_python_workers_bytes'] / MiB:>5.0f}Mi {f['output_bytes'] / MiB:>6.1f}Mi "
+            f"{f['output_files']:>5}"
         )
+    lines.append(
+        "rows/s: over the whole query, from start() to the end; steady: after the first epoch "
+        "(workers and JIT warm); 1st ep: seconds of the first epoch."
+    )
+    for sink, f in results["sinks"].items():
+        if len(f["runs_rows_per_second"]) > 1:
+            rates = ", ".join(f"{r:,.0f}" for r in f["runs_rows_per_second"])
+            lines.append(f"{sink}: median of {len(f['runs_rows_per_second'])} runs ({rates} rows/s)")
     if "reader" in results:
         r = results["reader"]
         lines.append("")
@@ -682,6 +762,11 @@ def report(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _vs(f: dict[str, Any], a: dict[str, Any] | None, key: str) -> str:
+    """``f[key]`` as a ratio to the baseline's (two decimals), or "-"."""
+    return f"{f[key] / a[key]:.2f}" if a and f.get(key) and a.get(key) else "-"
+
+
 def report_markdown(results: dict[str, Any]) -> str:
     """The same figures as a Markdown table, for README's "Performance" section."""
     m, p = results["machine"], results["parameters"]
@@ -692,23 +777,26 @@ def report_markdown(results: dict[str, Any]) -> str:
         f"Stream: {p['rows']:,} rows, `{p['master']}`, maxFilesPerTrigger={p['max_files_per_trigger']}, "
         "availableNow.",
         "",
-        "| sink | rows/s | vs Spark parquet | rows per CPU-second | vs Spark parquet | peak RSS (tree) "
-        "| output |",
-        "|---|---:|---:|---:|---:|---:|---:|",
+        "| sink | rows/s | vs Spark parquet | after the first epoch | vs Spark parquet "
+        "| rows per CPU-second | vs Spark parquet | peak RSS (tree) | output |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     a = results["sinks"].get("parquet")
     names = {
         "parquet": '(a) Spark `format("parquet")`',
         "foreach": "(b) `LakeForeachWriter`",
         "epoch": "(c) epoch / Arrow, local disk",
+        "epoch-stock": "(c) the same, Spark's stock worker setup (compiles pyspark.zip)",
         "epoch-s3": "(c) epoch / Arrow, moto S3",
     }
     for sink, f in results["sinks"].items():
-        wall = f"{f['rows_per_second'] / a['rows_per_second']:.2f}x" if a else "-"
-        cpu = f"{f['rows_per_cpu_second'] / a['rows_per_cpu_second']:.2f}x" if a else "-"
+        runs = f["runs_rows_per_second"]
+        median = f" (median of {len(runs)})" if len(runs) > 1 else ""
         lines.append(
-            f"| {names.get(sink, sink)} | {f['rows_per_second']:,.0f} | {wall} | "
-            f"{f['rows_per_cpu_second']:,.0f} | {cpu} | {f['peak_rss_bytes'] / MiB:,.0f} MiB | "
+            f"| {names.get(sink, sink)}{median} | {f['rows_per_second']:,.0f} | "
+            f"{_vs(f, a, 'rows_per_second')}x | {f['steady_rows_per_second'] or 0:,.0f} | "
+            f"{_vs(f, a, 'steady_rows_per_second')}x | {f['rows_per_cpu_second']:,.0f} | "
+            f"{_vs(f, a, 'rows_per_cpu_second')}x | {f['peak_rss_bytes'] / MiB:,.0f} MiB | "
             f"{f['output_bytes'] / MiB:,.1f} MiB |"
         )
     if "reader" in results:
@@ -733,7 +821,19 @@ def report_markdown(results: dict[str, Any]) -> str:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rows", type=int, default=10_000_000, help="rows in the stream (default 10M)")
+    p.add_argument(
+        "--rows", type=int, default=20_000_000, help="rows in the stream (default 20M, as in the issue)"
+    )
+    p.add_argument(
+        "--repeats", type=int, default=3, help=f"runs of each of {REPEATED}, interleaved; the median counts"
+    )
+    p.add_argument(
+        "--spark-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting for every sink's session (repeatable)",
+    )
     p.add_argument("--rows-per-file", type=int, default=ROWS_PER_FILE, help="rows per input file")
     p.add_argument("--max-files-per-trigger", type=int, default=4)
     p.add_argument("--master", default="local[2]")
@@ -771,6 +871,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rows < 1:
         p.error("--rows must be >= 1")
+    if args.repeats < 1:
+        p.error("--repeats must be >= 1")
     return args
 
 

@@ -20,6 +20,7 @@ import pyarrow as pa
 from lakesink.commit import ParquetStage, WriteOptions, discard_quietly, publish
 from lakesink.layout import committed_name
 from lakesink.metadata import ensure_table
+from lakesink.pyworkers import freeze_heap_once
 from lakesink.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.storage import Storage, open_storage
 
@@ -88,6 +89,7 @@ class LakeForeachWriter:
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
         """Stage this (partition, epoch); False (skip it) when it is already committed."""
+        freeze_heap_once()
         storage = self._storage or open_storage(self.path, self.storage_options)
         self._storage = storage
         self._rows = []

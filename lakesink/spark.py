@@ -18,6 +18,7 @@ options: everything the commit needs travels in the options or in the messages.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -35,6 +36,7 @@ from lakesink.epochlog import DEFAULT_CHECKPOINT_INTERVAL, CommittedFile, EpochL
 from lakesink.errors import CommitError
 from lakesink.layout import committed_name, new_attempt_id
 from lakesink.metadata import ensure_table
+from lakesink.pyworkers import freeze_heap_once
 from lakesink.recovery import DEFAULT_STAGED_AGE, recover
 from lakesink.rows import arrow_schema
 from lakesink.storage import Sealed, Storage, open_storage
@@ -204,6 +206,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         """Stage this task's batches as one Parquet file and return its sealed token."""
         from pyspark import TaskContext
 
+        freeze_heap_once()
         ctx = TaskContext.get()
         if ctx is None:  # pragma: no cover - Spark always runs write inside a task
             raise RuntimeError("LakeStreamWriter.write must run inside a Spark task")
@@ -238,6 +241,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Publish the epoch's files, then write its record (the commit point)."""
+        freeze_heap_once()
         storage = self.config.storage()
         epoch_log = EpochLog(storage, checkpoint_interval=self.config.checkpoint_interval)
         ours = _messages(messages, batchId)
@@ -481,7 +485,38 @@ def write_stream(
         writer = writer.trigger(**trigger)
     if query_name:
         writer = writer.queryName(query_name)
-    return writer.start()
+    with _query_conf(df.sparkSession, STREAM_CONF):
+        return writer.start()
+
+
+#: SQL settings ``write_stream`` gives the query it starts, unless the session sets them itself.
+#:
+#: ``maxBytesPerBatch``: since Spark 4.1 (SPARK-51316) each JVM-to-Python Arrow batch is capped
+#: by bytes as well as by rows, and to apply the cap Spark re-measures the batch after every
+#: row it appends. For the struct a ``mapInArrow`` input is wrapped in (which is how the Python
+#: Data Source API feeds ``write``) that measuring is expensive: a Java Flight Recorder profile
+#: of the ``make bench`` stream put 44% of the JVM's samples in ``ArrowWriter.sizeInBytes`` --
+#: more than Spark's own Parquet sink spends writing the same rows. INT_MAX is the value that
+#: switches the check off; batches are then bounded by ``maxRecordsPerBatch`` rows alone (10,000
+#: by default), as before Spark 4.1. Sessions with very wide rows can set either option.
+STREAM_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+
+
+@contextlib.contextmanager
+def _query_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Apply ``settings`` to the query started inside, not to the session.
+
+    A streaming query copies its session's SQL conf when it starts, so the values are set
+    just around ``start()`` and then restored; a key the session sets itself is left alone.
+    """
+    applied = {key: value for key, value in settings.items() if spark.conf.get(key, None) is None}
+    for key, value in applied.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in applied:
+            spark.conf.unset(key)
 
 
 def _option_string(value: Any) -> str:

@@ -68,18 +68,24 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
 
 
 def test_bench_harness_reports_every_figure(tmp_path: Path) -> None:
-    """Local sinks, reader, open times, one-partition memory: 4 child JVMs, no S3."""
+    """Local sinks (two turns of the repeated ones), reader, open times, memory: 7 child JVMs, no S3."""
     results = _run_bench(
         tmp_path,
         "--skip-s3",
+        "--repeats", "2",
         "--memory-rows", "20000",
         "--memory-sinks", "epoch",
         "--reader-files", "200",
         "--reader-epochs", "200",
         "--reader-repeats", "2",
     )  # fmt: skip
-    assert set(results["sinks"]) == {"parquet", "foreach", "epoch"}
-    assert set(results["ratios"]) == set(results["ratios_by_cpu"]) == {"foreach/parquet", "epoch/parquet"}
+    assert set(results["sinks"]) == {"parquet", "epoch", "epoch-stock", "foreach"}
+    ratios = {"epoch/parquet", "epoch-stock/parquet", "foreach/parquet"}
+    assert set(results["ratios"]) == set(results["ratios_by_cpu"]) == set(results["ratios_steady"]) == ratios
+    runs = {sink: len(f["runs_rows_per_second"]) for sink, f in results["sinks"].items()}
+    assert runs == {"parquet": 2, "epoch": 2, "epoch-stock": 1, "foreach": 1}
+    for figures in results["sinks"].values():
+        assert figures["epochs"] == 2 and figures["steady_rows_per_second"] > 0
     assert results["reader"]["rows"] == 20000
     assert results["open_many_files"]["files"] == 200
     assert results["open_many_epochs"]["files"] == 200
