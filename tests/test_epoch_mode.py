@@ -169,6 +169,45 @@ def test_schema_mismatch_is_refused_naming_the_column(spark, tmp_path: Path, lak
     assert staged_leftovers(lake) == []
 
 
+def test_write_stream_lifts_the_arrow_byte_check_for_its_query_only(spark, tmp_path: Path, lake: str) -> None:
+    """maxBytesPerBatch=INT_MAX in the query's own session; the user's session keeps its value."""
+    from lakesink import write_stream
+    from lakesink.spark import STREAM_CONF
+
+    key = "spark.sql.execution.arrow.maxBytesPerBatch"
+    make_input(tmp_path / "in", files=1, rows_per_file=10)
+
+    def query_value(query) -> str:  # type: ignore[no-untyped-def]
+        # The streaming query runs on a clone of the session made at start(); py4j reaches it.
+        return str(query._jsq.streamingQuery().sparkSessionForStream().conf().get(key))
+
+    assert spark.conf.get(key, None) is None
+    query = write_stream(
+        source(spark, tmp_path / "in"),
+        lake,
+        checkpoint_location=str(tmp_path / "chk1"),
+        trigger={"availableNow": True},
+    )
+    assert query_value(query) == STREAM_CONF[key] == str(2**31 - 1)
+    run(query)
+    assert spark.conf.get(key, None) is None  # restored: other queries keep Spark's default
+
+    spark.conf.set(key, "1m")  # a session that sets the cap itself (wide rows) keeps it
+    try:
+        query = write_stream(
+            source(spark, tmp_path / "in"),
+            str(tmp_path / "lake2"),
+            checkpoint_location=str(tmp_path / "chk2"),
+            trigger={"availableNow": True},
+        )
+        assert query_value(query) == "1m"
+        run(query)
+        assert spark.conf.get(key) == "1m"
+    finally:
+        spark.conf.unset(key)
+    assert ids(read_committed(lake)) == ids(read_committed(str(tmp_path / "lake2"))) == list(range(10))
+
+
 def test_empty_epochs_are_recorded_with_no_files(spark, tmp_path: Path, lake: str) -> None:
     from lakesink import write_stream
 
