@@ -41,6 +41,9 @@ chaos: $(STAMP) ## the long kill -9 / restart runs
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos $(PYTEST_ARGS)
 
 bench: $(STAMP) ## benchmarks against Spark's own parquet sink; writes bench-results.json
+	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
+	@# every Spark worker process would compile it from source: a regular install never does.
+	$(PY) -m compileall -q lakesink reader
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check
