@@ -8,9 +8,10 @@ Two things about Spark's Python workers, both settled before the JVM starts:
 - Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on their PYTHONPATH. Python cannot
   cache bytecode for modules imported from a zip, so every worker process compiles the
   pyspark modules it needs from source: measured with py-spy on the ``make bench`` stream,
-  about 0.5 CPU-s per process, and a streaming query through the Python Data Source API starts
-  seven of them (planning, commit, one per task slot), mostly one after the other. With a
-  pip-installed pyspark the same modules are installed next to the interpreter, compiled.
+  up to 0.5 CPU-s per process, and a streaming query through the Python Data Source API
+  starts about ten of them (lookup, planning, commit, one per task slot), mostly one after
+  another. With a pip-installed pyspark the same modules are installed next to the
+  interpreter, compiled.
   So SPARK_HOME becomes a view of the pyspark package (symbolic links to ``bin``, ``jars``
   and the rest) without ``python/``: the zip is not found, and workers import the installed
   package -- the very same files. An explicit SPARK_HOME is kept as it is.
