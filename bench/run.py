@@ -673,20 +673,15 @@ def add_ratios(results: dict[str, Any]) -> None:
     sinks = results["sinks"]
     if "parquet" not in sinks:
         return
-    base = sinks["parquet"]["rows_per_second"]
-    ratios = {f"{s}/parquet": sinks[s]["rows_per_second"] / base for s in sinks if s != "parquet"}
-    results["ratios"] = ratios
-    steady = sinks["parquet"]["steady_rows_per_second"]
-    if steady:
-        results["ratios_steady"] = {
-            f"{s}/parquet": (sinks[s]["steady_rows_per_second"] or 0) / steady
-            for s in sinks
-            if s != "parquet"
-        }
-    cpu = sinks["parquet"]["rows_per_cpu_second"]
-    results["ratios_by_cpu"] = {
-        f"{s}/parquet": sinks[s]["rows_per_cpu_second"] / cpu for s in sinks if s != "parquet"
-    }
+
+    def vs_parquet(key: str) -> dict[str, float]:
+        base = sinks["parquet"][key]
+        return {f"{s}/parquet": (sinks[s][key] or 0) / base for s in sinks if s != "parquet"}
+
+    results["ratios"] = vs_parquet("rows_per_second")
+    if sinks["parquet"]["steady_rows_per_second"]:  # None when the stream had a single epoch
+        results["ratios_steady"] = vs_parquet("steady_rows_per_second")
+    results["ratios_by_cpu"] = vs_parquet("rows_per_cpu_second")
 
 
 # Report ---------------------------------------------------------------------------------------
