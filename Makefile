@@ -10,17 +10,26 @@ export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONUNBUFFERED := 1
 MODE ?= foreach
+PYTEST_ARGS ?=
+BENCH_ARGS ?=
+SOURCES := lakesink lakesink_reader reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help install run run-s3 run-cluster test chaos bench lint typecheck clean
+.PHONY: help install run run-s3 run-cluster test chaos cluster bench lint typecheck clean
 
-help: ## list the targets
-	@grep -E '^[a-z-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+help: ## list the targets and the variables they take
+	@echo "targets:"
+	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+	@echo "variables:"
+	@echo "  MODE=foreach|epoch     writer mode of the run* demos (default: foreach)"
+	@echo "  PYTEST_ARGS='...'      extra pytest arguments for test, chaos, cluster (e.g. -k reader -x)"
+	@echo "  BENCH_ARGS='...'       extra arguments of bench/run.py (e.g. --rows 2000000 --repeats 1)"
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@bash scripts/check-java.sh
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,test,dev]'
+	@echo "installing lakesink and its pinned dependencies into $(VENV) (about a minute on a fresh machine)"
+	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,test,dev,bench]'
 	touch $(STAMP)
 
 install: $(STAMP) ## create .venv and install lakesink with every extra (pinned)
@@ -34,24 +43,30 @@ run-s3: $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts an
 run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
 	$(PY) scripts/cluster.py demo
 
-test: $(STAMP) ## the full suite (bounded chaos runs included), under 20 minutes
-	$(PY) -m pytest -m "not bench" --durations=12 $(PYTEST_ARGS)
+test: $(STAMP) ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
+	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
-chaos: $(STAMP) ## the long kill -9 / restart runs
-	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos $(PYTEST_ARGS)
+chaos: $(STAMP) ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
+	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 
-bench: $(STAMP) ## benchmarks against Spark's own parquet sink; writes bench-results.json
+cluster: $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)
+	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)
+
+bench: $(STAMP) ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
-	$(PY) -m compileall -q lakesink reader
+	$(PY) -m compileall -q lakesink lakesink_reader reader devtools bench
+	@# The full harness on tiny streams first (a few minutes): a broken run fails here, not after
+	@# twenty minutes of measuring. BENCH_SMOKE=no skips it.
+	@if [ "$(BENCH_SMOKE)" != no ]; then $(PY) -m pytest -m bench -p no:cacheprovider tests/test_bench_smoke.py; fi
 	$(PY) bench/run.py $(BENCH_ARGS)
 
 lint: $(STAMP) ## ruff check + format check
-	$(VENV)/bin/ruff check lakesink reader jobs tests scripts bench
-	$(VENV)/bin/ruff format --check lakesink reader jobs tests scripts bench
+	$(VENV)/bin/ruff check $(SOURCES)
+	$(VENV)/bin/ruff format --check $(SOURCES)
 
-typecheck: $(STAMP) ## mypy on the libraries
-	$(VENV)/bin/mypy lakesink reader
+typecheck: $(STAMP) ## mypy (strict) on the libraries and the dev tooling
+	$(VENV)/bin/mypy lakesink lakesink_reader reader pyspark_lakesink.py devtools
 
 clean: ## remove the venv and demo output
 	rm -rf $(VENV) demo build *.egg-info

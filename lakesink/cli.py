@@ -1,6 +1,8 @@
-"""The ``lakesink`` console command (maintenance of a lake; the writers run inside Spark).
+"""The ``lakesink`` command: maintenance of a lake (the writers run inside Spark).
 
 lakesink orphans PATH --older-than 1h [--delete] [--storage-option k=v ...] [--json]
+lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
+lakesink --version
 """
 
 from __future__ import annotations
@@ -9,15 +11,14 @@ import argparse
 import json
 import re
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
 
 from lakesink.errors import LakeSinkError
+from lakesink.storage.options import parse_option_pairs
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
-#: Options whose values stay strings even when they look like numbers (a numeric secret...).
-_STRING_OPTIONS = frozenset({"key", "secret", "token", "endpoint_url", "profile"})
 
 
 def parse_duration(text: str) -> float:
@@ -29,98 +30,162 @@ def parse_duration(text: str) -> float:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["endpoint_url=http://...", "client_kwargs.region_name=eu-west-1", "part_size=8388608"]``
-    -> a nested dict. A dotted key nests; JSON-looking values (numbers, true/false, {...}) are
-    decoded, except for credentials and URLs, which stay strings."""
-    options: dict[str, Any] = {}
-    for number, pair in enumerate(pairs, 1):
-        key, sep, raw = pair.partition("=")
-        if not sep or not key.strip():
-            # Never echo the argument: it may be a mistyped "secret=...".
-            raise ValueError(
-                f"--storage-option number {number} is not KEY=VALUE (not shown: it may hold a secret)"
-            )
-        path = key.strip().split(".")
-        value: Any = raw
-        if path[-1] not in _STRING_OPTIONS:
-            try:
-                value = json.loads(raw)
-            except ValueError:
-                value = raw
-        target = options
-        for part in path[:-1]:
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                raise ValueError(f"--storage-option {key!r}: {part!r} is both a value and a group")
-        target[path[-1]] = value
-    return options
+    """``--storage-option KEY=VALUE`` pairs as a nested dict (see ``lakesink.storage.options``)."""
+    return parse_option_pairs(pairs)
 
 
-def _age(seconds: float) -> str:
+def _age(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if seconds >= size:
             return f"{seconds / size:.1f}{unit}"
     return f"{seconds:.0f}s"
 
 
-def _orphans(args: argparse.Namespace) -> int:
-    from lakesink.orphans import sweep_orphans
+def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
+    """A ``progress(done, total)`` printer for long runs, on a terminal only."""
+    if not stream.isatty():
+        return None
 
-    report = sweep_orphans(
+    def show(done: int, total: int) -> None:
+        stream.write(f"\r{what}: {done}/{total}")
+        if done == total:
+            stream.write("\n")
+        stream.flush()
+
+    return show
+
+
+def _orphans(args: argparse.Namespace) -> int:
+    from lakesink.maintenance.sweep import sweep
+
+    report = sweep(
         args.path,
         older_than=parse_duration(args.older_than),
         delete=args.delete,
         storage_options=parse_storage_options(args.storage_option),
+        progress=_progress(sys.stderr, "removing"),
     )
     if args.json:
         doc = {
             "path": report.path,
             "older_than": report.older_than,
             "delete": report.delete,
-            "findings": [vars(f) for f in report.findings],
-            "removed": [f.name for f in report.removed],
-            "failed": [{"name": f.name, "error": e} for f, e in report.failed],
+            "findings": [_orphan_doc(o) for o in report.findings],
+            "kept": [_orphan_doc(o) for o in report.kept],
+            "removed": [o.name for o in report.removed],
+            "failed": [{"name": o.name, "error": e} for o, e in report.failed],
         }
         print(json.dumps(doc, indent=2))
-    else:
-        verb = "removed" if args.delete else "found (dry run; --delete removes them)"
-        print(f"{len(report.findings)} orphan(s) older than {args.older_than} in {report.path}, {verb}")
-        for f in report.findings:
-            status = ""
-            if args.delete:
-                status = "  FAILED" if any(f is g for g, _ in report.failed) else "  removed"
-            upload = f"  upload {f.upload_id}" if f.upload_id else ""
-            print(f"  {f.kind:<17} {_age(f.age):>7} {f.size:>12} B  {f.name}{upload}{status}")
-        for f, error in report.failed:
-            print(f"error: could not remove {f.name}: {error}", file=sys.stderr)
+        return 0 if report.ok else 1
+    verb = "removed" if args.delete else "found (dry run; --delete removes them)"
+    print(f"{len(report.findings)} orphan(s) in {report.path}, {verb}")
+    failed = {id(o) for o, _ in report.failed}
+    for o in report.findings:
+        status = ("  FAILED" if id(o) in failed else "  removed") if args.delete else ""
+        size = "?" if o.size is None else str(o.size)
+        print(f"  {o.kind:<17} {_age(o.age):>7} {size:>12} B  {o.name}  ({o.reason}){status}")
+    if report.kept:
+        print(f"{len(report.kept)} file(s) kept: published, but their epoch has no record yet")
+        for o in report.kept:
+            print(f"  {o.kind:<17} {_age(o.age):>7} {o.size or 0:>12} B  {o.name}  ({o.reason})")
+    for o, error in report.failed:
+        print(f"error: could not remove {o.name}: {error}", file=sys.stderr)
     return 0 if report.ok else 1
 
 
+def _orphan_doc(o: Any) -> dict[str, Any]:
+    return {
+        "kind": o.kind,
+        "name": o.name,
+        "epoch": o.epoch,
+        "age": o.age,
+        "size": o.size,
+        "settled": o.settled,
+        "reason": o.reason,
+    }
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from lakesink.maintenance.verify import verify
+
+    report = verify(
+        args.path,
+        deep=args.deep,
+        storage_options=parse_storage_options(args.storage_option),
+        progress=_progress(sys.stderr, "checking"),
+    )
+    if args.json:
+        doc = {
+            "path": report.path,
+            "checked": report.checked,
+            "problems": [{"name": p.name, "epoch": p.epoch, "problem": p.problem} for p in report.problems],
+        }
+        print(json.dumps(doc, indent=2))
+    else:
+        state = "ok" if report.ok else f"{len(report.problems)} problem(s)"
+        print(f"{report.checked} committed file(s) checked in {report.path}: {state}")
+        for p in report.problems:
+            print(f"  epoch {p.epoch}: {p.name}: {p.problem}")
+        if not report.ok:
+            print(
+                "what to do: README 'Repairing a lake' (restore the files, or read around them "
+                "with read_committed(..., on_error='skip'))",
+                file=sys.stderr,
+            )
+    return 0 if report.ok else 1
+
+
+def _storage_option_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a storage option, repeatable; dotted keys nest: client_kwargs.region_name=eu-west-1. "
+        "Pass credentials through the AWS environment instead: command lines are visible to other users",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from lakesink import __version__
+
     parser = argparse.ArgumentParser(prog="lakesink", description="Maintenance of lakesink tables.")
+    parser.add_argument("--version", action="version", version=f"lakesink {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     orphans = commands.add_parser(
         "orphans",
-        help="list (or --delete) multipart uploads and staged files left by crashed writers",
+        help="list (or --delete) what crashed or losing writers left: staged files, open uploads, "
+        "unrecorded files",
         description=(
-            "List the multipart uploads and '.uncommitted' staged files older than --older-than "
-            "under a table; with --delete, abort/delete them. Pick an age longer than any live "
-            "task keeps a file staged. Credentials are best passed through the AWS environment "
-            "(AWS_ACCESS_KEY_ID, AWS_PROFILE, ...): command lines are visible to other users."
+            "List the orphans of a table: staged files and open multipart uploads of dead tasks, and "
+            "(epoch mode) published files that their epoch's record does not list. With --delete, "
+            "remove them. What the epoch log proves garbage goes whatever its age; staged data of an "
+            "epoch not yet committed only when older than --older-than (pick an age longer than any "
+            "task keeps a file staged); a published file whose epoch has no record yet is never removed."
         ),
     )
     orphans.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
     orphans.add_argument("--older-than", required=True, help="minimum age, e.g. 3600, 90m, 1h, 2d")
     orphans.add_argument("--delete", action="store_true", help="remove what is found (default: dry run)")
-    orphans.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a storage option, repeatable; dotted keys nest: client_kwargs.region_name=eu-west-1",
-    )
+    _storage_option_argument(orphans)
     orphans.add_argument("--json", action="store_true", help="print the report as JSON")
     orphans.set_defaults(run=_orphans)
+
+    check = commands.add_parser(
+        "verify",
+        help="check that every committed file is there and readable (read-only); exit 1 if not",
+        description=(
+            "Check every committed file of a table: present, of the recorded size and row count, a "
+            "Parquet file of the table's schema. Read-only. Exit status 1 names each problem."
+        ),
+    )
+    check.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
+    check.add_argument("--deep", action="store_true", help="read every row, not only each file's footer")
+    _storage_option_argument(check)
+    check.add_argument("--json", action="store_true", help="print the report as JSON")
+    check.set_defaults(run=_verify)
     return parser
 
 
@@ -130,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.run(args))
-    except (ValueError, OSError, LakeSinkError) as exc:
+    except (ValueError, TypeError, OSError, LakeSinkError) as exc:
         print(f"lakesink {args.command}: error: {exc}", file=sys.stderr)
         return 2
 

@@ -1,6 +1,13 @@
-"""The exceptions lakesink raises beyond the builtins (FileNotFoundError, PermissionError, ...)."""
+"""The exceptions lakesink raises beyond the builtins (FileNotFoundError, PermissionError, ...),
+and the one rule about errors during cleanup: they never replace the error being handled."""
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("lakesink")
 
 
 class LakeSinkError(Exception):
@@ -28,12 +35,28 @@ class FormatVersionError(LakeSinkError):
 
 
 class CorruptFileError(LakeSinkError):
-    """A committed data file (or a metadata file) cannot be read: the lake is damaged."""
+    """A committed data file (or a metadata file) is missing or cannot be read: the lake is damaged."""
 
 
 class CommitError(LakeSinkError):
-    """Publishing staged data failed; the staged data was discarded (or is reported)."""
+    """An epoch or file could not be committed; nothing of it is visible to ``read_committed``."""
 
 
 class StorageError(LakeSinkError):
     """The storage backend failed in a way no builtin exception describes well."""
+
+
+def quietly(cleanup: Callable[[], Any], what: str) -> None:
+    """Run a cleanup step, logging (never raising) its failure: the caller's own outcome wins.
+
+    ``what`` completes "could not ...": e.g. ``"delete the staged file x"``.
+    """
+    try:
+        cleanup()
+    except Exception:
+        log.warning("could not %s; the orphan sweep will remove what is left", what, exc_info=True)
+
+
+def missing_extra(extra: str, what: str) -> ImportError:
+    """The ImportError for a feature whose optional dependencies are not installed."""
+    return ImportError(f"{what} needs the {extra!r} extra of lakesink: pip install 'lakesink[{extra}]'")

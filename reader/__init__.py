@@ -1,39 +1,21 @@
-"""reader: read lakesink tables from pyarrow, pandas, DuckDB or polars -- no Spark, no Java.
+"""Deprecated import name of the lakesink reader: use ``lakesink_reader`` (the same objects).
 
->>> from reader import read_committed
->>> table = read_committed("/data/lake/events", columns=["id"])
+``reader`` is also the name of an unrelated package on PyPI; installing both breaks one of
+them. This alias stays for a while and warns on import.
 """
 
-from lakesink.errors import (
-    CorruptFileError,
-    FormatVersionError,
-    LakeSinkError,
-    NotALakeError,
-    TableNotFoundError,
-)
-from reader.lake import (
-    Isolation,
-    Lake,
-    LakeFile,
-    ReadResult,
-    SkippedFile,
-    SkippedFilesWarning,
-    read_all,
-    read_committed,
-)
+import sys
+import warnings
 
-__all__ = [
-    "CorruptFileError",
-    "FormatVersionError",
-    "Isolation",
-    "Lake",
-    "LakeFile",
-    "LakeSinkError",
-    "NotALakeError",
-    "ReadResult",
-    "SkippedFile",
-    "SkippedFilesWarning",
-    "TableNotFoundError",
-    "read_all",
-    "read_committed",
-]
+import lakesink_reader
+import lakesink_reader.lake
+from lakesink_reader import *  # noqa: F403 - the alias re-exports the whole public API
+from lakesink_reader import __all__  # noqa: F401
+
+warnings.warn(
+    "'import reader' is deprecated: import lakesink_reader (same functions and classes)",
+    DeprecationWarning,
+    stacklevel=2,
+)
+lake = lakesink_reader.lake
+sys.modules[__name__ + ".lake"] = lake

@@ -1,15 +1,20 @@
 """The storage seam: what the commit protocol needs from a filesystem or object store.
 
-A backend gives four things: stage a file invisibly, publish it without clobbering, discard
-it, and list/read/create-if-absent small files. Local disk and S3 implement it; the shared
-backend test suite (tests/test_storage_contract.py) runs over every implementation.
+A backend stages a file invisibly, publishes it without clobbering, discards it; lists,
+reads and creates small files (create-if-absent); and lists and drops staged data that
+crashed writers left. Every operation means the same on every backend; the shared suite
+(tests/test_storage_contract.py) runs over each implementation.
+
+Every write here may be retried after a lost answer (by botocore, or by NFS retransmitting a
+``link``): each operation says what it returns when an earlier try of the same call already
+succeeded.
 """
 
 from __future__ import annotations
 
 import builtins
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -25,26 +30,29 @@ class StoredFile:
 
 
 @dataclass(frozen=True)
-class PendingUpload:
-    """An S3 multipart upload that is started but neither completed nor aborted."""
-
-    name: str
-    upload_id: str
-    started: float
-    parts: int
-    bytes: int
-
-
-@dataclass(frozen=True)
 class Sealed:
     """A staged file whose bytes are all written and durable, waiting to be published.
 
-    Small and picklable: in epoch mode it travels from an executor to the driver inside a
-    commit message, and a fresh storage object on the driver publishes it.
+    Small and picklable. Each backend subclasses it with what its publish needs.
     """
 
     name: str  # the final name, relative to the table root
     size: int
+
+
+@dataclass(frozen=True)
+class StagedEntry:
+    """Staged data found in storage: a local ``.uncommitted`` file or an S3 upload never completed.
+
+    ``name`` is the name it would be published as; ``started`` when staging began (seconds
+    since the epoch; None when unknown); ``handle`` is the backend's own reference to it.
+    """
+
+    name: str
+    kind: str  # "staged_file" | "multipart_upload"
+    started: float | None
+    size: int | None
+    handle: str
 
 
 class StagedFile(Protocol):
@@ -68,7 +76,7 @@ class StagedFile(Protocol):
         ...
 
     def discard(self) -> None:
-        """Drop the staged bytes (unlink / abort the upload). Safe to call more than once."""
+        """Drop the staged bytes (unlink / abort the upload). Safe at any point, more than once."""
         ...
 
 
@@ -84,8 +92,22 @@ class Storage(Protocol):
     def publish(self, sealed: Sealed) -> bool:
         """Atomically make ``sealed`` visible under its name, never replacing an existing file.
 
-        Returns False (and discards the staged data) when the name already exists: another
-        attempt won the race, which for the caller is success.
+        True when ``sealed`` is what now stands under the name -- also when an earlier try of
+        this publish succeeded and its answer was lost. False when another attempt's file
+        stands there; the staged data is kept, for the caller to :meth:`discard` or to
+        :meth:`supersede` the other file with.
+        """
+        ...
+
+    def version(self, name: str) -> str | None:
+        """A token that changes whenever the file ``name`` is replaced; None if it does not exist."""
+        ...
+
+    def supersede(self, sealed: Sealed, version: str) -> bool:
+        """Atomically replace the file at ``sealed.name`` with ``sealed``, only if it is still ``version``.
+
+        A compare-and-swap: False (the staged data kept) when the file changed meanwhile.
+        Readers see the old file or the new one, never neither and never both.
         """
         ...
 
@@ -93,9 +115,17 @@ class Storage(Protocol):
         """Drop sealed-but-unpublished data. Safe to call more than once."""
         ...
 
+    def staged(self, folder: str = "") -> builtins.list[StagedEntry]:
+        """Staged data of ``folder`` (not recursive), however its writer died."""
+        ...
+
+    def drop_staged(self, entry: StagedEntry) -> None:
+        """Remove staged data found by :meth:`staged`; data already gone is not an error."""
+        ...
+
     def exists(self, name: str) -> bool: ...
 
-    def list(self, folder: str = "") -> list[StoredFile]:
+    def list(self, folder: str = "") -> builtins.list[StoredFile]:
         """The files directly in ``folder`` (not recursive), all pages of them."""
         ...
 
@@ -104,7 +134,13 @@ class Storage(Protocol):
         ...
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        """Create ``name`` with ``data`` atomically unless it exists; False if it existed."""
+        """Create ``name`` with ``data`` atomically unless it exists.
+
+        True when ``name`` now holds ``data``: created now, or by an earlier try whose answer
+        was lost (the existing bytes are read back and compared). False when it holds other
+        bytes. Callers make ``data`` unique (a commit id, a table id), so that equal bytes
+        can only be their own write.
+        """
         ...
 
     def put(self, name: str, data: bytes) -> None:
@@ -115,16 +151,27 @@ class Storage(Protocol):
         """Remove ``name``; a missing file is not an error."""
         ...
 
-    def pending_uploads(self, folder: str = "") -> builtins.list[PendingUpload]:
-        """In-flight multipart uploads in ``folder`` (always empty where there are none)."""
-        ...
-
-    def abort_upload(self, upload: PendingUpload) -> None: ...
-
     def root_exists(self) -> bool:
         """Whether the table root exists at all (for "table not found" errors)."""
+        ...
+
+    def check_conditional_writes(self) -> None:
+        """Raise StorageError if this storage would silently overwrite a create-if-absent write."""
         ...
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
         """A pyarrow filesystem and the base path that names are joined onto."""
         ...
+
+
+SealedT = TypeVar("SealedT", bound=Sealed)
+
+
+def expect_sealed(sealed: Sealed, kind: type[SealedT], storage: Storage) -> SealedT:
+    """``sealed`` as this backend's token; TypeError naming both when it is another backend's."""
+    if not isinstance(sealed, kind):
+        raise TypeError(
+            f"{storage!r} cannot publish or discard {type(sealed).__name__} {sealed.name!r}: "
+            f"it was staged by another storage backend (expected {kind.__name__})"
+        )
+    return sealed

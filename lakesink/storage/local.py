@@ -4,30 +4,40 @@ Why not rename: os.rename, shutil.move, fsspec ``mv`` and pyarrow ``move`` all r
 existing target. ``os.link`` fails with EEXIST instead, so it publishes atomically without
 clobbering; the staged name is unlinked afterwards. Where hard links are not supported we use
 ``renameat2(RENAME_NOREPLACE)`` (Linux >= 3.15, glibc >= 2.28), which has the same meaning.
+
+On NFS a ``link`` whose reply was lost is retransmitted and then answers EEXIST although it
+succeeded: an EEXIST whose target is our own staged inode is our success, not a lost race.
 """
 
 from __future__ import annotations
 
 import builtins
+import contextlib
 import ctypes
 import errno
 import os
+import re
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakesink.layout import new_attempt_id, staged_name
-from lakesink.storage.base import PendingUpload, Sealed, StoredFile
+from lakesink.errors import quietly
+from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 
 if TYPE_CHECKING:
     import pyarrow.fs
 
 _RENAME_NOREPLACE = 1
 _AT_FDCWD = -100
+_STAGED = re.compile(r"^\.(?P<final>.+)\.(?P<attempt>[0-9a-f]{8,})" + re.escape(STAGED_SUFFIX) + "$")
 
 
 @dataclass(frozen=True)
 class LocalSealed(Sealed):
     staged: str  # the staged name, relative to the table root
+    inode: tuple[int, int] = (0, 0)  # (st_dev, st_ino): tells our published file from another
 
 
 def fsync_dir(path: str) -> None:
@@ -57,26 +67,59 @@ def rename_noreplace(src: str, dst: str) -> None:
         )
 
 
-def publish_noclobber(src: str, dst: str) -> None:
-    """Make ``src`` visible as ``dst`` atomically; FileExistsError if ``dst`` already exists.
+def publish_noclobber(src: str, dst: str) -> bool:
+    """Make ``src`` visible as ``dst`` atomically, never replacing another file.
 
-    ``src`` is gone afterwards in every outcome but an unexpected OSError.
+    True when ``dst`` is now ``src``'s file (also after a retransmitted ``link`` answered
+    EEXIST for our own success): ``src`` is gone then. False when another file already stood
+    at ``dst``: ``src`` is kept.
     """
     try:
         os.link(src, dst)
     except FileExistsError:
-        os.unlink(src)
-        raise
+        if not os.path.samefile(src, dst):
+            return False
     except OSError as exc:
         if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EXDEV, errno.EMLINK):
             raise
         try:
             rename_noreplace(src, dst)
         except FileExistsError:
-            os.unlink(src)
-            raise
-        return
+            return False
+        return True
     os.unlink(src)
+    return True
+
+
+#: A lock older than this was left by a process that died holding it (it is held for the
+#: length of one stat and one rename).
+STALE_LOCK_SECONDS = 60.0
+
+
+@contextlib.contextmanager
+def locked(path: str) -> Iterator[None]:
+    """Hold ``path`` as an exclusive lock file (O_EXCL, atomic on local disks and NFSv3+)."""
+    deadline = time.monotonic() + 2 * STALE_LOCK_SECONDS
+    while True:
+        try:
+            os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            break
+        except FileExistsError:
+            try:
+                if time.time() - os.stat(path).st_mtime > STALE_LOCK_SECONDS:
+                    os.unlink(path)  # its holder died: break it
+                    continue
+            except FileNotFoundError:
+                continue
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"lock {path} is held for longer than {STALE_LOCK_SECONDS:.0f} s"
+                ) from None
+            time.sleep(0.01)
+    try:
+        yield
+    finally:
+        os.unlink(path)
 
 
 class LocalStagedFile:
@@ -111,15 +154,22 @@ class LocalStagedFile:
         size = self._file.tell()
         self._file.flush()
         os.fsync(self._file.fileno())
+        stat = os.fstat(self._file.fileno())
         self._file.close()
-        return LocalSealed(name=self.name, size=size, staged=self._staged)
+        return LocalSealed(name=self.name, size=size, staged=self._staged, inode=(stat.st_dev, stat.st_ino))
 
     def discard(self) -> None:
-        self._file.close()
+        # Closing flushes the buffer, which fails again on a full disk (ENOSPC): the file
+        # must be unlinked all the same, so a failing close is only logged.
+        quietly(self._file.close, f"close staged file {self._path}")
         try:
             os.unlink(self._path)
         except FileNotFoundError:
             pass
+
+
+def _sibling_path(path: str, base: str) -> str:
+    return os.path.join(os.path.dirname(path), base)
 
 
 def _sibling(name: str, base: str) -> str:
@@ -140,35 +190,83 @@ class LocalStorage:
     def path_of(self, name: str) -> str:
         return os.path.join(self.root, *name.split("/")) if name else self.root
 
+    # Staging and publishing ---------------------------------------------------------------
+
     def stage(self, name: str) -> LocalStagedFile:
         return LocalStagedFile(self, name)
 
     def publish(self, sealed: Sealed) -> bool:
-        assert isinstance(sealed, LocalSealed), sealed
-        target = self.path_of(sealed.name)
+        local = expect_sealed(sealed, LocalSealed, self)
+        target = self.path_of(local.name)
+        if not os.path.exists(self.path_of(local.staged)) and self._is_ours(local):
+            return True  # published by an earlier call
         try:
-            publish_noclobber(self.path_of(sealed.staged), target)
-        except FileExistsError:
+            won = publish_noclobber(self.path_of(local.staged), target)
+        except BaseException:
+            quietly(lambda: fsync_dir(os.path.dirname(target)), f"fsync {os.path.dirname(target)}")
+            raise
+        fsync_dir(os.path.dirname(target))  # the new name must survive a power loss
+        return won
+
+    def _is_ours(self, sealed: LocalSealed) -> bool:
+        try:
+            stat = os.stat(self.path_of(sealed.name))
+        except FileNotFoundError:
             return False
-        finally:
-            fsync_dir(os.path.dirname(target))
+        return (stat.st_dev, stat.st_ino) == sealed.inode
+
+    def version(self, name: str) -> str | None:
+        try:
+            stat = os.stat(self.path_of(name))
+        except FileNotFoundError:
+            return None
+        return f"{stat.st_dev}:{stat.st_ino}:{stat.st_mtime_ns}:{stat.st_size}"
+
+    def supersede(self, sealed: Sealed, version: str) -> bool:
+        local = expect_sealed(sealed, LocalSealed, self)
+        target = self.path_of(local.name)
+        # POSIX has no conditional rename: a lock makes "still that version? then rename over
+        # it" one step for every writer of this lake.
+        with locked(_sibling_path(target, f".{os.path.basename(target)}.lock")):
+            if self.version(local.name) != version:
+                return False
+            os.replace(self.path_of(local.staged), target)
+        fsync_dir(os.path.dirname(target))
         return True
 
     def discard(self, sealed: Sealed) -> None:
-        assert isinstance(sealed, LocalSealed), sealed
+        local = expect_sealed(sealed, LocalSealed, self)
         try:
-            os.unlink(self.path_of(sealed.staged))
+            os.unlink(self.path_of(local.staged))
         except FileNotFoundError:
             pass
+
+    def staged(self, folder: str = "") -> builtins.list[StagedEntry]:
+        prefix = f"{folder}/" if folder else ""
+        found = []
+        for entry in self.list(folder):
+            match = _STAGED.match(entry.name[len(prefix) :])
+            if match is not None:
+                found.append(
+                    StagedEntry(
+                        prefix + match.group("final"), "staged_file", entry.modified, entry.size, entry.name
+                    )
+                )
+        return found
+
+    def drop_staged(self, entry: StagedEntry) -> None:
+        self.delete(entry.handle)
+
+    # Small files --------------------------------------------------------------------------
 
     def exists(self, name: str) -> bool:
         return os.path.exists(self.path_of(name))
 
-    def list(self, folder: str = "") -> list[StoredFile]:
+    def list(self, folder: str = "") -> builtins.list[StoredFile]:
         prefix = f"{folder}/" if folder else ""
         try:
-            entries = list(os.scandir(self.path_of(folder)))
-        except FileNotFoundError:
+            entries = builtins.list(os.scandir(self.path_of(folder)))
+        except (FileNotFoundError, NotADirectoryError):
             return []
         found = []
         for entry in entries:
@@ -190,9 +288,15 @@ class LocalStorage:
             staged.write(data)
             sealed = staged.seal()
         except BaseException:
-            staged.discard()
+            quietly(staged.discard, f"remove staged {name}")
             raise
-        return self.publish(sealed)
+        if self.publish(sealed):
+            return True
+        self.discard(sealed)
+        try:
+            return self.read_bytes(name) == data
+        except FileNotFoundError:
+            return False
 
     def put(self, name: str, data: bytes) -> None:
         staged = self.stage(name)
@@ -201,7 +305,7 @@ class LocalStorage:
             sealed = staged.seal()
             os.replace(self.path_of(sealed.staged), self.path_of(name))
         except BaseException:
-            staged.discard()
+            quietly(staged.discard, f"remove staged {name}")
             raise
 
     def delete(self, name: str) -> None:
@@ -210,14 +314,11 @@ class LocalStorage:
         except FileNotFoundError:
             pass
 
-    def pending_uploads(self, folder: str = "") -> builtins.list[PendingUpload]:
-        return []  # local disk has no multipart uploads; staged files are plain files
-
-    def abort_upload(self, upload: PendingUpload) -> None:
-        raise NotImplementedError("local storage has no multipart uploads")
-
     def root_exists(self) -> bool:
         return os.path.isdir(self.root)
+
+    def check_conditional_writes(self) -> None:
+        """POSIX ``link(2)`` never replaces a file: nothing to check."""
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
         import pyarrow.fs

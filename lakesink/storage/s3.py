@@ -3,31 +3,44 @@
 Why multipart and not "write a temp key, then rename": S3 has no rename (copy + delete is
 neither atomic nor cheap), while a multipart upload is invisible until
 CompleteMultipartUpload succeeds, and completing with ``If-None-Match: *`` never replaces an
-existing object. So of several attempts at one key, exactly one completes; the others get
+existing object. So of several attempts at one key exactly one completes; the others get
 412 Precondition Failed and abort their uploads.
 
-Each upload carries the attempt's id as object metadata (``x-amz-meta-lakesink-attempt``):
-when a complete's answer is lost and the retry finds the key taken, that id says whether the
-object there is ours (we won) or another attempt's (we lost). ETags cannot say it: two
-attempts that wrote identical bytes have identical ETags.
+Answers get lost, and botocore retries. Each upload carries the attempt's id as object
+metadata (``x-amz-meta-lakesink-attempt``): when a complete's answer is lost and the retry
+finds the key taken, that id says whether the object is ours (we won) or another attempt's.
+ETags cannot say it: attempts that wrote identical bytes have identical ETags. A
+create-if-absent ``PutObject`` whose retry answers 412 reads the object back and compares.
+
+Staging markers. Before an upload starts, a small object ``_lakesink/staging/<name>.<attempt>``
+is written, and it is deleted once the upload is completed or aborted. The markers are how
+staged data is found (``staged()``): MinIO answers ListMultipartUploads only for an exact key
+prefix, so a sweep cannot find uploads by listing a folder there; and a marker's
+LastModified is when staging began (a multipart object's own LastModified is not, and moto
+reports every upload as started in 2010). Uploads without a marker (started by lakesink
+before 0.2) are found by listing uploads by prefix, where the store supports it.
 """
 
 from __future__ import annotations
 
 import builtins
+import json
 import logging
 import threading
 import time
+import uuid
 from collections.abc import Iterator, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
-from lakesink.errors import CommitError, StorageError
-from lakesink.layout import new_attempt_id
-from lakesink.storage.base import PendingUpload, Sealed, StoredFile
+from lakesink.errors import CommitError, StorageError, quietly
+from lakesink.format.names import META_DIR, STAGING_DIR, new_attempt_id
+from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
+from lakesink.storage.options import MAX_PART_SIZE, s3_client_settings
 from lakesink.storage.s3errors import error_code, s3_errors
 
 if TYPE_CHECKING:
@@ -36,25 +49,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MIN_PART_SIZE = 5 << 20  # S3's minimum for every part but the last
-MAX_PART_SIZE = 5 << 30
 MAX_PARTS = 10_000
-DEFAULT_PART_SIZE = 8 << 20
 #: After every this many parts the part size doubles, so with the default part size a file
 #: can grow to S3's 5 TiB object limit within 10,000 parts, while small files keep small
 #: (memory-cheap) parts.
 PARTS_PER_SIZE_STEP = 1_000
 ATTEMPT_METADATA = "lakesink-attempt"
 CONFLICT_RETRIES = 5
-
-_OPTIONS = frozenset(
-    {"endpoint_url", "key", "secret", "token", "profile", "client_kwargs", "config_kwargs", "part_size"}
-)
-_DEFAULT_CONFIG: dict[str, Any] = {
-    "connect_timeout": 10,
-    "read_timeout": 60,
-    "retries": {"mode": "standard", "max_attempts": 5},
-}
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class S3Sealed(Sealed):
     upload_id: str
     attempt: str
     parts: tuple[tuple[int, str], ...]  # (part number, ETag), in order
+    retried_create: bool = False  # see S3StagedFile: a lost answer may have left a twin upload
 
 
 def part_size_for(part_number: int, base: int) -> int:
@@ -84,23 +86,42 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     return bucket, parsed.path.strip("/")
 
 
+def marker_name(name: str, attempt: str) -> str:
+    return f"{STAGING_DIR}/{name}.{attempt}"
+
+
 class S3StagedFile:
-    """A multipart upload being written: parts go up as the buffer fills (memory ~ one part)."""
+    """A multipart upload being written.
+
+    Parts go up in the background while the caller encodes the next one: at most
+    ``parts_in_flight`` parts are in the air, so memory stays below
+    ``(parts_in_flight + 1) * part size`` (the part being filled, and those uploading).
+    """
 
     def __init__(self, storage: S3Storage, name: str) -> None:
         self.name = name
         self._storage = storage
         self._key = storage.key_of(name)
         self._attempt = new_attempt_id()
+        self._marker = marker_name(name, self._attempt)
         self._base_part_size = storage.part_size
         self._buffer = bytearray()
-        self._parts: list[tuple[int, str]] = []
+        self._next_part = 1
+        self._uploading: list[Future[tuple[int, str]]] = []
+        self._slots = threading.BoundedSemaphore(storage.parts_in_flight)
         self._size = 0
         self._closed = False
+        # The marker first: whatever happens next, a sweep can find this upload by it.
+        storage.put(self._marker, json.dumps({"name": name, "attempt": self._attempt}).encode())
         with storage.errors(self._key):
-            self.upload_id: str = storage.client.create_multipart_upload(
+            created = storage.client.create_multipart_upload(
                 Bucket=storage.bucket, Key=self._key, Metadata={ATTEMPT_METADATA: self._attempt}
-            )["UploadId"]
+            )
+        self.upload_id: str = created["UploadId"]
+        # A create that botocore retried may have started an upload whose answer was lost: a
+        # twin of this one that nobody would ever complete or abort. Remembered, so that the
+        # publish or discard of this file aborts it too.
+        self._retried_create = int(created.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
 
     def __repr__(self) -> str:
         return f"S3StagedFile(s3://{self._storage.bucket}/{self._key}, upload_id={self.upload_id!r})"
@@ -113,29 +134,43 @@ class S3StagedFile:
         self._size += n
         while len(self._buffer) >= self._next_part_size():
             size = self._next_part_size()
-            self._upload_part(memoryview(self._buffer)[:size])
+            self._upload_part(bytes(memoryview(self._buffer)[:size]))
             del self._buffer[:size]
         return n
 
     def _next_part_size(self) -> int:
-        return part_size_for(len(self._parts) + 1, self._base_part_size)
+        return part_size_for(self._next_part, self._base_part_size)
 
-    def _upload_part(self, body: memoryview | bytes) -> None:
-        number = len(self._parts) + 1
+    def _upload_part(self, body: bytes) -> None:
+        number = self._next_part
         if number > MAX_PARTS:
             raise StorageError(
                 f"s3://{self._storage.bucket}/{self._key} would need more than {MAX_PARTS} parts "
                 f"({self._size} bytes so far); raise storage_options part_size (now {self._base_part_size})"
             )
-        with self._storage.errors(self._key):
-            etag = self._storage.client.upload_part(
-                Bucket=self._storage.bucket,
-                Key=self._key,
-                UploadId=self.upload_id,
-                PartNumber=number,
-                Body=bytes(body),
+        self._raise_failed_part()
+        self._slots.acquire()  # blocks while parts_in_flight parts are uploading
+        try:
+            future = self._storage.pool.submit(self._put_part, number, body)
+        except BaseException:
+            self._slots.release()
+            raise
+        future.add_done_callback(lambda _: self._slots.release())
+        self._uploading.append(future)
+        self._next_part += 1
+
+    def _put_part(self, number: int, body: bytes) -> tuple[int, str]:
+        storage = self._storage
+        with storage.errors(self._key):
+            etag = storage.client.upload_part(
+                Bucket=storage.bucket, Key=self._key, UploadId=self.upload_id, PartNumber=number, Body=body
             )["ETag"]
-        self._parts.append((number, etag))
+        return number, str(etag)
+
+    def _raise_failed_part(self) -> None:
+        for future in self._uploading:
+            if future.done() and future.exception() is not None:
+                raise future.exception()  # type: ignore[misc]
 
     def tell(self) -> int:
         return self._size
@@ -153,22 +188,29 @@ class S3StagedFile:
     def seal(self) -> S3Sealed:
         if self._closed:
             raise ValueError(f"staged file {self._key!r} was already sealed or discarded")
-        if self._buffer or not self._parts:  # an upload needs at least one part, even empty
+        if self._buffer or self._next_part == 1:  # an upload needs at least one part, even empty
             self._upload_part(bytes(self._buffer))
             self._buffer = bytearray()
+        parts = sorted(future.result() for future in self._uploading)  # raises a failed part's error
         self._closed = True
         return S3Sealed(
             name=self.name,
             size=self._size,
             upload_id=self.upload_id,
             attempt=self._attempt,
-            parts=tuple(self._parts),
+            parts=tuple(parts),
+            retried_create=self._retried_create,
         )
 
     def discard(self) -> None:
         self._closed = True
         self._buffer = bytearray()
+        for future in self._uploading:  # let parts in the air land before the abort
+            future.exception()
         self._storage._abort(self._key, self.upload_id)
+        if self._retried_create:
+            self._storage._abort_twins(self._key, self.upload_id)
+        self._storage.delete(self._marker)
 
 
 class S3Storage:
@@ -179,71 +221,33 @@ class S3Storage:
     url
         ``s3://bucket/prefix`` (``s3a://`` is accepted as a synonym).
     storage_options
-        fsspec/s3fs-style options, all optional:
-
-        ``endpoint_url``
-            A non-AWS endpoint (MinIO, moto). ``AWS_ENDPOINT_URL(_S3)`` work too.
-        ``key``, ``secret``, ``token``
-            Credentials; without them boto3's chain (environment, profile, instance role)
-            applies. They never appear in logs, errors or reprs.
-        ``profile``
-            A named profile from ``~/.aws/config``.
-        ``client_kwargs``
-            Extra ``boto3.client`` arguments, e.g. ``{"region_name": "eu-west-1"}``.
-        ``config_kwargs``
-            ``botocore.config.Config`` arguments, merged over lakesink's defaults
-            (``connect_timeout=10``, ``read_timeout=60``, ``retries={"mode": "standard",
-            "max_attempts": 5}``).
-        ``part_size``
-            Multipart part size in bytes (5 MiB .. 5 GiB, default 8 MiB): a writer holds about
-            one part in memory. It doubles every 1,000 parts to stay within S3's 10,000.
+        fsspec/s3fs-style options, all optional; see :mod:`lakesink.storage.options`.
     """
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.bucket, self.prefix = parse_s3_url(url)
         self.url = f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
-        options = dict(storage_options or {})
-        unknown = sorted(set(options) - _OPTIONS)
-        if unknown:  # name the options, never their values (they may be secrets)
-            raise ValueError(
-                f"unknown S3 storage_options {unknown} for {self.url}; known: {sorted(_OPTIONS)}"
-            )
-        part_size = options.pop("part_size", DEFAULT_PART_SIZE)
-        if not isinstance(part_size, int) or not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
-            raise ValueError(
-                f"storage_options part_size must be an int from {MIN_PART_SIZE} (5 MiB) to "
-                f"{MAX_PART_SIZE} (5 GiB) bytes, got {part_size!r}"
-            )
-        self.part_size: int = part_size
-        for name in ("client_kwargs", "config_kwargs"):
-            if not isinstance(options.get(name) or {}, Mapping):
-                raise ValueError(f"storage_options {name} must be a dict, got {type(options[name]).__name__}")
-        client_kwargs = dict(options.get("client_kwargs") or {})
-        config_kwargs = dict(options.get("config_kwargs") or {})
-        self._session_kwargs = _Redacted(
-            {
-                k: v
-                for k, v in (
-                    ("aws_access_key_id", options.get("key")),
-                    ("aws_secret_access_key", options.get("secret")),
-                    ("aws_session_token", options.get("token")),
-                    ("profile_name", options.get("profile")),
-                )
-                if v is not None
-            }
-        )
-        if options.get("endpoint_url"):
-            client_kwargs["endpoint_url"] = options["endpoint_url"]
-        self._client_kwargs = client_kwargs
-        retries = {**_DEFAULT_CONFIG["retries"], **dict(config_kwargs.pop("retries", None) or {})}
-        self._config_kwargs: dict[str, Any] = {**_DEFAULT_CONFIG, **config_kwargs, "retries": retries}
-        self.attempts = int(retries.get("total_max_attempts") or retries.get("max_attempts") or 1)
+        settings = s3_client_settings(storage_options, self.url)
+        self.part_size: int = settings.part_size
+        self.parts_in_flight: int = settings.parts_in_flight
+        self.attempts: int = settings.attempts
+        self._settings = settings
         self._client: Any = None
         self._session: boto3.session.Session | None = None
+        self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold secrets
         return f"S3Storage({self.url!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.update(_client=None, _session=None, _pool=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
 
     # The client -------------------------------------------------------------------------
 
@@ -256,12 +260,23 @@ class S3Storage:
                     import boto3.session
                     from botocore.config import Config
 
-                    session = boto3.session.Session(**self._session_kwargs.value)
+                    session = boto3.session.Session(**self._settings.session_kwargs.value)
                     self._client = session.client(
-                        "s3", config=Config(**self._config_kwargs), **self._client_kwargs
+                        "s3", config=Config(**self._settings.config_kwargs), **self._settings.client_kwargs
                     )
                     self._session = session
         return self._client
+
+    @property
+    def pool(self) -> ThreadPoolExecutor:
+        """Threads that upload parts in the background (shared by this storage's staged files)."""
+        if self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(
+                        max(2, self.parts_in_flight), thread_name_prefix="lakesink-s3-part"
+                    )
+        return self._pool
 
     @property
     def endpoint(self) -> str:
@@ -290,53 +305,76 @@ class S3Storage:
         return S3StagedFile(self, name)
 
     def publish(self, sealed: Sealed) -> bool:
-        """Complete the upload with ``If-None-Match: *``; False (upload aborted) if the key exists.
+        """Complete the upload with ``If-None-Match: *``; False (upload kept) if the key is taken.
 
         Safe to call again after an answer was lost: an upload that already became the object
-        counts as published. A 409 ConditionalRequestConflict (a concurrent write to the key
-        still in progress) is retried, then reported as a CommitError.
+        counts as published. A 409 ConditionalRequestConflict (a concurrent conditional write
+        to the key) means, as AWS documents, that this upload cannot complete any more: it is
+        aborted and a CommitError asks for the data to be uploaded again (Spark retries the task).
         """
-        if not isinstance(sealed, S3Sealed):
-            raise TypeError(f"S3Storage.publish needs an S3Sealed, got {type(sealed).__name__}")
-        key = self.key_of(sealed.name)
-        parts = [{"PartNumber": n, "ETag": etag} for n, etag in sealed.parts]
-        for attempt in range(CONFLICT_RETRIES + 1):
-            try:
-                with self.errors(key):
-                    try:
-                        self.client.complete_multipart_upload(
-                            Bucket=self.bucket,
-                            Key=key,
-                            UploadId=sealed.upload_id,
-                            MultipartUpload={"Parts": parts},
-                            IfNoneMatch="*",
-                        )
-                        return True
-                    except ClientError as exc:
-                        code = error_code(exc)
-                        if code == "ConditionalRequestConflict":
-                            raise _Conflict from exc
-                        if code not in ("PreconditionFailed", "NoSuchUpload"):
-                            raise
-                        if self._is_ours(key, sealed):
-                            return True  # a retry of a complete whose answer was lost
-                        if code == "NoSuchUpload":
-                            raise CommitError(
-                                f"the multipart upload {sealed.upload_id} of s3://{self.bucket}/{key} "
-                                "no longer exists: it was aborted (by the orphan sweep or a lifecycle "
-                                "rule?) before it could be completed; the task must be retried"
-                            ) from exc
-                        self._abort(key, sealed.upload_id)  # S3 keeps a 412'd upload open
-                        return False
-            except _Conflict as conflict:
-                if attempt == CONFLICT_RETRIES:
-                    raise CommitError(
-                        f"completing s3://{self.bucket}/{key} kept conflicting with a concurrent "
-                        f"write (409 ConditionalRequestConflict, {CONFLICT_RETRIES + 1} tries); "
-                        "the staged upload is left for discard()"
-                    ) from conflict.__cause__
-                time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        s3 = expect_sealed(sealed, S3Sealed, self)
+        return self._complete(s3, {"IfNoneMatch": "*"})
+
+    def version(self, name: str) -> str | None:
+        key = self.key_of(name)
+        try:
+            with self.errors(key):
+                return str(self.client.head_object(Bucket=self.bucket, Key=key)["ETag"])
+        except FileNotFoundError:
+            return None
+
+    def supersede(self, sealed: Sealed, version: str) -> bool:
+        """Complete the upload over the object at its key, ``If-Match`` its ETag (``version``).
+
+        AWS honours If-Match on CompleteMultipartUpload; a store that ignores it (moto 5.2)
+        turns this into an unconditional atomic replace.
+        """
+        s3 = expect_sealed(sealed, S3Sealed, self)
+        return self._complete(s3, {"IfMatch": version})
+
+    def _complete(self, s3: S3Sealed, condition: dict[str, str]) -> bool:
+        key = self.key_of(s3.name)
+        parts = [{"PartNumber": n, "ETag": etag} for n, etag in s3.parts]
+        done = False
+        try:
+            with self.errors(key):
+                try:
+                    self.client.complete_multipart_upload(
+                        Bucket=self.bucket,
+                        Key=key,
+                        UploadId=s3.upload_id,
+                        MultipartUpload={"Parts": parts},
+                        **condition,
+                    )
+                    done = True
+                except ClientError as exc:
+                    code = error_code(exc)
+                    if code not in ("PreconditionFailed", "NoSuchUpload", "ConditionalRequestConflict"):
+                        raise
+                    if self._is_ours(key, s3):
+                        done = True  # a retry of a complete whose answer was lost
+                    elif code == "NoSuchUpload":
+                        raise CommitError(
+                            f"the multipart upload {s3.upload_id} of s3://{self.bucket}/{key} no longer "
+                            "exists: it was aborted (by the orphan sweep or a lifecycle rule?) before it "
+                            "could be completed; the task must be retried"
+                        ) from exc
+                    elif code == "ConditionalRequestConflict":
+                        quietly(lambda: self._abort(key, s3.upload_id), f"abort upload of {key}")
+                        done = True  # nothing is left to discard: the marker goes below
+                        raise CommitError(
+                            f"completing s3://{self.bucket}/{key} conflicted with a concurrent write "
+                            "(409 ConditionalRequestConflict): the upload was aborted and its data must "
+                            "be uploaded again; the task will be retried"
+                        ) from exc
+            return done  # False: the condition failed, and S3 keeps such an upload open for us
+        finally:
+            if done:
+                if s3.retried_create:
+                    quietly(lambda: self._abort_twins(key, s3.upload_id), f"abort twin uploads of {key}")
+                quietly(
+                    lambda: self.delete(marker_name(s3.name, s3.attempt)), f"delete staging marker of {key}"
+                )
 
     def _is_ours(self, key: str, sealed: S3Sealed) -> bool:
         """Whether the object at ``key`` is the completion of ``sealed``'s upload."""
@@ -348,9 +386,23 @@ class S3Storage:
         return bool(head.get("Metadata", {}).get(ATTEMPT_METADATA) == sealed.attempt)
 
     def discard(self, sealed: Sealed) -> None:
-        if not isinstance(sealed, S3Sealed):
-            raise TypeError(f"S3Storage.discard needs an S3Sealed, got {type(sealed).__name__}")
-        self._abort(self.key_of(sealed.name), sealed.upload_id)
+        s3 = expect_sealed(sealed, S3Sealed, self)
+        self._abort(self.key_of(s3.name), s3.upload_id)
+        if s3.retried_create:
+            self._abort_twins(self.key_of(s3.name), s3.upload_id)
+        self.delete(marker_name(s3.name, s3.attempt))
+
+    def _abort_twins(self, key: str, upload_id: str) -> None:
+        """Abort the other open uploads of ``key``: twins left by a retried create.
+
+        In epoch mode a key belongs to one attempt, so every other upload of it is such a
+        twin. In foreach mode another attempt at the same (partition, epoch) may be uploading
+        too; it loses the race to the file this attempt published (or discarded) anyway, and
+        now fails a little earlier.
+        """
+        for upload in self._uploads(key, None):
+            if upload["Key"] == key and upload["UploadId"] != upload_id:
+                self._abort(key, upload["UploadId"])
 
     def _abort(self, key: str, upload_id: str) -> None:
         """Abort an upload; one that is already gone (aborted or completed) is fine."""
@@ -360,6 +412,34 @@ class S3Storage:
             except ClientError as exc:
                 if error_code(exc) != "NoSuchUpload":
                     raise
+
+    def staged(self, folder: str = "") -> builtins.list[StagedEntry]:
+        """Open uploads of ``folder``: by their staging markers, and by listing where the store can."""
+        found: dict[str, StagedEntry] = {}
+        if not folder.strip("/"):
+            for marker in self.list(STAGING_DIR):
+                name, _, attempt = marker.name[len(STAGING_DIR) + 1 :].rpartition(".")
+                if not name or not attempt:
+                    continue
+                seen = found.get(name)
+                # Several attempts at one name (foreach mode): the youngest decides its age.
+                started = max(filter(None, (marker.modified, seen.started if seen else None)), default=None)
+                handles = f"{seen.handle}\n{marker.name}" if seen else marker.name
+                found[name] = StagedEntry(name, "multipart_upload", started, None, handles)
+        for upload in self._uploads(self._folder_prefix(folder), "/"):
+            name = self._name_of(upload["Key"])
+            if name not in found:
+                found[name] = StagedEntry(name, "multipart_upload", upload["Initiated"].timestamp(), None, "")
+        return builtins.list(found.values())
+
+    def drop_staged(self, entry: StagedEntry) -> None:
+        """Abort every open upload of ``entry.name`` (found by its exact key), then drop its markers."""
+        key = self.key_of(entry.name)
+        for upload in self._uploads(key, None):
+            if upload["Key"] == key:
+                self._abort(key, upload["UploadId"])
+        for marker in filter(None, entry.handle.split("\n")):
+            self.delete(marker)
 
     # Small files --------------------------------------------------------------------------
 
@@ -382,7 +462,7 @@ class S3Storage:
                 body.close()
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        """``PutObject`` with ``If-None-Match: *``: False when the key exists (412)."""
+        """``PutObject`` with ``If-None-Match: *``; on 412, True only if the object holds ``data``."""
         key = self.key_of(name)
         for attempt in range(CONFLICT_RETRIES + 1):
             with self.errors(key):
@@ -392,11 +472,15 @@ class S3Storage:
                 except ClientError as exc:
                     code = error_code(exc)
                     if code == "PreconditionFailed":
-                        return False
+                        break
+                    # 409: a concurrent conditional write to the key; AWS says to retry.
                     if code != "ConditionalRequestConflict" or attempt == CONFLICT_RETRIES:
                         raise
             time.sleep(0.05 * 2**attempt)
-        raise AssertionError("unreachable")  # pragma: no cover
+        try:
+            return self.read_bytes(name) == data  # our own earlier try, whose answer was lost?
+        except FileNotFoundError:
+            return False
 
     def put(self, name: str, data: bytes) -> None:
         key = self.key_of(name)
@@ -410,7 +494,7 @@ class S3Storage:
 
     # Listing ------------------------------------------------------------------------------
 
-    def list(self, folder: str = "") -> list[StoredFile]:
+    def list(self, folder: str = "") -> builtins.list[StoredFile]:
         prefix = self._folder_prefix(folder)
         found = []
         with self.errors(prefix or None):
@@ -436,31 +520,6 @@ class S3Storage:
             for page in self.client.get_paginator("list_multipart_uploads").paginate(**kwargs):
                 yield from page.get("Uploads", ())
 
-    def pending_uploads(self, folder: str = "") -> builtins.list[PendingUpload]:
-        """In-flight multipart uploads directly in ``folder``, with their parts and bytes so far."""
-        found = []
-        for upload in self._uploads(self._folder_prefix(folder), "/"):
-            key, upload_id = upload["Key"], upload["UploadId"]
-            parts = size = 0
-            try:
-                with self.errors(key):
-                    pages = self.client.get_paginator("list_parts").paginate(
-                        Bucket=self.bucket, Key=key, UploadId=upload_id
-                    )
-                    for page in pages:
-                        for part in page.get("Parts", ()):
-                            parts += 1
-                            size += int(part["Size"])
-            except FileNotFoundError:
-                continue  # completed or aborted while we listed
-            found.append(
-                PendingUpload(self._name_of(key), upload_id, upload["Initiated"].timestamp(), parts, size)
-            )
-        return found
-
-    def abort_upload(self, upload: PendingUpload) -> None:
-        self._abort(self.key_of(upload.name), upload.upload_id)
-
     def root_exists(self) -> bool:
         """The bucket exists and, for a prefix, something (an object or an upload) is under it."""
         try:
@@ -476,6 +535,52 @@ class S3Storage:
         if listed.get("KeyCount", 0) > 0:
             return True
         return next(iter(self._uploads(prefix, None)), None) is not None
+
+    def check_conditional_writes(self) -> None:
+        """Probe that ``If-None-Match: *`` is honoured by PutObject and CompleteMultipartUpload.
+
+        A store that ignores the header would let a second attempt silently replace a
+        published file or a commit record (last writer wins): exactly-once cannot hold there,
+        so the writer is refused when it creates a table. Costs six requests, once per table.
+        """
+        name = f"{META_DIR}/probe-{uuid.uuid4().hex}"
+        key = self.key_of(name)
+        advice = (
+            f"the S3 endpoint {self.endpoint} does not honour If-None-Match: * on {{}}, so a "
+            "retried or concurrent write could silently replace committed data; lakesink cannot "
+            "write exactly once there. Use a store with conditional writes (AWS S3, MinIO >= 2024)"
+        )
+        try:
+            if not self.put_if_absent(name, b"1"):
+                raise StorageError(f"probe object {key} existed before it was written")
+            if self.put_if_absent(name, b"2") or self.read_bytes(name) != b"1":
+                raise StorageError(advice.format("PutObject"))
+            staged = self.stage(name)
+            staged.write(b"3")
+            sealed = staged.seal()
+            try:
+                with self.errors(key):
+                    try:
+                        self.client.complete_multipart_upload(
+                            Bucket=self.bucket,
+                            Key=key,
+                            UploadId=sealed.upload_id,
+                            MultipartUpload={
+                                "Parts": [{"PartNumber": n, "ETag": e} for n, e in sealed.parts]
+                            },
+                            IfNoneMatch="*",
+                        )
+                        honoured = False
+                    except ClientError as exc:
+                        if error_code(exc) != "PreconditionFailed":
+                            raise
+                        honoured = True
+            finally:
+                quietly(lambda: self.discard(sealed), f"abort probe upload {key}")
+            if not honoured:
+                raise StorageError(advice.format("CompleteMultipartUpload"))
+        finally:
+            quietly(lambda: self.delete(name), f"delete probe object {key}")
 
     # Reading with pyarrow -----------------------------------------------------------------
 
@@ -502,27 +607,11 @@ class S3Storage:
         if not (endpoint.hostname or "").endswith(".amazonaws.com"):
             kwargs["endpoint_override"] = endpoint.netloc + endpoint.path.rstrip("/")
             kwargs["scheme"] = endpoint.scheme or "https"
-        connect = self._config_kwargs.get("connect_timeout")
+        connect = self._settings.config_kwargs.get("connect_timeout")
         if isinstance(connect, int | float):
             kwargs["connect_timeout"] = float(connect)
-        read = self._config_kwargs.get("read_timeout")
+        read = self._settings.config_kwargs.get("read_timeout")
         if isinstance(read, int | float):
             kwargs["request_timeout"] = float(read)
         base = f"{self.bucket}/{self.prefix}" if self.prefix else self.bucket
         return S3FileSystem(**kwargs), base
-
-
-class _Redacted:
-    """Holds credentials; its repr hides them (so does ``repr(vars(storage))``)."""
-
-    __slots__ = ("value",)
-
-    def __init__(self, value: dict[str, Any]) -> None:
-        self.value = value
-
-    def __repr__(self) -> str:
-        return "<redacted>"
-
-
-class _Conflict(Exception):
-    """Internal: a 409 ConditionalRequestConflict that publish retries."""

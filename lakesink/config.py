@@ -1,0 +1,190 @@
+"""What a lakesink writer can be told, in one place: the keywords of ``write_stream``, the options
+of ``format("lakesink")`` and their checks all derive from the fields here.
+
+Spark hands a data source its options as case-insensitive strings; ``SinkConfig.from_options``
+parses them, refuses unknown ones by name, and never echoes a value that may be a secret.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import pickle
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, get_type_hints
+
+from lakesink.commit.files import WriteOptions
+from lakesink.commit.observer import Observer
+from lakesink.format.log import DEFAULT_CHECKPOINT_INTERVAL
+from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE
+from lakesink.storage import Storage, open_storage
+
+#: The option that carries storage options: a JSON object (it may hold credentials).
+STORAGE_OPTIONS_KEY = "storage_options"
+#: The option that carries an observer: a pickled object, base64 (see ``lakesink.commit.observer``).
+OBSERVER_KEY = "observer"
+#: Options Spark itself passes to every data source.
+SPARK_KEYS = ("path", "checkpointlocation")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The writer settings beyond Parquet layout (epoch mode).
+
+    Parameters
+    ----------
+    checkpoint_interval
+        Epochs between two checkpoint segments of the epoch log.
+    staged_cleanup_age
+        Seconds after which staged data of an epoch not yet committed counts as a dead task's,
+        for the sweep a writer runs after the first commit of each run.
+    """
+
+    checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
+    staged_cleanup_age: float = DEFAULT_STAGED_AGE
+
+    def __post_init__(self) -> None:
+        if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
+            raise TypeError(f"checkpoint_interval must be an int, got {self.checkpoint_interval!r}")
+        if self.checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be >= 1, got {self.checkpoint_interval}")
+        age = self.staged_cleanup_age
+        if isinstance(age, bool) or not isinstance(age, int | float) or not age >= 0:
+            raise ValueError(f"staged_cleanup_age must be a number of seconds >= 0, got {age!r}")
+
+
+def _option_types() -> dict[str, Any]:
+    hints = {**get_type_hints(WriteOptions), **get_type_hints(SinkOptions)}
+    return {f.name: hints[f.name] for cls in (WriteOptions, SinkOptions) for f in fields(cls)}
+
+
+#: Every tunable option with its type, derived from the dataclasses above.
+OPTION_TYPES: dict[str, Any] = _option_types()
+#: Every option ``format("lakesink")`` understands (lower case, as Spark passes them).
+KNOWN_OPTIONS = tuple(sorted({*SPARK_KEYS, STORAGE_OPTIONS_KEY, OBSERVER_KEY, *OPTION_TYPES}))
+
+
+@dataclass(frozen=True)
+class SinkConfig:
+    """The parsed options of one epoch-mode writer; picklable, and its repr shows no storage option."""
+
+    path: str
+    storage_options: Mapping[str, Any] = field(default_factory=dict)
+    write: WriteOptions = field(default_factory=WriteOptions)
+    sink: SinkOptions = field(default_factory=SinkOptions)
+    checkpoint_location: str | None = None
+    observer: Observer | None = None
+
+    def __repr__(self) -> str:
+        return f"SinkConfig(path={self.path!r}, checkpoint_location={self.checkpoint_location!r})"
+
+    def storage(self) -> Storage:
+        return open_storage(self.path, self.storage_options)
+
+    @classmethod
+    def from_keywords(
+        cls,
+        path: str,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        checkpoint_location: str | None = None,
+        observer: Observer | None = None,
+        **options: Any,
+    ) -> SinkConfig:
+        """From ``write_stream``'s keywords; TypeError naming unknown ones."""
+        unknown = sorted(set(options) - set(OPTION_TYPES))
+        if unknown:
+            raise TypeError(f"unknown lakesink option(s) {unknown}; known: {sorted(OPTION_TYPES)}")
+        write = {k: v for k, v in options.items() if k in WriteOptions.__dataclass_fields__}
+        sink = {k: v for k, v in options.items() if k in SinkOptions.__dataclass_fields__}
+        config = cls(
+            path,
+            dict(storage_options or {}),
+            WriteOptions(**write),
+            SinkOptions(**sink),
+            checkpoint_location,
+            observer,
+        )
+        config.storage()  # bad path or storage options fail here, naming them
+        return config
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> SinkConfig:
+        """From Spark's (string, case-insensitive) options; errors name the option, never a secret."""
+        opts = {k.lower(): v for k, v in options.items()}
+        unknown = sorted(set(opts) - set(KNOWN_OPTIONS))
+        if unknown:
+            raise ValueError(
+                f'unknown option(s) {unknown} for format("lakesink"); known: {list(KNOWN_OPTIONS)}'
+            )
+        path = opts.get("path")
+        if not path:
+            raise ValueError('format("lakesink") needs the table path: .option("path", ...) or .start(path)')
+        storage_options: Any = {}
+        raw = opts.get(STORAGE_OPTIONS_KEY)
+        if raw:
+            try:
+                storage_options = json.loads(raw)
+            except ValueError:
+                storage_options = None
+            if not isinstance(storage_options, dict):
+                # The value is not shown: it may hold credentials.
+                raise ValueError(f"option {STORAGE_OPTIONS_KEY!r} must be a JSON object (value not shown)")
+        parsed = {k: _parse(k, opts[k], OPTION_TYPES[k]) for k in OPTION_TYPES if k in opts}
+        return cls.from_keywords(
+            path,
+            storage_options=storage_options,
+            checkpoint_location=opts.get("checkpointlocation") or None,
+            observer=_decode_observer(opts[OBSERVER_KEY]) if opts.get(OBSERVER_KEY) else None,
+            **parsed,
+        )
+
+    def to_options(self) -> dict[str, str]:
+        """The Spark options that :meth:`from_options` turns back into this config."""
+        options = {"path": self.path}
+        if self.storage_options:
+            options[STORAGE_OPTIONS_KEY] = json.dumps(dict(self.storage_options))
+        for part in (self.write, self.sink):
+            for f in fields(part):  # type: ignore[arg-type]
+                value = getattr(part, f.name)
+                if value != f.default:
+                    options[f.name] = (
+                        "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+                    )
+        if self.observer is not None:
+            options[OBSERVER_KEY] = base64.b64encode(pickle.dumps(self.observer)).decode("ascii")
+        if self.checkpoint_location:
+            options["checkpointLocation"] = self.checkpoint_location
+        return options
+
+    def replace(self, **changes: Any) -> SinkConfig:
+        return dataclasses.replace(self, **changes)
+
+
+def _parse(key: str, value: str, kind: Any) -> Any:
+    text = value.strip()
+    if kind is bool:
+        if text.lower() in ("true", "1", "yes"):
+            return True
+        if text.lower() in ("false", "0", "no"):
+            return False
+        raise ValueError(f"option {key!r} must be true or false, got {value!r}")
+    if key == "compression_level" and text.lower() in ("", "none"):
+        return None
+    base = int if kind in (int, "int", int | None) else float if kind in (float, "float") else str
+    try:
+        return base(text)
+    except ValueError:
+        raise ValueError(f"option {key!r} must be {base.__name__}, got {value!r}") from None
+
+
+def _decode_observer(text: str) -> Observer:
+    try:
+        observer = pickle.loads(base64.b64decode(text))
+    except Exception as exc:
+        raise ValueError(f"option {OBSERVER_KEY!r} is not a pickled observer: {exc}") from exc
+    if not callable(observer):
+        raise ValueError(f"option {OBSERVER_KEY!r} must hold a callable, got {type(observer).__name__}")
+    return observer  # type: ignore[no-any-return]

@@ -1,0 +1,118 @@
+"""The lake's names: data files, staged files and metadata, and how a listing is parsed.
+
+Every name here is part of the on-disk contract (docs/FORMAT.md). Only the standard library.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from dataclasses import dataclass
+from typing import Literal
+
+#: Version of the lake contract in docs/FORMAT.md. Bump it with every change to the contract.
+#: 2: epoch records carry a commit id; log checkpoints hold one segment of epochs each;
+#: table.json carries a table id (and, in foreach mode, the owning query).
+FORMAT_VERSION = 2
+
+#: Hidden folder at the table root holding table metadata and the epoch log. Spark, pyarrow
+#: and DuckDB skip names starting with "_" or "." -- and no file in it ends in ".parquet".
+META_DIR = "_lakesink"
+TABLE_FILE = f"{META_DIR}/table.json"
+EPOCHS_DIR = f"{META_DIR}/epochs"
+#: Object stores only: one small marker object per staged upload (see ``storage.s3``), so
+#: that staged data can be listed on stores that cannot list uploads by prefix (MinIO).
+STAGING_DIR = f"{META_DIR}/staging"
+
+STAGED_SUFFIX = ".uncommitted"
+DATA_SUFFIX = ".parquet"
+
+#: The states of a data file (docs/FORMAT.md, "States"). A listing tells staged from
+#: published; only the log (epoch mode) or the name (foreach mode) makes a file committed.
+FileState = Literal["staged", "published", "committed"]
+
+_DATA_FILE = re.compile(
+    r"^part-(?P<partition>\d{5,})-epoch-(?P<epoch>\d{12,})(?:-(?P<writer>[0-9a-f]{8,}))?\.parquet$"
+)
+_STAGED = re.compile(r"^\.(?P<final>part-.+\.parquet)\.(?P<attempt>[0-9a-f]{8,})\.uncommitted$")
+
+
+@dataclass(frozen=True)
+class DataFileName:
+    """A parsed data-file name: which (partition, epoch) it holds, and whether it is staged."""
+
+    name: str
+    partition: int
+    epoch: int
+    state: Literal["staged", "published"]
+    final_name: str  # the published name (the name itself, for a published file)
+    writer: str | None  # foreach: the query tag; epoch: the task attempt's id
+
+
+def new_attempt_id() -> str:
+    """A fresh id for one task attempt: two attempts never share a staged file."""
+    return uuid.uuid4().hex[:16]
+
+
+def data_file_name(partition: int, epoch: int, writer_id: str | None = None) -> str:
+    """The published name of a (partition, epoch) file.
+
+    Foreach mode passes the streaming query's tag: the name is deterministic per (query,
+    partition, epoch), so a no-clobber publish is what fences two attempts of the same
+    (partition, epoch), and a replay finds the file. Epoch mode passes the attempt's id:
+    names never collide there, and the epoch record (not the name) decides what is committed.
+    """
+    if partition < 0 or epoch < 0:
+        raise ValueError(f"partition and epoch must be >= 0, got ({partition}, {epoch})")
+    if writer_id is not None and not re.fullmatch(r"[0-9a-f]{8,}", writer_id):
+        raise ValueError(f"writer id must be 8 or more lowercase hex digits, got {writer_id!r}")
+    suffix = f"-{writer_id}" if writer_id else ""
+    return f"part-{partition:05d}-epoch-{epoch:012d}{suffix}{DATA_SUFFIX}"
+
+
+def staged_name(final_name: str, attempt_id: str) -> str:
+    """Name under which an attempt stages ``final_name``: hidden ('.' first) and '.uncommitted'."""
+    return f".{final_name}.{attempt_id}{STAGED_SUFFIX}"
+
+
+def parse_data_file(name: str) -> DataFileName | None:
+    """Parse a base name at the table root; None for anything that is not a lake data file."""
+    staged = _STAGED.match(name)
+    final = staged.group("final") if staged else name
+    match = _DATA_FILE.match(final)
+    if match is None:
+        return None
+    return DataFileName(
+        name=name,
+        partition=int(match.group("partition")),
+        epoch=int(match.group("epoch")),
+        state="staged" if staged else "published",
+        final_name=final,
+        writer=match.group("writer"),
+    )
+
+
+def epoch_record_name(epoch: int) -> str:
+    """The epoch-mode commit record of ``epoch`` (zero-padded so names sort by epoch)."""
+    return f"{EPOCHS_DIR}/{epoch:020d}.json"
+
+
+def epoch_checkpoint_name(epoch: int) -> str:
+    """A checkpoint of the epoch log: the records of one segment of epochs ending at ``epoch``."""
+    return f"{EPOCHS_DIR}/{epoch:020d}.checkpoint.json"
+
+
+#: Hint naming the newest checkpoint of the epoch log, so readers need not list the log.
+#: Safe to lose or to lag (readers then start from an older checkpoint or list the folder).
+EPOCH_LAST_CHECKPOINT = f"{EPOCHS_DIR}/_last_checkpoint.json"
+
+_EPOCH_LOG_ENTRY = re.compile(r"^(?P<epoch>\d{20})\.(?P<kind>json|checkpoint\.json)$")
+
+
+def parse_epoch_log_entry(name: str) -> tuple[int, Literal["record", "checkpoint"]] | None:
+    """Parse a base name in the epoch log folder: (epoch, "record" | "checkpoint") or None."""
+    match = _EPOCH_LOG_ENTRY.match(name)
+    if match is None:
+        return None
+    kind: Literal["record", "checkpoint"] = "record" if match.group("kind") == "json" else "checkpoint"
+    return int(match.group("epoch")), kind

@@ -1,0 +1,189 @@
+"""Table metadata (``_lakesink/table.json``): format version, writer mode, schema, owner.
+
+The first writer creates it (create-if-absent, so concurrent first writers agree on one);
+every later writer checks its stream against it, and the reader takes the schema from it.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+
+from lakesink.errors import (
+    CorruptFileError,
+    FormatVersionError,
+    ModeMismatchError,
+    NotALakeError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+from lakesink.format.names import FORMAT_VERSION, TABLE_FILE
+from lakesink.storage.base import Storage
+
+WriterMode = Literal["foreach", "epoch"]
+WRITER_MODES: tuple[WriterMode, ...] = ("foreach", "epoch")
+
+
+@dataclass(frozen=True)
+class TableMetadata:
+    """What ``_lakesink/table.json`` says.
+
+    ``table_id`` is unique per table (it makes the file's bytes unique, which is how a
+    create-if-absent whose answer was lost recognises its own write). ``owner_query`` is the
+    tag of the streaming query that created a foreach-mode table (None in epoch mode, where
+    the epoch log records the query of every epoch, and for tables of format version 1).
+    """
+
+    format_version: int
+    mode: WriterMode
+    schema: pa.Schema
+    created_at: float
+    table_id: str | None = None
+    owner_query: str | None = None
+
+    @classmethod
+    def new(cls, mode: WriterMode, schema: pa.Schema, *, owner_query: str | None = None) -> TableMetadata:
+        return cls(FORMAT_VERSION, mode, schema, time.time(), uuid.uuid4().hex, owner_query)
+
+    def to_json(self) -> bytes:
+        doc: dict[str, Any] = {
+            "format_version": self.format_version,
+            "mode": self.mode,
+            "table_id": self.table_id,
+            "created_at": self.created_at,
+            # For humans; the exact schema is the Arrow IPC serialization below.
+            "columns": [{"name": f.name, "type": str(f.type), "nullable": f.nullable} for f in self.schema],
+            "arrow_schema": base64.b64encode(self.schema.serialize().to_pybytes()).decode("ascii"),
+        }
+        if self.owner_query is not None:
+            doc["owner_query"] = self.owner_query
+        return json.dumps(doc, indent=2).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str) -> TableMetadata:
+        try:
+            doc: dict[str, Any] = json.loads(data)
+            version = int(doc["format_version"])
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise CorruptFileError(f"{where}: table metadata is not valid lakesink JSON: {exc}") from exc
+        if version > FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{where}: lake format version {version} is newer than this lakesink "
+                f"understands ({FORMAT_VERSION}); upgrade lakesink"
+            )
+        try:
+            schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow_schema"])))
+            mode = doc["mode"]
+        except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
+            raise CorruptFileError(f"{where}: table metadata has no readable schema: {exc}") from exc
+        if mode not in WRITER_MODES:
+            raise CorruptFileError(f"{where}: unknown writer mode {mode!r}")
+        owner = doc.get("owner_query")
+        table_id = doc.get("table_id")
+        return cls(
+            version,
+            mode,
+            schema,
+            float(doc.get("created_at", 0.0)),
+            str(table_id) if table_id is not None else None,
+            str(owner) if owner is not None else None,
+        )
+
+
+def _file_in_the_way(path: str) -> str:
+    """The part of a local ``path`` that exists (as a file, since it was in the way)."""
+    while path and not os.path.exists(path) and os.path.dirname(path) != path:
+        path = os.path.dirname(path)
+    return path
+
+
+def _where(storage: Storage) -> str:
+    return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
+
+
+def find_table(storage: Storage) -> TableMetadata | None:
+    """The table's metadata, or None when there is none yet (the path may not exist either)."""
+    try:
+        data = storage.read_bytes(TABLE_FILE)
+    except NotADirectoryError:
+        raise NotADirectoryError(
+            f"{storage.url!r} cannot be a lake folder: {_file_in_the_way(storage.url)!r} is a file"
+        ) from None
+    except FileNotFoundError:
+        return None
+    return TableMetadata.from_json(data, _where(storage))
+
+
+def read_table_metadata(storage: Storage) -> TableMetadata:
+    """The table's metadata; TableNotFoundError / NotALakeError naming the path otherwise."""
+    found = find_table(storage)
+    if found is not None:
+        return found
+    if not storage.root_exists():
+        raise TableNotFoundError(f"no lake at {storage.url!r}: the path does not exist")
+    raise NotALakeError(
+        f"{storage.url!r} is not a lakesink table: {TABLE_FILE} is missing "
+        "(nothing was ever committed here by lakesink)"
+    )
+
+
+def schema_differences(expected: pa.Schema, actual: pa.Schema) -> list[str]:
+    """Human-readable column differences; empty when the schemas match.
+
+    Nullability is ignored: Spark reports the same stream as nullable or not depending on the
+    plan, and Parquet readers do not care.
+    """
+    diffs = []
+    want = {f.name: f.type for f in expected}
+    got = {f.name: f.type for f in actual}
+    for name, dtype in want.items():
+        if name not in got:
+            diffs.append(f"column {name!r} ({dtype}) is missing from the stream")
+        elif got[name] != dtype:
+            diffs.append(f"column {name!r} changed type from {dtype} to {got[name]}")
+    diffs.extend(f"column {name!r} ({got[name]}) is new" for name in got if name not in want)
+    if not diffs and list(want) != list(got):
+        diffs.append(f"column order changed from {list(want)} to {list(got)}")
+    return diffs
+
+
+def check_compatible(existing: TableMetadata, schema: pa.Schema, mode: WriterMode, url: str) -> None:
+    """Raise ModeMismatchError / SchemaMismatchError when a writer does not fit the table."""
+    if existing.mode != mode:
+        raise ModeMismatchError(
+            f"{url!r} is a {existing.mode}-mode lake; refusing to write to it in {mode} mode"
+        )
+    diffs = schema_differences(existing.schema, schema)
+    if diffs:
+        raise SchemaMismatchError(
+            f"schema of the stream differs from the lake at {url!r}: "
+            + "; ".join(diffs)
+            + ". Write to a new lake path (schema evolution is not supported)."
+        )
+
+
+def ensure_table(
+    storage: Storage, schema: pa.Schema, mode: WriterMode, *, owner_query: str | None = None
+) -> TableMetadata:
+    """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
+
+    Creating a table first checks that the storage honours create-if-absent writes
+    (``Storage.check_conditional_writes``): on one that silently overwrites, exactly-once
+    cannot hold, and the writer is refused before anything is written.
+    """
+    existing = find_table(storage)
+    if existing is None:
+        fresh = TableMetadata.new(mode, schema, owner_query=owner_query)
+        storage.check_conditional_writes()
+        if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
+            return fresh
+        existing = read_table_metadata(storage)  # a concurrent first writer created it
+    check_compatible(existing, schema, mode, storage.url)
+    return existing

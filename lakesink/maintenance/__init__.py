@@ -1,0 +1,11 @@
+"""Maintenance of a lake beside (or after) its writers: the orphan sweep and the integrity check.
+
+- ``sweep``: finds, and on request removes, what crashed or losing writers left behind. The
+  writer's own recovery and the ``lakesink orphans`` command are this one sweep.
+- ``verify``: checks that every committed file is there and readable (read-only).
+"""
+
+from lakesink.maintenance.sweep import Orphan, SweepReport, sweep
+from lakesink.maintenance.verify import Problem, VerifyReport, verify
+
+__all__ = ["Orphan", "Problem", "SweepReport", "VerifyReport", "sweep", "verify"]

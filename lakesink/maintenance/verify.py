@@ -1,0 +1,102 @@
+"""``lakesink verify``: is every committed file of a table there, whole and readable? Read-only.
+
+A lake damaged by something outside the fault model (a file deleted by hand or by a bucket
+lifecycle rule, a disk error, a bug in an older lakesink) makes ``read_committed`` fail for the
+whole table. This names every committed file that is missing or unreadable, so an operator
+can restore it (from a backup, or from a bucket's earlier object version) or decide to read
+around it (``read_committed(..., on_error="skip")``). README's "Repairing a lake" says more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lakesink.format.log import CommittedFile, EpochLog
+from lakesink.format.names import parse_data_file
+from lakesink.format.table import read_table_metadata, schema_differences
+from lakesink.storage import Storage, open_storage
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A committed file that a reader cannot use."""
+
+    name: str
+    epoch: int
+    problem: str
+
+
+@dataclass
+class VerifyReport:
+    path: str
+    checked: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(
+    path_or_storage: str | Storage,
+    *,
+    deep: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> VerifyReport:
+    """Check every committed file: present, of the recorded size, a Parquet file of the table's schema.
+
+    ``deep=True`` also reads every row (catches damaged pages that a footer check misses).
+    Raises TableNotFoundError / NotALakeError when there is no table at the path.
+    """
+    storage = (
+        open_storage(path_or_storage, storage_options)
+        if isinstance(path_or_storage, str)
+        else path_or_storage
+    )
+    metadata = read_table_metadata(storage)
+    listing = {entry.name: entry.size for entry in storage.list("")}
+    if metadata.mode == "epoch":
+        committed = EpochLog(storage).committed_files()
+    else:
+        committed = [
+            CommittedFile(name, parsed.partition, parsed.epoch, -1, size)
+            for name, size in listing.items()
+            if (parsed := parse_data_file(name)) is not None and parsed.state == "published"
+        ]
+    fs, base = storage.arrow_filesystem()
+    report = VerifyReport(storage.url)
+    for done, f in enumerate(committed, 1):
+        report.checked += 1
+        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", metadata.schema, deep)
+        if problem is not None:
+            report.problems.append(Problem(f.name, f.epoch, problem))
+        if progress is not None:
+            progress(done, len(committed))
+    return report
+
+
+def _check(
+    f: CommittedFile, listing: Mapping[str, int], fs: Any, path: str, schema: pa.Schema, deep: bool
+) -> str | None:
+    if f.name not in listing:
+        return "missing: the epoch record lists it, but it is not in storage"
+    if f.rows >= 0 and listing[f.name] != f.size:
+        return f"size differs: recorded {f.size} bytes, found {listing[f.name]}"
+    try:
+        meta = pq.read_metadata(path, filesystem=fs)
+        if deep:
+            pq.read_table(path, filesystem=fs)
+    except (OSError, pa.ArrowException) as exc:
+        return f"unreadable: {exc}"
+    if f.rows >= 0 and meta.num_rows != f.rows:
+        return f"row count differs: recorded {f.rows}, the file has {meta.num_rows}"
+    diffs = schema_differences(schema, meta.schema.to_arrow_schema())
+    if diffs:
+        return "schema differs from the table's: " + "; ".join(diffs)
+    return None

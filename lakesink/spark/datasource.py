@@ -1,0 +1,252 @@
+"""``format("lakesink")``: the epoch-mode sink -- PySpark's Python Data Source API mapped onto the
+commit protocol (``lakesink.commit``). Nothing here decides what becomes visible.
+
+Where each hook runs (pyspark 4.3):
+
+- ``LakeSinkDataSource.__init__``: a Python worker on the driver, once per query start; the
+  instance is then pickled to every other worker, so everything travels in ``config``.
+- ``streamWriter``: a driver worker, at each micro-batch, twice (for planning, and again in
+  the commit worker): checks (or creates) the table, hands out the writer.
+- ``LakeStreamWriter.write``: executors, one task per partition: one ``FileWriter`` stages
+  the task's Arrow batches (no per-row Python objects) and publishes them under a name unique
+  to the attempt; the task returns a small picklable :class:`EpochCommitMessage`.
+- ``commit`` / ``abort``: a driver worker (reused between epochs): an ``EpochCommitter``
+  records the epoch, or deletes what its tasks published.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+
+from lakesink.commit import EpochCommitter, FileWriter
+from lakesink.config import SinkConfig
+from lakesink.errors import CommitError
+from lakesink.format.log import CommittedFile
+from lakesink.format.names import data_file_name, new_attempt_id
+from lakesink.format.table import TableMetadata, ensure_table
+from lakesink.spark.rows import arrow_schema
+from lakesink.spark.workers import freeze_heap_once
+from lakesink.storage import open_storage
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "lakesink"
+
+
+@dataclass(frozen=True)
+class EpochCommitMessage(WriterCommitMessage):
+    """What one task attempt hands to the driver: the file it published (if any) and counts.
+
+    ``skipped`` is True when the task saw that its epoch was already committed (a replay) and
+    wrote nothing.
+    """
+
+    partition: int
+    epoch: int
+    query_id: str | None
+    files: tuple[CommittedFile, ...]
+    skipped: bool = False
+
+
+class LakeSinkDataSource(DataSource):
+    """The ``lakesink`` data source: ``df.writeStream.format("lakesink").option("path", p)``.
+
+    Options are the keywords of :func:`lakesink.write_stream` (``lakesink.config`` lists
+    them); unknown ones are refused by name.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return SOURCE_NAME
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.config = SinkConfig.from_options(options)
+        # One token per instance: Spark creates it once per query start and unpickles it for
+        # every epoch commit, so the token names this run of the query.
+        self.run_token = uuid.uuid4().hex
+
+    def __repr__(self) -> str:
+        return f"LakeSinkDataSource({self.config.path!r})"
+
+    def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
+        """Driver side: check (or create) the table metadata, then hand out the writer."""
+        if overwrite:
+            raise ValueError(
+                f"lakesink tables are append-only: output mode 'complete' cannot write {self.config.path!r}; "
+                "use outputMode('append')"
+            )
+        arrow = arrow_schema(schema)
+        checked_table(self.config, arrow)
+        return LakeStreamWriter(self.config, arrow, self.run_token)
+
+    def writer(self, schema: Any, overwrite: bool) -> Any:
+        raise NotImplementedError(
+            f"lakesink tables take streaming writes only (df.writeStream.format('lakesink')): a batch "
+            f"df.write cannot append to {self.config.path!r}. For a backfill, stream the data with "
+            "trigger(availableNow=True) -- into its own lake, since one lake takes one streaming query."
+        )
+
+
+_CHECKED: dict[tuple[str, bytes], TableMetadata] = {}
+
+
+def checked_table(config: SinkConfig, schema: pa.Schema) -> TableMetadata:
+    """``ensure_table`` once per Python worker process (it runs twice per micro-batch otherwise)."""
+    key = (config.storage().url, schema.serialize().to_pybytes())
+    if key not in _CHECKED:
+        _CHECKED[key] = ensure_table(config.storage(), schema, "epoch")
+    return _CHECKED[key]
+
+
+class LakeStreamWriter(DataSourceStreamArrowWriter):
+    """Stages and publishes files on executors (``write``), commits whole epochs on the driver."""
+
+    def __init__(self, config: SinkConfig, schema: pa.Schema, run_token: str) -> None:
+        self.config = config
+        self.schema = schema
+        self.run_token = run_token
+
+    def __repr__(self) -> str:
+        return f"LakeStreamWriter({self.config.path!r})"
+
+    # Executors ---------------------------------------------------------------------------
+
+    # pyspark annotates the Arrow variant with its parent's Iterator[Row] signature, hence the ignore.
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> EpochCommitMessage:  # type: ignore[override]
+        """Stage and publish this task's batches as one Parquet file; report it to the driver."""
+        from pyspark import TaskContext
+
+        freeze_heap_once()
+        ctx = TaskContext.get()
+        if ctx is None:  # pragma: no cover - Spark always runs write inside a task
+            raise RuntimeError("LakeStreamWriter.write must run inside a Spark task")
+        partition, epoch = ctx.partitionId(), batch_id(ctx)
+        query_id = ctx.getLocalProperty("sql.streaming.queryId")
+        storage = self.config.storage()
+        committer = EpochCommitter(storage, query_id=query_id)
+        if committer.committed(epoch):
+            # A replay of a committed epoch: the driver will skip it whole, so write nothing.
+            for _ in iterator:
+                pass
+            return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
+        name = data_file_name(partition, epoch, new_attempt_id())
+        writer = FileWriter(
+            storage,
+            name,
+            self.schema,
+            self.config.write,
+            observer=self.config.observer,
+            epoch=epoch,
+            partition=partition,
+        )
+        try:
+            for batch in iterator:
+                writer.write(batch)
+        except BaseException:
+            writer.discard()
+            raise
+        published = writer.publish()
+        if published is None:
+            return EpochCommitMessage(partition, epoch, query_id, ())
+        if not published.won:  # names carry a fresh attempt id: a taken name is a bug, not a race
+            raise CommitError(f"{storage.url}/{name} already existed when this task published it")
+        return EpochCommitMessage(
+            partition,
+            epoch,
+            query_id,
+            (CommittedFile(name, partition, epoch, published.rows, published.size),),
+        )
+
+    # Driver ------------------------------------------------------------------------------
+
+    def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """Record the epoch (the commit point); see ``lakesink.commit.epochs``."""
+        freeze_heap_once()
+        ours = _messages(messages, batchId)
+        sweep = self.run_token not in _SWEPT  # once per run of the query, after its first commit
+        self._committer(ours).commit(
+            batchId,
+            [f for m in ours for f in m.files],
+            source_offsets=self._source_offsets(batchId),
+            sweep_older_than=self.config.sink.staged_cleanup_age if sweep else None,
+        )
+        _SWEPT.add(self.run_token)
+
+    def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""
+        ours = _messages(messages, batchId)
+        self._committer(ours).abort(batchId, [f for m in ours for f in m.files])
+
+    # -------------------------------------------------------------------------------------
+
+    def _committer(self, messages: Sequence[EpochCommitMessage]) -> EpochCommitter:
+        return EpochCommitter(
+            self.config.storage(),
+            query_id=next((m.query_id for m in messages if m.query_id), None),
+            checkpoint_interval=self.config.sink.checkpoint_interval,
+            observer=self.config.observer,
+        )
+
+    def _source_offsets(self, epoch: int) -> Any:
+        """The epoch's source offsets, read from Spark's offset log ``<checkpoint>/offsets/<epoch>``.
+
+        The Python Data Source API does not hand offsets to the sink; Spark writes them to its
+        offset log before the epoch runs, so the driver can read them there when it knows the
+        checkpoint location (it travels as the ``checkpointLocation`` option). The log's
+        format is Spark's: a version line, a metadata line, then one JSON offset per source.
+        None when unavailable -- offsets are informational, never needed for correctness.
+        """
+        location = self.config.checkpoint_location
+        if not location:
+            return None
+        try:
+            remote = location.split("://", 1)[0].lower() in ("s3", "s3a")
+            checkpoint = open_storage(location, self.config.storage_options if remote else None)
+            text = checkpoint.read_bytes(f"offsets/{epoch}").decode()
+        except Exception:
+            log.debug("no offset log for epoch %d under the checkpoint location", epoch, exc_info=True)
+            return None
+        offsets: list[Any] = []
+        for line in text.splitlines()[2:]:
+            try:
+                offsets.append(None if line.strip() == "-" else json.loads(line))
+            except ValueError:
+                offsets.append(line)
+        return offsets
+
+
+_SWEPT: set[str] = set()
+
+
+def batch_id(ctx: Any) -> int:
+    # MicroBatchExecution sets this local property for every job of an epoch; the Python Data
+    # Source API passes the batch id to commit/abort only, and the file name needs it here.
+    value = ctx.getLocalProperty("streaming.sql.batchId")
+    if value is None:
+        raise RuntimeError(
+            "no 'streaming.sql.batchId' in the task's local properties: format('lakesink') "
+            "supports micro-batch streaming queries only"
+        )
+    return int(value)
+
+
+def _messages(messages: Sequence[WriterCommitMessage | None], epoch: int) -> list[EpochCommitMessage]:
+    found = []
+    for m in messages:
+        if m is None:
+            continue
+        if not isinstance(m, EpochCommitMessage):
+            raise CommitError(f"unexpected commit message {type(m).__name__} for epoch {epoch}")
+        if m.epoch != epoch:
+            raise CommitError(f"commit message of epoch {m.epoch} handed to the commit of epoch {epoch}")
+        found.append(m)
+    return found

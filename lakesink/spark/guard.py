@@ -1,0 +1,141 @@
+"""What happens on the driver when pyspark's own writers start a ``format("lakesink")`` write.
+
+A Python data source sees its options only when its query's first micro-batch runs, never sees
+``partitionBy``, and cannot set SQL options for its query: so a misspelt option, a
+``partitionBy`` it would ignore, a non-append output mode or a batch ``df.write`` would fail
+late, or silently do the wrong thing. ``install()`` (called by ``lakesink.register``) wraps
+``DataStreamWriter.start`` and ``DataFrameWriter.save`` of pyspark's classic API so that, for a
+lakesink write -- and for nothing else -- the wrapper reads the writer's format, options and
+partitioning from its JVM object (by reflection: they are private fields), refuses before
+anything starts what lakesink would refuse or ignore, and starts the query with lakesink's
+per-query settings (``start.STREAM_CONF``, applied only around ``start()``). Every other write
+goes through unchanged; if the JVM object is not laid out as expected (another Spark), the
+wrapper steps aside and the data source's own checks apply at the first micro-batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+SOURCE_NAME = "lakesink"
+_installed = False
+
+
+def install() -> None:
+    """Wrap pyspark's classic ``DataStreamWriter.start`` and ``DataFrameWriter.save`` (once)."""
+    global _installed
+    if _installed:
+        return
+    from pyspark.sql.readwriter import DataFrameWriter
+    from pyspark.sql.streaming.readwriter import DataStreamWriter
+
+    DataStreamWriter.start = _checked_start(DataStreamWriter.start)  # type: ignore[method-assign]
+    DataFrameWriter.save = _checked_save(DataFrameWriter.save)  # type: ignore[method-assign]
+    _installed = True
+
+
+def _field(obj: Any, name: str) -> Any:
+    """A private field of a JVM object (searched up its class hierarchy), or None."""
+    cls = obj.getClass()
+    while cls is not None:
+        try:
+            field = cls.getDeclaredField(name)
+        except Exception:  # noqa: BLE001 - py4j wraps NoSuchFieldException: try the superclass
+            cls = cls.getSuperclass()
+            continue
+        field.setAccessible(True)
+        return field.get(obj)
+    return None
+
+
+def _options(jwriter: Any) -> dict[str, str]:
+    found: dict[str, str] = {}
+    extra = _field(jwriter, "extraOptions")
+    if extra is None:
+        return found
+    entries = extra.originalMap().iterator()
+    while entries.hasNext():
+        entry = entries.next()
+        found[str(entry._1())] = str(entry._2())
+    return found
+
+
+def _is_lakesink(jwriter: Any) -> bool:
+    try:
+        source = _field(jwriter, "source")
+    except Exception:  # noqa: BLE001 - a JVM object of another layout: not ours to judge
+        return False
+    return source is not None and str(source).lower() == SOURCE_NAME
+
+
+def _checked_start(start: Any) -> Any:
+    @functools.wraps(start)
+    def checked(self: Any, path: str | None = None, format: str | None = None, outputMode: str | None = None,
+                partitionBy: Any = None, queryName: str | None = None, **options: Any) -> Any:  # fmt: skip
+        # pyspark's start() applies these first, as below; then lakesink can judge the writer.
+        if format is not None:
+            self.format(format)
+        if partitionBy is not None:
+            self.partitionBy(partitionBy)
+        if options:
+            self.options(**options)
+        if outputMode is not None:
+            self.outputMode(outputMode)
+        if not _is_lakesink(self._jwrite):
+            return start(self, path, queryName=queryName)
+        check_stream(self, path)
+        from lakesink.spark.start import STREAM_CONF, query_conf
+
+        with query_conf(self._df.sparkSession, STREAM_CONF):
+            return start(self, path, queryName=queryName)
+
+    return checked
+
+
+def check_stream(writer: Any, path: str | None) -> None:
+    """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
+    from lakesink.config import SinkConfig
+    from lakesink.format.table import check_compatible, find_table
+    from lakesink.spark.rows import arrow_schema
+
+    jwrite = writer._jwrite
+    partitioning = _field(jwrite, "partitioningColumns")
+    if partitioning is not None and partitioning.isDefined():
+        columns = list(partitioning.get().toList()) if hasattr(partitioning.get(), "toList") else partitioning.get()
+        raise ValueError(
+            f'format("lakesink") does not partition files (yet): remove .partitionBy({columns}); '
+            "every file holds all columns, and readers filter on them (filters are pushed down)"
+        )
+    mode = _field(jwrite, "outputMode")
+    if mode is not None and str(mode).lower() != "append":
+        raise ValueError(
+            f'format("lakesink") appends every epoch: output mode {str(mode).lower()!r} would write the '
+            "whole result again each time; use outputMode('append')"
+        )
+    options = _options(jwrite)
+    if path is not None:
+        options["path"] = path
+    config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
+    existing = find_table(config.storage())
+    if existing is not None:
+        check_compatible(existing, arrow_schema(writer._df.schema), "epoch", config.storage().url)
+
+
+def _checked_save(save: Any) -> Any:
+    @functools.wraps(save)
+    def checked(self: Any, path: str | None = None, format: str | None = None, *args: Any, **kwargs: Any) -> Any:
+        if format is not None:
+            self.format(format)
+        if _is_lakesink(self._jwrite):
+            raise NotImplementedError(
+                "lakesink tables take streaming writes only (df.writeStream.format('lakesink')): a batch "
+                "df.write cannot append to one. For a backfill, stream the data with "
+                "trigger(availableNow=True) -- into its own lake, since one lake takes one streaming query."
+            )
+        return save(self, path, *args, **kwargs)
+
+    return checked

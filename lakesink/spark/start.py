@@ -1,0 +1,141 @@
+"""Starting an epoch-mode query: ``register`` (for ``format("lakesink")``) and ``write_stream``."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from lakesink.commit import Observer
+from lakesink.config import SinkConfig
+from lakesink.format.table import check_compatible, find_table
+from lakesink.spark import guard
+from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
+from lakesink.spark.rows import arrow_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+
+def register(spark: SparkSession) -> None:
+    """Register the ``lakesink`` data source with ``spark``, and check its writes before they start.
+
+    Where lakesink is installed (pip), pyspark finds ``format("lakesink")`` by itself (the
+    top-level module ``pyspark_lakesink``); registering is for environments where lakesink is
+    shipped with ``--py-files`` instead. Either way, after ``register`` a
+    ``df.writeStream.format("lakesink")...start()`` is checked on the driver before it starts
+    (unknown options, ``partitionBy``, output mode, schema) and gets lakesink's per-query
+    settings, as ``write_stream`` does (``lakesink.spark.guard``). Idempotent.
+    """
+    spark.dataSource.register(LakeSinkDataSource)
+    guard.install()
+
+
+def write_stream(
+    df: DataFrame,
+    path: str,
+    *,
+    checkpoint_location: str,
+    storage_options: Mapping[str, Any] | None = None,
+    trigger: Mapping[str, Any] | None = None,
+    query_name: str | None = None,
+    observer: Observer | None = None,
+    **options: Any,
+) -> StreamingQuery:
+    """Start an epoch-mode streaming write of ``df`` into the lake at ``path``.
+
+    Every argument is checked before the query starts, and nothing is written to the lake
+    until its first epoch runs.
+
+    Parameters
+    ----------
+    df
+        A streaming DataFrame.
+    path
+        Table root: local path, ``file://`` URL or ``s3://bucket/prefix``.
+    checkpoint_location
+        Spark's checkpoint folder for the query: restarting from it resumes exactly once.
+    storage_options
+        Storage options (S3 endpoint, credentials); sent to Spark as one JSON option and
+        never shown in reprs or errors.
+    trigger
+        Keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}`` or
+        ``{"processingTime": "10 seconds"}``; Spark's default when None.
+    query_name
+        ``DataStreamWriter.queryName``.
+    observer
+        Told of each step of the commit protocol (``lakesink.commit.observer``); pickled.
+    **options
+        The fields of :class:`lakesink.WriteOptions` (``row_group_bytes``, ``compression``,
+        ``compression_level``, ``use_dictionary``, ``dictionary_page_bytes``) and
+        ``checkpoint_interval``, ``staged_cleanup_age`` (``lakesink.config.SinkOptions``).
+
+    Returns
+    -------
+    pyspark.sql.streaming.StreamingQuery
+        The started query.
+
+    Raises
+    ------
+    TypeError, ValueError
+        An unknown option, a bad value, a bad trigger: nothing is started or written.
+    SchemaMismatchError, ModeMismatchError
+        The lake exists with another schema, or in foreach mode.
+    """
+    if not isinstance(checkpoint_location, str) or not checkpoint_location:
+        raise ValueError(f"checkpoint_location must be a non-empty path, got {checkpoint_location!r}")
+    if trigger is not None and not isinstance(trigger, Mapping):
+        raise TypeError(
+            f"trigger must be a dict of DataStreamWriter.trigger keywords such as "
+            f"{{'processingTime': '5 seconds'}} or {{'availableNow': True}}, got {trigger!r}"
+        )
+    config = SinkConfig.from_keywords(
+        path,
+        storage_options=storage_options,
+        checkpoint_location=checkpoint_location,
+        observer=observer,
+        **options,
+    )
+    # Fail before starting on a table of another schema or mode; a new table is created by
+    # the query's first epoch, so a query that never starts leaves no table behind.
+    existing = find_table(config.storage())
+    if existing is not None:
+        check_compatible(existing, arrow_schema(df.schema), "epoch", config.storage().url)
+    register(df.sparkSession)
+    writer = df.writeStream.format(SOURCE_NAME).options(**config.to_options())
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    return writer.start()  # through lakesink.spark.guard: checked again, and STREAM_CONF applied
+
+
+#: SQL settings ``write_stream`` gives the query it starts, unless the session sets them itself.
+#:
+#: ``maxBytesPerBatch``: since Spark 4.1 (SPARK-51316) each JVM-to-Python Arrow batch is capped
+#: by bytes as well as by rows, and to apply the cap Spark re-measures the batch after every
+#: row it appends (``BasicPythonArrowInput.writeSizedBatch``). For the struct a Python data
+#: source's input is wrapped in, that measuring is expensive: a Java Flight Recorder profile of
+#: the ``make bench`` stream put 44% of the JVM's samples in ``ArrowWriter.sizeInBytes`` -- more
+#: than Spark's own Parquet sink spends writing the same rows. INT_MAX is the only value that
+#: switches the check off; batches are then bounded by ``maxRecordsPerBatch`` rows alone (10,000
+#: by default), as before Spark 4.1. Sessions with very wide rows can set either option.
+STREAM_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+
+
+@contextlib.contextmanager
+def query_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Apply ``settings`` to the query started inside, not to the session.
+
+    A streaming query copies its session's SQL conf when it starts, so the values are set
+    just around ``start()`` and then restored; a key the session sets itself is left alone.
+    """
+    applied = {key: value for key, value in settings.items() if spark.conf.get(key, None) is None}
+    for key, value in applied.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in applied:
+            spark.conf.unset(key)

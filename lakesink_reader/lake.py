@@ -1,0 +1,379 @@
+"""``Lake``: which files of a lakesink table a reader may see, and reading them with pyarrow.
+
+Isolation levels:
+
+- ``read_committed``: exactly the committed data, each committed file once. In foreach mode
+  that is every published file; in epoch mode, every file listed by an epoch record (files
+  published by an epoch that has no record yet are not committed).
+- ``read_all``: everything -- committed, published and staged files. Files that cannot be read
+  (being written, truncated by a crash, an S3 upload in flight, gone since they were listed,
+  damaged) are skipped and reported, never a crash.
+
+A committed file that cannot be read is an error (``CorruptFileError``, naming the file) for
+``read_committed``, unless ``on_error="skip"`` asks to read around it and report it.
+This module never imports pyspark, nor any writer module of lakesink.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+import pyarrow.dataset as ds
+import pyarrow.parquet as pq
+
+from lakesink.errors import CorruptFileError, missing_extra
+from lakesink.format.log import EpochInfo, EpochLog
+from lakesink.format.names import FileState as FileState
+from lakesink.format.names import parse_data_file
+from lakesink.format.table import TableMetadata, read_table_metadata
+from lakesink.storage import Storage, open_storage
+
+if TYPE_CHECKING:
+    import pandas
+
+Isolation = Literal["read_committed", "read_all"]
+OnError = Literal["raise", "skip"]
+#: Attempts to read around files that vanish while a read is under way (a staged file that was
+#: published or swept): each attempt drops the files found gone.
+_READ_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class LakeFile:
+    """A data file of the table as a reader sees it."""
+
+    name: str  # relative to the table root; for staged data, the name it would publish as
+    path: str  # full path / URL
+    partition: int
+    epoch: int
+    state: FileState
+    size: int | None
+    rows: int | None = None  # known from the epoch record in epoch mode
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file a read left out, and why."""
+
+    path: str
+    state: FileState
+    reason: str
+
+
+class SkippedFilesWarning(UserWarning):
+    """A read skipped unreadable files; ``.skipped`` lists them."""
+
+    def __init__(self, skipped: Sequence[SkippedFile]) -> None:
+        self.skipped = list(skipped)
+        names = ", ".join(f"{s.path} ({s.state})" for s in self.skipped[:5])
+        more = f" and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+        super().__init__(f"skipped {len(self.skipped)} unreadable file(s): {names}{more}")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """What a read returned and what it had to skip."""
+
+    table: pa.Table
+    skipped: list[SkippedFile]
+
+
+class Lake:
+    """A lakesink table at ``path`` (local path, ``file://`` or ``s3://``).
+
+    Raises TableNotFoundError when nothing is at ``path`` and NotALakeError when the path
+    holds no lakesink table (or is a file).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.path = os.fspath(path)
+        self._storage: Storage = open_storage(self.path, storage_options)
+        self.metadata: TableMetadata = read_table_metadata(self._storage)
+        self._fs, self._base = self._storage.arrow_filesystem()
+        self._log = EpochLog(self._storage) if self.metadata.mode == "epoch" else None
+
+    def __repr__(self) -> str:
+        return f"Lake({self.path!r}, mode={self.metadata.mode!r})"
+
+    @property
+    def schema(self) -> pa.Schema:
+        return self.metadata.schema
+
+    @property
+    def mode(self) -> str:
+        return self.metadata.mode
+
+    # Which files --------------------------------------------------------------------------
+
+    def epochs(self) -> list[EpochInfo]:
+        """The committed epochs of an epoch-mode table, oldest first (empty in foreach mode)."""
+        return self._log.epochs() if self._log is not None else []
+
+    def files(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+    ) -> list[LakeFile]:
+        """The data files visible at ``isolation``, ordered by (epoch, partition, name).
+
+        ``as_of_epoch`` (time travel) and ``epochs=(first, last)`` (incremental read, both
+        ends included) select committed epochs; they apply to ``read_committed`` only.
+        """
+        if isolation not in ("read_committed", "read_all"):
+            raise ValueError(f"isolation must be 'read_committed' or 'read_all', got {isolation!r}")
+        if (as_of_epoch is not None or epochs is not None) and isolation != "read_committed":
+            raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
+        if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
+            raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
+        # Epoch-mode read_committed needs no listing of the table root: the log names the files.
+        listing = self._storage.list("") if self._log is None or isolation == "read_all" else []
+        listed = [(e.name, e.size, p) for e in listing if (p := parse_data_file(e.name)) is not None]
+        if self._log is not None:
+            records = self._log.records(as_of_epoch=as_of_epoch, epochs=epochs)
+            if as_of_epoch is not None:
+                self._check_as_of(as_of_epoch, records[-1].epoch if records else None)
+            found = [
+                LakeFile(c.name, self._path(c.name), c.partition, c.epoch, "committed", c.size, c.rows)
+                for r in records
+                for c in r.files
+            ]
+        else:
+            published = [(n, size, p) for n, size, p in listed if p.state == "published"]
+            if as_of_epoch is not None:
+                self._check_as_of(as_of_epoch, max((p.epoch for _, _, p in published), default=None))
+            found = [
+                LakeFile(name, self._path(name), p.partition, p.epoch, "committed", size)
+                for name, size, p in published
+                if (as_of_epoch is None or p.epoch <= as_of_epoch)
+                and (epochs is None or epochs[0] <= p.epoch <= epochs[1])
+            ]
+        if isolation == "read_all":
+            # Everything else: files published by an epoch with no record (epoch mode), and
+            # staged data (as_of_epoch/epochs are refused above, so ``found`` is complete).
+            committed = {f.name for f in found}
+            found += [
+                LakeFile(n, self._path(n), p.partition, p.epoch, p.state, size)
+                for n, size, p in listed
+                if n not in committed
+            ]
+            listed_names = {n for n, _, _ in listed}
+            for staged in self._storage.staged(""):
+                parsed = parse_data_file(staged.name)
+                if parsed is not None and staged.handle not in listed_names:
+                    found.append(
+                        LakeFile(staged.name, self._path(staged.handle or staged.name), parsed.partition,
+                                 parsed.epoch, "staged", staged.size)
+                    )  # fmt: skip
+        found.sort(key=lambda f: (f.epoch, f.partition, f.name))
+        return found
+
+    def _check_as_of(self, as_of_epoch: int, newest: int | None) -> None:
+        if newest is None or as_of_epoch > newest:
+            raise ValueError(
+                f"as_of_epoch={as_of_epoch} is beyond the newest committed epoch of {self.path} "
+                f"({newest if newest is not None else 'none: nothing is committed yet'})"
+            )
+
+    def _path(self, name: str) -> str:
+        return f"{self._storage.url.rstrip('/')}/{name}"
+
+    def _arrow_path(self, f: LakeFile) -> str:
+        return f"{self._base.rstrip('/')}/{f.path[len(self._storage.url.rstrip('/')) + 1 :]}"
+
+    # Reading ------------------------------------------------------------------------------
+
+    def dataset(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+    ) -> ds.Dataset:
+        """A ``pyarrow.dataset.Dataset`` over the visible files (DuckDB and polars read it).
+
+        Files that are not committed are checked first, and left out (and reported in a
+        :class:`SkippedFilesWarning`) when they cannot be read.
+        """
+        files = self.files(isolation, as_of_epoch=as_of_epoch, epochs=epochs)
+        readable, skipped = self._readable(files)
+        if skipped:
+            warnings.warn(SkippedFilesWarning(skipped), stacklevel=2)
+        return self._dataset_of(readable)
+
+    def _dataset_of(self, files: Sequence[LakeFile]) -> ds.Dataset:
+        return ds.dataset(
+            [self._arrow_path(f) for f in files], schema=self.schema, format="parquet", filesystem=self._fs
+        )
+
+    def _readable(self, files: Sequence[LakeFile]) -> tuple[list[LakeFile], list[SkippedFile]]:
+        """Committed files, plus the other files whose footer and schema are fine."""
+        readable: list[LakeFile] = []
+        skipped: list[SkippedFile] = []
+        for f in files:
+            reason = None if f.state == "committed" else self._problem(f, deep=False)
+            if reason is None:
+                readable.append(f)
+            else:
+                skipped.append(SkippedFile(f.path, f.state, reason))
+        return readable, skipped
+
+    def _problem(self, f: LakeFile, *, deep: bool) -> str | None:
+        """Why ``f`` cannot be read, or None. ``deep`` reads every page, not only the footer."""
+        if f.state == "staged" and not f.path.endswith(".uncommitted"):
+            return "multipart upload in flight: not readable until it is completed"
+        path = self._arrow_path(f)
+        try:
+            meta = pq.read_metadata(path, filesystem=self._fs)
+            if deep:
+                pq.read_table(path, filesystem=self._fs)
+        except FileNotFoundError:
+            if f.state == "committed":
+                return "missing: the lake commits it, but it is not in storage"
+            return "gone since it was listed (published or removed meanwhile)"
+        except (OSError, pa.ArrowException) as exc:
+            if f.state == "committed":
+                return f"corrupt: {exc}"
+            return f"not a complete Parquet file (still being written, or truncated by a crash): {exc}"
+        if not meta.schema.to_arrow_schema().equals(self.schema, check_metadata=False):
+            return "schema differs from the table's"
+        return None
+
+    def read(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> ReadResult:
+        """Read the visible data, and say which files were skipped.
+
+        ``on_error``: what an unreadable *committed* file does -- ``"raise"`` a
+        CorruptFileError naming it (the default of ``read_committed``), or ``"skip"`` it and
+        report it (the default of ``read_all``). Unreadable files that are not committed are
+        always skipped and reported.
+        """
+        if on_error is None:
+            on_error = "raise" if isolation == "read_committed" else "skip"
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        _check_columns(columns, self.schema)
+        files, skipped = self._readable(self.files(isolation, as_of_epoch=as_of_epoch, epochs=epochs))
+        projection = list(columns) if columns is not None else None
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                table = self._dataset_of(files).to_table(columns=projection, filter=filter)
+                return ReadResult(table, skipped)
+            except (OSError, pa.ArrowException) as exc:
+                bad = [(f, reason) for f in files if (reason := self._problem(f, deep=True)) is not None]
+                if not bad:
+                    raise
+                for f, reason in bad:
+                    if f.state == "committed" and on_error == "raise":
+                        raise CorruptFileError(f"committed file {f.path!r} is {reason}") from exc
+                skipped += [SkippedFile(f.path, f.state, reason) for f, reason in bad]
+                gone = {f.path for f, _ in bad}
+                files = [f for f in files if f.path not in gone]
+        table = self._dataset_of(files).to_table(columns=projection, filter=filter)
+        return ReadResult(table, skipped)
+
+    def to_table(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        *,
+        isolation: Isolation = "read_committed",
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> pa.Table:
+        result = self.read(
+            isolation,
+            columns=columns,
+            filter=filter,
+            as_of_epoch=as_of_epoch,
+            epochs=epochs,
+            on_error=on_error,
+        )
+        if result.skipped:
+            warnings.warn(SkippedFilesWarning(result.skipped), stacklevel=2)
+        return result.table
+
+    def to_pandas(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        *,
+        isolation: Isolation = "read_committed",
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> pandas.DataFrame:
+        """The data as a pandas DataFrame (needs pandas: ``pip install 'lakesink[pandas]'``)."""
+        try:
+            import pandas  # noqa: F401 - pyarrow's to_pandas needs it; fail with the extra's name
+        except ImportError as exc:
+            raise missing_extra("pandas", "Lake.to_pandas") from exc
+        table = self.to_table(
+            columns, filter, isolation=isolation, as_of_epoch=as_of_epoch, epochs=epochs, on_error=on_error
+        )
+        return table.to_pandas()
+
+
+def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> None:
+    if columns is None:
+        return
+    if isinstance(columns, str):
+        raise TypeError(f"columns must be a list of names, got the string {columns!r}")
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise KeyError(f"unknown column(s) {unknown}; the table has {schema.names}")
+
+
+def read_committed(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    filter: ds.Expression | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    as_of_epoch: int | None = None,
+    epochs: tuple[int, int] | None = None,
+    on_error: OnError = "raise",
+) -> pa.Table:
+    """Exactly the committed data of the lake at ``path``, each committed file once.
+
+    ``filter`` is a ``pyarrow.compute`` expression, pushed down to row groups; ``columns``
+    projects. ``as_of_epoch=N`` reads the table as of epoch N; ``epochs=(a, b)`` reads only
+    epochs a..b (epoch-mode tables; on foreach tables they select files by epoch).
+    ``on_error="skip"`` reads around committed files that are missing or damaged, reporting
+    them in a :class:`SkippedFilesWarning` (``lakesink verify`` lists them too).
+    """
+    lake = Lake(path, storage_options)
+    return lake.to_table(columns, filter, as_of_epoch=as_of_epoch, epochs=epochs, on_error=on_error)
+
+
+def read_all(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    filter: ds.Expression | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> pa.Table:
+    """Everything in the lake, staged and published files included; unreadable files are skipped.
+
+    Skipped files are reported by a :class:`SkippedFilesWarning` whose ``skipped`` attribute
+    lists them (``Lake(path).read("read_all")`` returns the list directly).
+    """
+    lake = Lake(path, storage_options)
+    return lake.to_table(columns, filter, isolation="read_all")
