@@ -1,7 +1,7 @@
-"""A throwaway moto S3 server on 127.0.0.1 for tests and demos: start it, wait for it, stop it by PID.
+"""A throwaway moto S3 server on 127.0.0.1 for tests, demos and the bench: start, wait for, stop by PID.
 
 Clients (boto3, s3fs, pyarrow) speak HTTP to it exactly as they would to AWS or MinIO. It
-needs ``moto[server]`` (the ``test`` extra); nothing else in lakesink imports moto.
+needs ``moto[server]`` (the ``test`` extra).
 """
 
 from __future__ import annotations

@@ -4,7 +4,8 @@
         --lake /tmp/lake --checkpoint /tmp/chk
     spark-submit jobs/stream_to_lake.py --source files --input /data/in --available-now ...
 
-Logs one line per epoch: its rows, committed files and seconds.
+Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one
+line naming the cause (``--verbose`` prints Spark's whole error).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -25,7 +27,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location (local path)")
     p.add_argument("--source", choices=("rate", "files"), default="rate")
     p.add_argument("--input", help="directory of input files (--source files)")
-    p.add_argument("--input-format", choices=("parquet", "json"), default="parquet")
+    p.add_argument(
+        "--input-format",
+        choices=("auto", "parquet", "json", "csv"),
+        default="auto",
+        help="files source: format of the input files (auto: from their extensions)",
+    )
     p.add_argument("--rows-per-second", type=int, default=1000, help="rate source speed")
     p.add_argument("--max-files-per-trigger", type=int, default=1, help="files source: files per epoch")
     stop = p.add_mutually_exclusive_group()
@@ -42,6 +49,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="storage option for the lake, e.g. endpoint_url=http://127.0.0.1:9000 (repeatable)",
     )
+    p.add_argument("--verbose", action="store_true", help="on failure, print Spark's whole error")
     p.add_argument(
         "--fail-once-after-rows",
         type=int,
@@ -53,20 +61,34 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--source files needs --input DIR")
     if args.rows_per_second < 1:
         p.error(f"--rows-per-second must be >= 1, got {args.rows_per_second}")
+    if args.source == "files" and args.input_format == "auto":
+        try:
+            args.input_format = input_format(args.input)
+        except ValueError as exc:
+            p.error(str(exc))
+    from lakesink.storage.options import parse_option_pairs
+
+    try:
+        args.storage_options = parse_option_pairs(args.storage_option)
+    except ValueError as exc:
+        p.error(str(exc))
     return args
 
 
-def storage_options(pairs: list[str]) -> dict[str, Any]:
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise SystemExit(f"--storage-option must be KEY=VALUE, got {pair!r}")
-        if key in ("region_name",):
-            options.setdefault("client_kwargs", {})[key] = value
-        else:
-            options[key] = value
-    return options
+_FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
+
+
+def input_format(folder: str) -> str:
+    """The format of the files in ``folder``, from their extensions; ValueError if none or mixed."""
+    try:
+        names = os.listdir(folder)
+    except OSError as exc:
+        raise ValueError(f"--input {folder!r} cannot be listed: {exc.strerror}") from None
+    found = {_FORMATS[ext] for name in names if (ext := os.path.splitext(name)[1].lower()) in _FORMATS}
+    if len(found) != 1:
+        what = f"files of several formats {sorted(found)}" if found else "no .parquet, .json or .csv files"
+        raise ValueError(f"--input {folder!r} has {what}: pass --input-format")
+    return found.pop()
 
 
 def build_stream(spark: Any, args: argparse.Namespace) -> Any:
@@ -85,9 +107,13 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
             )
         )
     else:
-        schema = spark.read.format(args.input_format).load(args.input).schema
+        reader = spark.read.format(args.input_format)
+        if args.input_format == "csv":
+            reader = reader.option("header", True).option("inferSchema", True)
+        schema = reader.load(args.input).schema
         df = (
             spark.readStream.format(args.input_format)
+            .option("header", args.input_format == "csv")
             .schema(schema)
             .option("maxFilesPerTrigger", args.max_files_per_trigger)
             .load(args.input)
@@ -141,7 +167,7 @@ class EpochLogger:
                 self.log(progress)
 
     def files_of(self, epoch: int) -> int | str:
-        from reader import Lake, NotALakeError, TableNotFoundError
+        from lakesink_reader import Lake, NotALakeError, TableNotFoundError
 
         try:
             return sum(1 for f in Lake(self.lake, self.options).files() if f.epoch == epoch)
@@ -191,29 +217,61 @@ def stop_between_epochs(query: Any, patience: float = 60.0) -> None:
     query.stop()
 
 
-def run(args: argparse.Namespace) -> int:
-    from lakesink.localspark import local_session
+def session(args: argparse.Namespace) -> Any:
+    """The SparkSession: spark-submit's, or a plain local one -- what any user would build."""
+    from pyspark.sql import SparkSession
 
-    options = storage_options(args.storage_option)
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:
         # Under spark-submit the JVM is already up and configured (master, confs): join it.
-        from pyspark.sql import SparkSession
+        return SparkSession.builder.appName("stream_to_lake").getOrCreate()
+    # Spark's Python workers run python3 from PATH unless told otherwise: this interpreter
+    # is the one that has lakesink and pyarrow.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    # local[2,4]: two task threads, and up to four attempts per task (plain local[2] gives up
+    # on the first task failure, so no failed task would ever be retried).
+    spark = (
+        SparkSession.builder.appName("stream_to_lake")
+        .master(args.master or "local[2,4]")
+        .config("spark.ui.showConsoleProgress", "false")  # this job logs a line per epoch instead
+        .getOrCreate()
+    )
+    # Spark logs every failed task attempt with its traceback, and a failed query with its
+    # plan; this job says what failed in one line, and --verbose shows Spark's own account.
+    spark.sparkContext.setLogLevel("WARN" if args.verbose else "OFF")
+    return spark
 
-        spark = SparkSession.builder.appName("stream_to_lake").getOrCreate()
-    else:
-        spark = local_session("stream_to_lake", master=args.master or "local[2,4]")
+
+def cause(error: BaseException) -> str:
+    """The line of a Spark error that names its cause: the innermost Python exception, if any."""
+    lines = [line.strip() for line in str(error).splitlines()]
+    named = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): \S", line)]
+    if named:
+        return named[-1]
+    return next((line for line in lines if line), type(error).__name__)
+
+
+def run(args: argparse.Namespace) -> int:
+    options = args.storage_options
+    spark = session(args)
     query = start_query(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
     deadline = time.monotonic() + args.duration if args.duration else None
     try:
         while query.isActive:
-            query.awaitTermination(0.5)
+            try:
+                query.awaitTermination(0.5)
+            except Exception:  # noqa: BLE001 - it failed: query.exception() below says how
+                break
             epochs.log_new(query)
             if deadline is not None and time.monotonic() >= deadline:
                 stop_between_epochs(query)
         epochs.log_new(query)  # the epochs that finished as the query stopped
-        if query.exception() is not None:
-            log.error("query failed: %s", query.exception())
+        error = query.exception()
+        if error is not None:
+            if args.verbose:
+                log.error("query failed: %s", error)
+            hint = "" if args.verbose else " (--verbose prints Spark's whole error)"
+            log.error("query failed: %s%s", cause(error), hint)
             return 1
         return 0
     finally:
@@ -224,7 +282,17 @@ def run(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stdout)
-    return run(parse_args(argv))
+    logging.getLogger("py4j").setLevel(logging.WARNING)  # one line per py4j connection otherwise
+    args = parse_args(argv)
+    from lakesink import LakeSinkError
+
+    try:
+        return run(args)
+    except (LakeSinkError, ValueError, TypeError, OSError) as exc:  # refused before the query started
+        if args.verbose:
+            raise
+        log.error("cannot start: %s: %s (--verbose prints the traceback)", type(exc).__name__, exc)
+        return 2
 
 
 if __name__ == "__main__":
