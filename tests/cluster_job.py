@@ -1,10 +1,11 @@
 """spark-submit app for tests/test_cluster.py: jobs/stream_to_lake.py plus a "hang once" stage.
 
 The first task that has passed ``--hang-after-rows`` rows downstream creates ``--hang-marker``
-(exclusively: only one task ever hangs), writes its Python worker's PID there and sleeps,
-so the test can kill -9 that task's executor (or its worker) while the sink holds a staged
-file. Every retry finds the marker and runs through. The stage sits upstream of the sink in
-the same task, so the sink code under test is the unmodified lakesink writer.
+holding "PID PARTITION" (its Python worker's PID, the partition it writes) and sleeps, so the
+test can kill -9 that task's executor (or its worker) once the sink holds a staged file of
+that partition. The marker appears whole and only once (a hard link of a finished file:
+only one task ever hangs); every retry finds it and runs through. The stage sits upstream of
+the sink in the same task, so the sink code under test is the unmodified lakesink writer.
 
 Sink settings are shrunk (tiny row groups, small foreach batches) so a staged file really
 has bytes in storage by the time the task hangs. The marker is a local file: valid only
@@ -33,6 +34,10 @@ def hang_once(df: Any, after_rows: int, marker: str, slice_rows: int = 250) -> A
         import os
         import time
 
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else -1
         seen = 0
         armed = True
         for batch in batches:
@@ -42,16 +47,27 @@ def hang_once(df: Any, after_rows: int, marker: str, slice_rows: int = 250) -> A
                 seen += piece.num_rows
                 if armed and seen >= after_rows:
                     armed = False
-                    try:
-                        fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
-                    except FileExistsError:
-                        continue  # another task (or an earlier attempt) already hung
-                    os.write(fd, f"{os.getpid()}\n".encode())
-                    os.close(fd)
-                    # Bounded, so a worker the test failed to kill still goes away by itself.
-                    time.sleep(600)
+                    if claim(marker, f"{os.getpid()} {partition}\n"):
+                        # Bounded, so a worker the test failed to kill still goes away by itself.
+                        time.sleep(600)
 
     return df.mapInArrow(stage, df.schema)
+
+
+def claim(marker: str, content: str) -> bool:
+    """Create ``marker`` holding ``content``, whole, unless it exists: whether this call did."""
+    import os
+
+    draft = f"{marker}.{os.getpid()}.draft"
+    with open(draft, "w") as f:
+        f.write(content)
+    try:
+        os.link(draft, marker)  # atomic, and fails if the marker exists
+    except FileExistsError:
+        return False  # another task (or an earlier attempt) already hung
+    finally:
+        os.unlink(draft)
+    return True
 
 
 def main(argv: list[str] | None = None) -> int:

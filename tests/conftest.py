@@ -10,13 +10,19 @@ from pathlib import Path
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent
+ROOT = TESTS_DIR.parent
 
 # Spark's Python workers must run this interpreter (the venv's), and must be able to import
 # the test helpers that tests hand to them (fault-injecting writers live in tests/faults.py).
+# The checkout's root goes on their path too, as site-packages would be for an installed
+# lakesink: that is where pyspark's discovery of Python data sources finds pyspark_lakesink
+# (the editable install maps packages through an import hook that discovery cannot see).
 os.environ["PYSPARK_PYTHON"] = sys.executable
 os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
 os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(TESTS_DIR), os.environ.get("PYTHONPATH", "")) if p)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (str(TESTS_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+)
 
 pytest_plugins = ["s3server"]
 
@@ -24,7 +30,7 @@ pytest_plugins = ["s3server"]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local SparkSession (starting one costs ~8 s): 2 threads, up to 4 task attempts."""
-    from lakesink.localspark import local_session
+    from devtools.spark import local_session
 
     session = local_session("lakesink-tests", master="local[2,4]")
     yield session

@@ -56,8 +56,8 @@ class HangAfterRows(LakeForeachWriter):
         self._seen += 1
         if self._hang and self._seen == self.after_rows:
             self._flush_rows()
-            if self._stage is not None:
-                self._stage._flush_row_group()
+            if self._file is not None:
+                self._file._flush_row_group()
             with open(self.marker, "a") as f:
                 f.write(f"{os.getpid()}\n")
             time.sleep(3600)

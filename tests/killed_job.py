@@ -9,7 +9,7 @@ import sys
 
 from faults import HangAfterRows
 
-from lakesink.localspark import local_session
+from devtools.spark import local_session
 
 
 def main(source: str, lake: str, checkpoint: str, marker: str) -> None:

@@ -1,13 +1,13 @@
-"""Build small lakes directly with the commit protocol (no Spark) for reader tests."""
+"""Build small lakes directly with the commit protocol (no Spark) for reader and sweep tests."""
 
 from __future__ import annotations
 
 import pyarrow as pa
 
-from lakesink.commit import ParquetStage, WriteOptions, publish
-from lakesink.layout import committed_name
-from lakesink.metadata import ensure_table
-from lakesink.storage import Storage, open_storage
+from lakesink.commit import FileWriter, WriteOptions
+from lakesink.format.names import data_file_name
+from lakesink.format.table import ensure_table
+from lakesink.storage import Sealed, Storage, open_storage
 
 SCHEMA = pa.schema([("id", pa.int64()), ("bucket", pa.int32()), ("label", pa.string())])
 QUERY = "0123456789abcdef"
@@ -27,14 +27,15 @@ def rows(start: int, count: int) -> pa.RecordBatch:
 
 def write_file(storage: Storage, partition: int, epoch: int, start: int, count: int, *, commit: bool = True,
                row_group_bytes: int = 64 << 20) -> str:  # fmt: skip
-    """Stage (and by default publish) one foreach-mode file; returns its committed name."""
-    name = committed_name(partition, epoch, QUERY)
-    stage = ParquetStage(storage, name, SCHEMA, WriteOptions(row_group_bytes=row_group_bytes))
-    stage.write(rows(start, count))
-    sealed = stage.seal()
-    assert sealed is not None
+    """Write one foreach-mode file, published (``commit``) or only sealed; returns its name."""
+    name = data_file_name(partition, epoch, QUERY)
+    writer = FileWriter(storage, name, SCHEMA, WriteOptions(row_group_bytes=row_group_bytes))
+    writer.write(rows(start, count))
     if commit:
-        assert publish(storage, sealed)
+        published = writer.publish()
+        assert published is not None and published.won
+    else:
+        assert isinstance(writer.seal(), Sealed)
     return name
 
 
@@ -47,4 +48,26 @@ def foreach_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_fi
         for partition in range(partitions):
             write_file(storage, partition, epoch, n, rows_per_file)
             n += rows_per_file
+    return storage
+
+
+def epoch_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file: int = 100) -> Storage:
+    """An epoch-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, every epoch recorded."""
+    from lakesink.commit import EpochCommitter
+    from lakesink.format.log import CommittedFile
+
+    storage = open_storage(path)
+    ensure_table(storage, SCHEMA, "epoch")
+    committer = EpochCommitter(storage, query_id="q")
+    n = 0
+    for epoch in range(epochs):
+        files = []
+        for partition in range(partitions):
+            name = data_file_name(partition, epoch, f"{epoch:08x}{partition:08x}")
+            with FileWriter(storage, name, SCHEMA) as writer:
+                writer.write(rows(n, rows_per_file))
+            size = next(f.size for f in storage.list("") if f.name == name)
+            files.append(CommittedFile(name, partition, epoch, rows_per_file, size))
+            n += rows_per_file
+        committer.commit(epoch, files)
     return storage

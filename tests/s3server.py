@@ -1,7 +1,7 @@
 """A real moto S3 server on a free 127.0.0.1 port, one per test session, reset per test.
 
 Clients (boto3, s3fs, pyarrow) speak HTTP to it, exactly as they would to AWS or MinIO. The
-launcher itself is ``lakesink.devserver`` (the S3 demo uses it too).
+launcher itself is ``devtools.moto`` (the S3 demo uses it too).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.devserver import free_port, start_moto, stop_moto
+from devtools.moto import free_port, start_moto, stop_moto
 
 __all__ = ["BUCKET", "S3Server", "free_port", "s3", "s3_server", "start_moto"]
 

@@ -1,14 +1,18 @@
 """lakesink on a real Spark standalone cluster (master + 2 workers on 127.0.0.1), with executor loss.
 
 Each run submits tests/cluster_job.py (the demo job plus a "hang once" stage) with
-spark-submit, waits until one task hangs with a staged file in the lake, then kill -9's that
-task's executor JVM -- or its whole worker (worker JVM and executor: the host is gone) -- and
-checks that Spark reran the task elsewhere, that ``read_committed`` has every input row
-exactly once, and that after the orphan sweep (the ``lakesink orphans`` command) no staged
-file and no open multipart upload is left.
+spark-submit, waits until one task hangs with a staged file of its partition in the lake,
+then kill -9's that task's executor JVM -- or its whole worker (worker JVM and executor: the
+host is gone) -- and checks that Spark reran the task elsewhere, that ``read_committed`` has
+every input row exactly once, that nothing the killed processes had spawned outlives them,
+and that after the orphan sweep (the ``lakesink orphans`` command) no staged file and no open
+multipart upload is left.
 
-``make test`` runs a bounded set: foreach/local/executor-kill and epoch/S3/worker-kill (each
-mode, each storage and each kind of loss once). ``LAKESINK_CLUSTER_ALL=1`` runs all eight.
+Selection (every test here is marked ``cluster``):
+- ``pytest -m cluster`` runs all of them: both modes x both storages x both kinds of loss;
+- ``make test`` (``-m "not bench and not long"``) runs a bounded set: the zip check,
+  foreach/local/executor-kill and epoch/S3/worker-kill -- each mode, each storage and each
+  kind of loss once. The other six combinations are marked ``long``.
 """
 
 from __future__ import annotations
@@ -17,20 +21,20 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from s3server import BUCKET, S3Server
+from s3server import BUCKET, KEY, SECRET, S3Server
 
-from reader import Lake, read_committed
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import cluster as standalone  # noqa: E402 - scripts/ is not a package
+from devtools import procs
+from devtools.shipping import clean_env, shipped_names
+from devtools.standalone import StandaloneCluster
+from devtools.stream_job import job_args, write_input
+from lakesink.format.names import STAGING_DIR, parse_data_file
+from lakesink_reader import Lake, read_committed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
@@ -43,74 +47,98 @@ HANG_AFTER_ROWS = 5_000
 #: or buffer never reach the sink while its task hangs, so both are shrunk: the sink really
 #: has staged data when the executor dies.
 SUBMIT_CONF = {"spark.sql.execution.arrow.maxRecordsPerBatch": "500", "spark.buffer.size": "8192"}
-ALL = os.environ.get("LAKESINK_CLUSTER_ALL") == "1"
+#: The bounded set; every other (mode, storage, kill) is marked ``long``.
 BOUNDED = {("foreach", "local", "executor"), ("epoch", "s3", "worker")}
 #: Any sign in the driver's log that it lost an executor and failed the task that ran there.
 LOSS_SIGNS = ("ExecutorLostFailure", "Lost executor", "Executor lost", "exited caused by")
+#: Seconds the processes a killed executor had spawned (Python daemon and workers) get to exit.
+ORPHAN_GRACE = 30.0
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[standalone.StandaloneCluster]:
-    c = standalone.StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, memory="1g")
-    seen: set[int] = set()
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneCluster]:
+    c = StandaloneCluster(tmp_path_factory.mktemp("cluster"), workers=2, memory="1g")
+    seen: list[procs.Seen] = []
     with c:
         yield c
-        seen.update(c.pids())
-    left = [pid for pid in seen if standalone.alive(pid)]
-    assert left == [], f"cluster processes left running after stop: {left}"
+        seen = procs.seen(c.pids())
+    left = procs.kill_leftovers(seen, 0)
+    assert left == [], f"cluster processes left running after stop (killed now): {left}"
 
 
-def test_executor_python_imports_lakesink_only_from_the_shipped_zip(
-    cluster: standalone.StandaloneCluster,
-) -> None:
-    probe = "import lakesink, reader; print(lakesink.__file__)"
-    env = standalone.clean_env()
+def test_executor_python_imports_lakesink_only_from_the_shipped_zip(cluster: StandaloneCluster) -> None:
+    packages, modules = shipped_names()
+    tops = sorted({p.split(".")[0] for p in packages} | set(modules))
+    assert {"lakesink", "lakesink_reader", "reader", "pyspark_lakesink"} <= set(tops)
+    probe = f"import importlib; print(*[importlib.import_module(m).__file__ for m in {tops!r}], sep='\\n')"
     # cwd outside the checkout, as an executor's (its worker's app dir): "python -c" puts the
-    # cwd on sys.path, and /work/main would hand it lakesink.
-    run = {"capture_output": True, "text": True, "cwd": cluster.workdir}
-    without = subprocess.run([str(cluster.python), "-c", probe], env=env, **run)
-    assert without.returncode != 0 and "No module named 'lakesink'" in without.stderr
+    # cwd on sys.path, and the checkout would hand it lakesink.
+    run: dict[str, Any] = {"capture_output": True, "text": True, "cwd": cluster.workdir}
+    without = subprocess.run([str(cluster.python), "-c", probe], env=clean_env(), **run)
+    assert without.returncode != 0 and "No module named 'lakesink'" in without.stderr, without.stderr
     with_zip = subprocess.run(
-        [str(cluster.python), "-c", probe], env={**env, "PYTHONPATH": str(cluster.pyfiles)}, **run
+        [str(cluster.python), "-c", probe], env=clean_env({"PYTHONPATH": str(cluster.pyfiles)}), **run
     )
     assert with_zip.returncode == 0, with_zip.stderr
-    assert with_zip.stdout.strip().startswith(str(cluster.pyfiles)), with_zip.stdout
+    files = with_zip.stdout.split()
+    assert len(files) == len(tops) and all(f.startswith(f"{cluster.pyfiles}{os.sep}") for f in files), files
 
 
-def wait_for(what: str, check: Any, timeout: float, running: standalone.Started) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if running.proc.poll() is not None:
-            pytest.fail(f"job exited ({running.proc.returncode}) before {what}:\n{running.tail(6000)}")
-        if time.monotonic() > deadline:
-            pytest.fail(f"no {what} within {timeout:.0f}s:\n{running.tail(6000)}")
-        time.sleep(0.3)
+@dataclass(frozen=True)
+class Hung:
+    """The task that hung, from the marker cluster_job.py writes: its Python worker, its partition."""
+
+    pid: int
+    partition: int
+
+
+def hung_task(marker: Path) -> Hung | None:
+    if not marker.exists():
+        return None
+    pid, partition = marker.read_text().split()
+    return Hung(int(pid), int(partition))
 
 
 def staged_in(lake: str, s3: S3Server | None) -> list[str]:
-    """Staged files (local) or open multipart uploads (S3) under the lake, from storage itself."""
+    """What storage itself holds of staged data under the lake: ``.uncommitted`` files (local);
+    open multipart uploads and their staging markers (S3)."""
     if s3 is None:
         root = Path(lake)
-        return [p.name for p in root.rglob("*.uncommitted")] if root.exists() else []
+        return sorted(p.name for p in root.rglob("*.uncommitted")) if root.exists() else []
     client = s3.client()
-    uploads = [u["Key"] for u in client.list_multipart_uploads(Bucket=BUCKET).get("Uploads", [])]
-    objects = client.list_objects_v2(Bucket=BUCKET).get("Contents", [])
-    return uploads + [o["Key"] for o in objects if o["Key"].endswith(".uncommitted")]
+    objects = [o["Key"] for o in client.list_objects_v2(Bucket=BUCKET).get("Contents", [])]
+    markers = [key for key in objects if f"/{STAGING_DIR}/" in key or key.endswith(".uncommitted")]
+    return sorted(s3.open_uploads() + markers)
 
 
-def kill_host_of(cluster: standalone.StandaloneCluster, task_pid: int, kill: str) -> list[int]:
+def staged_partitions(lake: str, s3: S3Server | None) -> set[int]:
+    """The partitions that have a staged data file (or open upload) in the lake."""
+    names = (parse_data_file(key.rsplit("/", 1)[-1]) for key in staged_in(lake, s3))
+    return {name.partition for name in names if name is not None}
+
+
+def wait_for(running: procs.Started, what: str, check: Any, timeout: float) -> Any:
+    """``check()``'s first truthy value; the test fails if the job exits or ``timeout`` passes first."""
+    value = procs.wait_until(check, timeout, interval=0.3, give_up=lambda: not running.running())
+    if value:
+        return value
+    if not running.running():
+        pytest.fail(f"job exited ({running.proc.returncode}) before {what}:\n{running.tail(6000)}")
+    pytest.fail(f"no {what} within {timeout:.0f}s:\n{running.tail(6000)}")
+
+
+def kill_host_of(cluster: StandaloneCluster, task_pid: int, kill: str) -> tuple[list[int], list[procs.Seen]]:
     """kill -9 the executor running ``task_pid`` (``kill="executor"``), or its worker and the
-    executor together (``"worker"``: a lost host). Returns the killed PIDs."""
+    executor together (``"worker"``: a lost host). Returns the killed PIDs, and what they had
+    spawned (seen just before the kill), which must go away by itself."""
     executor = cluster.executor_of(task_pid)
     victims = [executor]
     if kill == "worker":
         victims.insert(0, cluster.worker_of(executor).pid)
+    spawned = procs.seen(pid for victim in victims for pid in procs.descendants(victim) if pid not in victims)
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
-    return victims
+    return victims, spawned
 
 
 def sweep(lake: str, s3: S3Server | None) -> subprocess.CompletedProcess[str]:
@@ -120,12 +148,18 @@ def sweep(lake: str, s3: S3Server | None) -> subprocess.CompletedProcess[str]:
     if s3 is not None:
         cmd += ["--storage-option", f"endpoint_url={s3.endpoint_url}"]
         cmd += ["--storage-option", "client_kwargs.region_name=us-east-1"]
-        env.update(AWS_ACCESS_KEY_ID="testing-key", AWS_SECRET_ACCESS_KEY="testing-secret-do-not-log")
+        env.update(AWS_ACCESS_KEY_ID=KEY, AWS_SECRET_ACCESS_KEY=SECRET)
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
 
 
 CASES = [
-    pytest.param(mode, storage, kill, id=f"{mode}-{storage}-{kill}-kill")
+    pytest.param(
+        mode,
+        storage,
+        kill,
+        id=f"{mode}-{storage}-{kill}-kill",
+        marks=() if (mode, storage, kill) in BOUNDED else pytest.mark.long,
+    )
     for kill in ("executor", "worker")
     for mode in ("foreach", "epoch")
     for storage in ("local", "s3")
@@ -135,77 +169,69 @@ CASES = [
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("mode", "storage", "kill"), CASES)
 def test_task_rescheduled_after_executor_loss_lands_every_row_once(
-    cluster: standalone.StandaloneCluster,
+    cluster: StandaloneCluster,
     request: pytest.FixtureRequest,
     tmp_path: Path,
     mode: str,
     storage: str,
     kill: str,
 ) -> None:
-    if not ALL and (mode, storage, kill) not in BOUNDED:
-        pytest.skip("bounded run: LAKESINK_CLUSTER_ALL=1 runs every combination")
     cluster.ensure_workers(2)  # a surviving worker must be there to run the retry
     s3: S3Server | None = request.getfixturevalue("s3") if storage == "s3" else None
     source = tmp_path / "in"
-    expected = standalone.write_input(source, files=FILES, rows_per_file=ROWS_PER_FILE)
+    expected = write_input(source, files=FILES, rows_per_file=ROWS_PER_FILE)
     if s3 is None:
-        lake, options, reader_options = str(tmp_path / "lake"), {}, {}
+        lake, options = str(tmp_path / "lake"), {}
     else:
         # Credentials as storage options: they travel pickled with the writer (foreach) or in
         # the data source's options (epoch) -- never in the executors' environment here.
-        lake = f"s3://{BUCKET}/events"
-        reader_options = s3.storage_options
-        options = {
-            "endpoint_url": s3.endpoint_url,
-            "key": "testing-key",
-            "secret": "testing-secret-do-not-log",
-            "region_name": "us-east-1",
-        }
+        lake, options = f"s3://{BUCKET}/events", s3.storage_options
     marker = tmp_path / "hang-marker"
     args = [
         "--hang-marker", str(marker),
         "--hang-after-rows", str(HANG_AFTER_ROWS),
-        *standalone.job_args(lake, tmp_path / "chk", source, options, mode, fail_once_after_rows=0),
+        *job_args(lake, tmp_path / "chk", source, options, mode, fail_once_after_rows=0),
     ]  # fmt: skip
-    name = f"{mode}-{storage}-{kill}"
-    running = cluster.submit(APP, args, name=name, conf=SUBMIT_CONF, wait=False)
-    assert isinstance(running, standalone.Started)
+    running = cluster.start_submit(APP, args, name=f"{mode}-{storage}-{kill}", conf=SUBMIT_CONF)
+    spawned: list[procs.Seen] = []
     try:
-        task_pid = int(wait_for("hanging task", lambda: marker.exists() and marker.read_text(), 400, running))
-        # The sink of that task holds staged data in storage: the kill lands mid-write.
-        staged_before = wait_for("staged file", lambda: staged_in(lake, s3), 120, running)
-        killed = kill_host_of(cluster, task_pid, kill)
+        hung: Hung = wait_for(running, "hanging task", lambda: hung_task(marker), 400)
+        # The kill must land mid-write: the hung task's sink holds staged data in storage.
+        wait_for(
+            running,
+            f"staged file of the hung task's partition {hung.partition}",
+            lambda: hung.partition in staged_partitions(lake, s3),
+            120,
+        )
+        killed, spawned = kill_host_of(cluster, hung.pid, kill)
         returncode = running.proc.wait(600)
     finally:
-        standalone.stop(running)
-    log = running.log.read_text(errors="replace")
+        procs.stop(running)
+        outlived = procs.kill_leftovers(spawned, ORPHAN_GRACE)
+    log = running.tail(10**9)
     assert returncode == 0, log[-6000:]
     assert any(sign in log for sign in LOSS_SIGNS), (
         f"driver never saw the executor loss ({killed}):\n{log[-6000:]}"
     )
-    deadline = time.monotonic() + 30
-    while standalone.alive(task_pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    if standalone.alive(task_pid):
-        os.kill(task_pid, signal.SIGKILL)  # leave nothing behind, then fail
-        pytest.fail(f"the hung Python worker {task_pid} outlived its executor by 30 s")
+    assert outlived == [], (
+        f"processes of the killed {kill} outlived it by {ORPHAN_GRACE:.0f}s (killed now): "
+        f"{[(pid, line[:160]) for pid, line in outlived]}"
+    )
 
-    ids = read_committed(lake, storage_options=reader_options).column("id").to_pylist()
+    ids = read_committed(lake, storage_options=options).column("id").to_pylist()
     assert len(ids) == expected, f"{len(ids) - len(set(ids))} duplicated rows" if len(ids) > expected else ""
     assert sorted(ids) == list(range(expected))
-    assert staged_before, "precondition: the killed attempt had staged data"
 
     result = sweep(lake, s3)
     assert result.returncode == 0, result.stdout + result.stderr
     assert staged_in(lake, s3) == []
-    assert all(f.state == "committed" for f in Lake(lake, reader_options).files("read_all"))
-    assert sorted(read_committed(lake, storage_options=reader_options).column("id").to_pylist()) == list(
+    assert all(f.state == "committed" for f in Lake(lake, options).files("read_all"))
+    assert sorted(read_committed(lake, storage_options=options).column("id").to_pylist()) == list(
         range(expected)
     )
     if s3 is not None:
-        assert s3.client().list_multipart_uploads(Bucket=BUCKET).get("Uploads", []) == []
         # The secret travelled to the executors; it must not appear in any Spark log (driver,
         # master, workers, executors' stdout/stderr) nor in the query's checkpoint.
         for path in [*cluster.workdir.rglob("*"), *(tmp_path / "chk").rglob("*")]:
             if path.is_file() and path.suffix not in (".zip", ".pyc") and "executor-env" not in path.parts:
-                assert "testing-secret-do-not-log" not in path.read_text(errors="replace"), path
+                assert SECRET not in path.read_text(errors="replace"), path

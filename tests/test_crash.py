@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pytest
 from test_foreach_spark import make_input
 
-from reader import Lake, read_all, read_committed
+from lakesink_reader import Lake, read_all, read_committed
 
 pytestmark = pytest.mark.spark
 TESTS = Path(__file__).resolve().parent

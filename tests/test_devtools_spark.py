@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.localspark import installed_spark_home, prepare_environment, spark_home_without_zip
+from devtools.spark import installed_spark_home, prepare_environment, spark_home_without_zip
 
 
 def fake_spark_home(root: Path, *, with_zip: bool = True) -> Path:

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from lakesink import SchemaMismatchError
-from lakesink.epochlog import CommittedFile, EpochLog
-from lakesink.layout import committed_name, epoch_record_name
-from lakesink.metadata import ensure_table
-from lakesink.orphans import sweep_orphans
-from lakesink.recovery import recover, sweep_unrecorded
-from lakesink.storage import open_storage
-from reader import Lake, read_all, read_committed
+from lakesink_reader import Lake, read_committed
 
 pytestmark = pytest.mark.spark
 
@@ -172,7 +165,7 @@ def test_schema_mismatch_is_refused_naming_the_column(spark, tmp_path: Path, lak
 def test_write_stream_lifts_the_arrow_byte_check_for_its_query_only(spark, tmp_path: Path, lake: str) -> None:
     """maxBytesPerBatch=INT_MAX in the query's own session; the user's session keeps its value."""
     from lakesink import write_stream
-    from lakesink.spark import STREAM_CONF
+    from lakesink.spark.start import STREAM_CONF
 
     key = "spark.sql.execution.arrow.maxBytesPerBatch"
     make_input(tmp_path / "in", files=1, rows_per_file=10)
@@ -220,7 +213,6 @@ def test_empty_epochs_are_recorded_with_no_files(spark, tmp_path: Path, lake: st
             lake,
             checkpoint_location=str(tmp_path / "chk"),
             trigger={"availableNow": True},
-            storage_options={"secret": "do-not-show"},
         )
     )
     table = Lake(lake)
@@ -229,70 +221,29 @@ def test_empty_epochs_are_recorded_with_no_files(spark, tmp_path: Path, lake: st
     assert [n for n in os.listdir(lake) if not n.startswith("_")] == []
 
 
-def test_storage_options_never_show_in_reprs_or_errors() -> None:
-    from lakesink.spark import LakeSinkDataSource, SinkConfig
+def test_options_are_checked_by_name_and_never_show_secrets() -> None:
+    from lakesink.config import KNOWN_OPTIONS, SinkConfig
+    from lakesink.spark.datasource import LakeSinkDataSource
 
-    options = {"path": "/tmp/x", "storage_options": json.dumps({"secret": "s3cr3t"})}
+    options = {"path": "s3://bucket/x", "storage_options": json.dumps({"secret": "s3cr3t"})}
     source_ = LakeSinkDataSource(options)
     assert "s3cr3t" not in repr(source_) and "s3cr3t" not in repr(source_.config)
     with pytest.raises(ValueError, match="storage_options") as info:
         SinkConfig.from_options({"path": "/tmp/x", "storage_options": "s3cr3t-not-json"})
     assert "s3cr3t" not in str(info.value)
+    with pytest.raises(
+        ValueError, match=r"storage_options \['secret'\] do not apply to the local path"
+    ) as info:
+        SinkConfig.from_options({"path": "/tmp/x", "storage_options": json.dumps({"secret": "s3cr3t"})})
+    assert "s3cr3t" not in str(info.value)
     with pytest.raises(ValueError, match=r"row_group_bytes.*'many'"):
         SinkConfig.from_options({"path": "/tmp/x", "row_group_bytes": "many"})
-
-
-# Recovery (no Spark) -------------------------------------------------------------------------
-
-
-def _publish(storage, name: str, rows: int = 3) -> int:  # type: ignore[no-untyped-def]
-    import pyarrow.parquet as pq
-
-    sink = pa.BufferOutputStream()
-    pq.write_table(pa.table({"id": list(range(rows)), "label": ["x"] * rows}), sink)
-    data = sink.getvalue().to_pybytes()
-    assert storage.put_if_absent(name, data)
-    return len(data)
-
-
-def test_recovery_removes_unrecorded_files_but_spares_a_commit_in_flight(tmp_path: Path) -> None:
-    storage = open_storage(str(tmp_path / "lake"))
-    ensure_table(storage, pa.schema([("id", pa.int64()), ("label", pa.string())]), "epoch")
-    epoch_log = EpochLog(storage)
-    kept = committed_name(0, 0, "a" * 16)
-    size = _publish(storage, kept)
-    epoch_log.commit(0, [CommittedFile(kept, 0, 0, 3, size)])
-    crashed = committed_name(1, 0, "b" * 16)  # epoch 0 was recorded without it
-    in_flight = committed_name(0, 1, "c" * 16)  # epoch 1: published, record not yet written
-    _publish(storage, crashed)
-    _publish(storage, in_flight)
-    stale_stage = storage.stage(committed_name(2, 1, "d" * 16))
-    stale_stage.write(b"partial")
-    stale_stage.flush()
-
-    # read_committed never sees them; read_all shows them as staged.
-    assert [f.name for f in Lake(storage.url).files()] == [kept]
-    # A foreach-mode table's files are never "unrecorded": the sweep must not touch them.
-    foreach = open_storage(str(tmp_path / "foreach"))
-    ensure_table(foreach, pa.schema([("id", pa.int64()), ("label", pa.string())]), "foreach")
-    _publish(foreach, committed_name(0, 0, "e" * 16))
-    assert sweep_unrecorded(foreach, in_flight_older_than=None) == []
-    states = {f.name: f.state for f in Lake(storage.url).files("read_all")}
-    assert states[crashed] == states[in_flight] == "staged" and states[kept] == "committed"
-    with pytest.warns(UserWarning, match="skipped 1 unreadable"):
-        assert read_all(storage.url).num_rows == 9
-
-    # The orphan command beside a live query: epoch 1 may be in flight, so it stays.
-    assert sweep_unrecorded(storage, in_flight_older_than=3600) == [crashed]
-    assert storage.exists(in_flight)
-    # Old enough (or the writer itself on start): it goes too.
-    assert sweep_unrecorded(storage, in_flight_older_than=3600, now=time.time() + 7200) == [in_flight]
-    # The orphan command lists unrecorded files too (it applies its age to every kind).
-    _publish(storage, crashed)
-    found = sweep_orphans(storage.url, older_than=0).findings
-    assert [(f.kind, f.name) for f in found if f.kind == "unrecorded_file"] == [("unrecorded_file", crashed)]
-    report = recover(storage, nothing_in_flight=True, staged_older_than=0)
-    assert report.unrecorded == [crashed]
-    assert len(report.staged) == 1
-    assert sorted(os.listdir(storage.url)) == ["_lakesink", kept]
-    assert storage.exists(epoch_record_name(0))
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['compresion'\].*'compression'"):
+        SinkConfig.from_options({"path": "/tmp/x", "compresion": "zstd"})
+    # Every WriteOptions field is an option, dictionary_page_bytes included (write_stream refused it).
+    config = SinkConfig.from_options(
+        {"path": "/tmp/x", "dictionary_page_bytes": "4096", "Compression": "snappy"}
+    )
+    assert config.write.dictionary_page_bytes == 4096 and config.write.compression == "snappy"
+    assert {"dictionary_page_bytes", "checkpoint_interval", "staged_cleanup_age"} <= set(KNOWN_OPTIONS)
+    assert SinkConfig.from_options(config.to_options()) == config

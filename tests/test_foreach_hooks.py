@@ -11,9 +11,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakesink import LakeForeachWriter, SchemaMismatchError
-from lakesink.commit import WriteOptions
-from reader import Lake, read_committed
+from lakesink import LakeForeachWriter, SchemaMismatchError, WriteOptions
+from lakesink_reader import Lake, read_committed
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
 
@@ -39,13 +38,30 @@ def leftovers(lake: str) -> list[str]:
     return [n for n in os.listdir(lake) if ".uncommitted" in n]
 
 
-def test_commit_then_replay_is_skipped(lake: str) -> None:
+def test_a_replay_leaves_the_committed_file_as_it_is(lake: str) -> None:
     writer = LakeForeachWriter(lake, schema=SCHEMA, batch_rows=7)
-    assert run_task(writer, 0, 5, [(i, f"n{i}") for i in range(100)])
-    assert run_task(writer, 0, 5, [(i, "replayed") for i in range(100, 200)]) is False
+    run_task(writer, 0, 5, [(i, f"n{i}") for i in range(100)])
+    [name] = [n for n in os.listdir(lake) if n.endswith(".parquet")]
+    before = os.stat(os.path.join(lake, name)).st_ino
+    run_task(writer, 0, 5, [(i, "replayed") for i in range(100)])  # as many rows: ours is dropped
+    run_task(writer, 0, 5, [(i, "replayed") for i in range(40)])  # fewer (a cut-short attempt): too
+    assert os.stat(os.path.join(lake, name)).st_ino == before
     table = read_committed(lake)
     assert sorted(table.column("id").to_pylist()) == list(range(100))
+    assert set(table.column("name").to_pylist()) == {f"n{i}" for i in range(100)}
     assert leftovers(lake) == []
+
+
+def test_a_truncated_file_is_replaced_by_the_retry_with_more_rows(lake: str) -> None:
+    """pyspark ends a foreach writer's input as if complete when the task fails upstream of it."""
+    writer = LakeForeachWriter(lake, schema=SCHEMA, batch_rows=7)
+    run_task(writer, 2, 3, [(i, "first") for i in range(30)])  # cut short: 30 of 100 rows
+    run_task(writer, 2, 3, [(i, "retry") for i in range(100)])
+    table = read_committed(lake)
+    assert sorted(table.column("id").to_pylist()) == list(range(100))
+    assert set(table.column("name").to_pylist()) == {"retry"}
+    assert [n for n in os.listdir(lake) if n.endswith(".parquet")] == [Lake(lake).files()[0].name]
+    assert leftovers(lake) == [] and not [n for n in os.listdir(lake) if n.endswith(".lock")]
 
 
 def test_error_discards_and_propagates(lake: str) -> None:

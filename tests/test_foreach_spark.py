@@ -10,7 +10,7 @@ import pytest
 from faults import FailFirstAttempt
 
 from lakesink import LakeForeachWriter, SchemaMismatchError
-from reader import Lake, read_all, read_committed
+from lakesink_reader import Lake, read_all, read_committed
 
 pytestmark = pytest.mark.spark
 
@@ -64,6 +64,47 @@ def test_failed_attempt_mid_partition_leaves_every_row_once(spark, tmp_path: Pat
     files = Lake(lake).files()
     assert {f.epoch for f in files} == {0, 1, 2}
     assert all(f.state == "committed" for f in files)
+
+
+def test_a_task_that_fails_upstream_mid_partition_loses_no_rows(spark, tmp_path: Path, lake: str) -> None:
+    """The first attempt of each partition fails after its first Arrow batch, upstream of the sink.
+
+    pyspark's foreach bridge then ends the writer's input as if the partition were complete
+    (``PythonForeachWriter.close`` ignores the error), so the writer publishes a truncated
+    file before Spark retries the task. Before the fix the retry skipped the (partition, epoch)
+    as committed, and every row after the first batch was lost.
+    """
+    source = tmp_path / "in"
+    make_input(spark, source, files=2, rows_per_file=600)
+
+    def fail_after_first_batch(batches):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        for i, batch in enumerate(batches):
+            if ctx is not None and ctx.attemptNumber() == 0 and i == 1:
+                raise RuntimeError("upstream failure after the first batch")
+            yield batch
+
+    schema = spark.read.parquet(str(source)).schema
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(str(source)).repartition(3)
+    df = df.mapInArrow(fail_after_first_batch, df.schema)
+    previous = spark.conf.get("spark.sql.execution.arrow.maxRecordsPerBatch")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "50")
+    try:
+        query = (
+            df.writeStream.foreach(LakeForeachWriter(lake, schema=df.schema, batch_rows=50))
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+    finally:
+        spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", previous)
+    query.awaitTermination(300)
+    assert query.exception() is None, query.exception()
+    ids = read_committed(lake).column("id").to_pylist()
+    assert sorted(ids) == list(range(1_200))
+    assert staged_leftovers(lake) == []
 
 
 def test_restart_from_checkpoint_replays_without_duplicates(spark, tmp_path: Path, lake: str) -> None:

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from reader import read_committed
+from lakesink_reader import read_committed
 
 JOB = Path(__file__).resolve().parent.parent / "jobs" / "stream_to_lake.py"
 
@@ -28,7 +28,7 @@ def run_job(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
         (["--source", "files"], "--source files needs --input"),
         (["--rows-per-second", "0"], "--rows-per-second must be >= 1, got 0"),
         (["--duration", "5", "--available-now"], "not allowed with argument"),
-        (["--storage-option", "novalue"], "KEY=VALUE, got 'novalue'"),
+        (["--storage-option", "novalue"], "--storage-option number 1 is not KEY=VALUE"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, args: list[str], complaint: str) -> None:
@@ -58,3 +58,25 @@ def test_files_source_with_an_injected_failure(tmp_path: Path) -> None:
     logged = re.findall(r"epoch (\d+): rows=(\d+) files=(\d+) seconds=", out.stdout)
     assert [(int(e), int(r)) for e, r, _ in logged] == [(0, 1000), (1, 1000), (2, 1000)]
     assert all(int(f) == 2 for _, _, f in logged)
+
+
+@pytest.mark.spark
+def test_json_input_is_recognised_and_a_failing_query_ends_in_one_line(tmp_path: Path) -> None:
+    source = tmp_path / "in"
+    source.mkdir()
+    (source / "a.json").write_text("".join(f'{{"id": {i}, "label": "x{i}"}}\n' for i in range(50)))
+    lake = str(tmp_path / "lake")
+    common = ["--source", "files", "--input", str(source), "--available-now", "--lake", lake]
+    out = run_job(*common, "--checkpoint", str(tmp_path / "chk"))  # README's example: no --input-format
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(50))
+    # A second stream of another schema into the same lake: the query fails, said in one line.
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "b.json").write_text('{"id": "not-a-number"}\n')
+    out = run_job("--source", "files", "--input", str(other), "--available-now", "--lake", lake,
+                  "--checkpoint", str(tmp_path / "chk2"))  # fmt: skip
+    assert out.returncode == 1
+    [line] = [line for line in out.stdout.splitlines() if "query failed" in line]
+    assert "SchemaMismatchError" in line and "'id' changed type from int64 to string" in line
+    assert "--verbose" in line and "== Physical Plan ==" not in out.stdout + out.stderr

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import warnings
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
-from lakes import SCHEMA, foreach_lake, write_file
+from lakes import SCHEMA, epoch_lake, foreach_lake, write_file
 
-from reader import (
+from lakesink_reader import (
     CorruptFileError,
     Lake,
     NotALakeError,
@@ -112,14 +113,24 @@ def test_directory_that_is_not_a_lake(tmp_path: Path) -> None:
         Lake(str(tmp_path / "plain"))
 
 
-def test_corrupt_committed_file_is_an_error_naming_it(lake: str) -> None:
-    foreach_lake(lake, epochs=2, partitions=1, rows_per_file=10)
-    victim = Lake(lake).files()[1]
-    Path(victim.path).write_bytes(b"PAR1 this is not parquet PAR1")
-    with pytest.raises(CorruptFileError, match=os.path.basename(victim.path)):
-        read_committed(lake)
-    with pytest.raises(CorruptFileError, match=os.path.basename(victim.path)):
-        read_all(lake)  # committed data is never skipped, even by read_all
+def test_a_damaged_committed_file_fails_read_committed_and_is_reported_by_read_all(lake: str) -> None:
+    epoch_lake(lake, epochs=3, partitions=1, rows_per_file=10)
+    damaged, missing = Lake(lake).files()[1:]
+    os.unlink(missing.path)
+    with pytest.raises(CorruptFileError, match=os.path.basename(missing.path) + "' is missing"):
+        read_committed(lake)  # the same error on every backend (it was FileNotFoundError locally)
+    Path(damaged.path).write_bytes(b"PAR1 this is not parquet PAR1")
+    with pytest.raises(CorruptFileError, match=os.path.basename(damaged.path) + "' is corrupt"):
+        Lake(lake).read("read_committed", columns=["id"])
+    # read_all reads what it can and names the rest; read_committed does on request.
+    for read in (lambda: read_all(lake), lambda: read_committed(lake, on_error="skip")):
+        with pytest.warns(SkippedFilesWarning) as caught:
+            assert ids(read()) == list(range(10))
+        skipped = next(w.message for w in caught if isinstance(w.message, SkippedFilesWarning)).skipped  # type: ignore[union-attr]
+        assert sorted((s.path, s.state) for s in skipped) == sorted(
+            [(damaged.path, "committed"), (missing.path, "committed")]
+        )
+        assert any("missing" in s.reason for s in skipped) and any("corrupt" in s.reason for s in skipped)
 
 
 def test_bad_arguments_are_named(lake: str) -> None:
@@ -143,8 +154,8 @@ def test_reader_imports_and_reads_without_pyspark(lake: str) -> None:
     code = (
         "import sys\n"
         "sys.modules['pyspark'] = None; sys.modules['py4j'] = None  # any import of them fails\n"
-        "import lakesink, lakesink.commit, lakesink.layout, reader\n"
-        f"print(reader.read_committed({lake!r}).num_rows)\n"
+        "import lakesink, lakesink.commit, lakesink.maintenance, lakesink_reader\n"
+        f"print(lakesink_reader.read_committed({lake!r}).num_rows)\n"
     )
     env = {k: v for k, v in os.environ.items() if k not in ("JAVA_HOME", "SPARK_HOME")}
     env["PATH"] = os.path.dirname(sys.executable)  # no java on PATH either
@@ -163,3 +174,132 @@ def test_read_all_warning_lists_skipped(lake: str) -> None:
         table = read_all(lake)
     assert table.num_rows == 3
     assert any(isinstance(w.message, SkippedFilesWarning) for w in caught)
+
+
+def test_paths_urls_and_files_in_the_way(tmp_path: Path) -> None:
+    lake = tmp_path / "my lake%"
+    foreach_lake(str(lake), epochs=1, partitions=1, rows_per_file=4)
+    assert ids(read_committed(lake)) == [0, 1, 2, 3]  # a pathlib.Path
+    assert ids(read_committed(lake.as_uri())) == [0, 1, 2, 3]  # file:///.../my%20lake%25
+    assert ids(read_committed(f"file://localhost{lake}")) == [0, 1, 2, 3]
+    with pytest.raises(ValueError, match="names the host 'otherhost'"):
+        read_committed(f"file://otherhost{lake}")
+    afile = tmp_path / "afile.txt"
+    afile.write_text("not a lake")
+    with pytest.raises(NotADirectoryError, match=r"cannot be a lake folder: '.*afile.txt' is a file"):
+        Lake(afile)
+    with pytest.raises(NotADirectoryError, match=r"afile\.txt' is a file"):
+        read_all(afile / "lake")
+
+
+def test_as_of_epoch_beyond_the_newest_epoch_is_refused(lake: str) -> None:
+    foreach_lake(lake, epochs=3, partitions=1, rows_per_file=2)
+    assert ids(read_committed(lake, as_of_epoch=2)) == list(range(6))
+    with pytest.raises(ValueError, match=r"as_of_epoch=7 is beyond the newest committed epoch .* \(2\)"):
+        read_committed(lake, as_of_epoch=7)
+
+
+def test_reader_alias_still_works_and_warns(lake: str) -> None:
+    foreach_lake(lake, epochs=1, partitions=1, rows_per_file=3)
+    code = (
+        "import warnings\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    import reader, reader.lake, lakesink_reader\n"
+        "assert reader.read_committed is lakesink_reader.read_committed\n"
+        "assert reader.lake.Lake is lakesink_reader.Lake\n"
+        "assert any('lakesink_reader' in str(w.message) for w in caught), caught\n"
+        f"print(reader.read_committed({lake!r}).num_rows)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd="/")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"
+
+
+def test_reading_beside_a_writer_that_publishes_staged_files_never_raises(lake: str) -> None:
+    """A staged file listed by read_all may be published (renamed away) before it is read."""
+    import threading
+
+    storage = foreach_lake(lake, epochs=1, partitions=1, rows_per_file=5)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        epoch = 1
+        while not stop.is_set():
+            write_file(storage, 0, epoch, epoch * 100, 5)  # staged, complete, then published
+            epoch += 1
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    reads = 0
+    try:
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", SkippedFilesWarning)
+                table = read_all(lake)
+            got = ids(table)
+            assert len(got) == len(set(got)) and set(range(5)) <= set(got)
+            reads += 1
+    except BaseException as exc:  # noqa: BLE001 - reported below with the thread stopped
+        errors.append(exc)
+    finally:
+        stop.set()
+        thread.join()
+    assert not errors, errors[0]
+    assert reads > 5
+
+
+def test_reader_in_a_venv_with_the_base_install_only(tmp_path: Path) -> None:
+    """pip install lakesink (no extras): local reads work; pandas and S3 name their extra."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    site = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    # The base install's one dependency, pyarrow, is linked from this venv (no download); then
+    # lakesink itself, as a regular (non-editable) install without dependencies.
+    import pyarrow
+
+    pyarrow_dir = Path(pyarrow.__file__).parent
+    os.symlink(pyarrow_dir, Path(site) / "pyarrow")
+    for dist in pyarrow_dir.parent.glob("pyarrow-*.dist-info"):
+        os.symlink(dist, Path(site) / dist.name)
+    numpy_dir = Path(
+        __import__("numpy").__file__
+    ).parent  # pyarrow's to_pylist does not need it, pandas would
+    os.symlink(numpy_dir, Path(site) / "numpy")
+    done = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lake = tmp_path / "lake"
+    foreach_lake(str(lake), epochs=1, partitions=1, rows_per_file=3)
+    code = (
+        "import sys, lakesink_reader\n"
+        f"print(lakesink_reader.read_committed({str(lake)!r}).num_rows)\n"
+        "for mod in ('pyspark', 'boto3', 'pandas', 'lakesink.commit', 'lakesink.spark'):\n"
+        "    assert mod not in sys.modules, mod\n"
+        "try:\n"
+        f"    lakesink_reader.Lake({str(lake)!r}).to_pandas()\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+        "try:\n"
+        "    lakesink_reader.read_committed('s3://bucket/lake')\n"
+        "except ImportError as e:\n"
+        "    print(e)\n"
+    )
+    out = subprocess.run(
+        [str(python), "-c", code], capture_output=True, text=True, check=False, cwd=str(tmp_path)
+    )
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "3"
+    assert "pip install 'lakesink[pandas]'" in lines[1]
+    assert "pip install 'lakesink[s3]'" in lines[2]

@@ -14,7 +14,7 @@ import pytest
 PROBE = r"""
 import datetime as dt, json, sys
 import pyarrow as pa
-from lakesink.rows import rows_to_batch
+from lakesink.spark.rows import rows_to_batch
 plain = [dt.datetime(2026, 1, 1, 12, 0), dt.datetime(2026, 3, 8, 1, 59, 59), dt.datetime(2026, 3, 8, 3, 0),
          dt.datetime(2026, 7, 1, 0, 0, 0, 1), dt.datetime(1969, 12, 31, 23, 59, 59, 999999), None]
 # Wall times that DST repeats (fold=1 is the second one, as datetime.fromtimestamp marks it)

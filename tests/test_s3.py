@@ -1,5 +1,7 @@
-"""The S3 backend against a real moto server on 127.0.0.1: multipart staging, the commit race,
-listing pagination, error translation, secrets, the reader over S3, and Spark end to end."""
+"""The S3 backend against a real moto server on 127.0.0.1 (HTTP, no in-process mocks), with the
+fault-injecting proxy (tests/netfaults.py) where a test needs a fault: multipart staging,
+lost answers, 409 conflicts, stores that ignore If-None-Match or list uploads like MinIO,
+error translation, storage options, secrets, the reader over S3, and Spark end to end."""
 
 from __future__ import annotations
 
@@ -7,27 +9,28 @@ import json
 import logging
 import os
 import pickle
-import threading
 import time
 import traceback
 import warnings
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
+from netfaults import Action, FaultProxy, Rule
 from s3server import BUCKET, S3Server
 
-from lakesink import LakeForeachWriter, StorageError, TableNotFoundError
-from lakesink.commit import ParquetStage, WriteOptions, publish
-from lakesink.devserver import free_port, start_moto, stop_moto
-from lakesink.layout import committed_name
-from lakesink.metadata import ensure_table
+from devtools.moto import free_port, start_moto, stop_moto
+from lakesink import CommitError, LakeForeachWriter, StorageError, TableNotFoundError
+from lakesink.commit import FileWriter, WriteOptions
+from lakesink.format.names import data_file_name
+from lakesink.format.table import ensure_table
+from lakesink.maintenance import sweep
 from lakesink.storage import open_storage
-from lakesink.storage.s3 import MIN_PART_SIZE, S3Sealed, S3Storage, part_size_for
-from reader import Lake, SkippedFilesWarning, read_all, read_committed
+from lakesink.storage.options import MIN_PART_SIZE
+from lakesink.storage.s3 import S3Sealed, S3Storage, part_size_for
+from lakesink_reader import Lake, SkippedFilesWarning, read_all, read_committed
 
 pytestmark = pytest.mark.s3
 
@@ -47,6 +50,25 @@ def storage_of(s3: S3Server, url: str = URL, **extra: Any) -> S3Storage:
     return storage
 
 
+@pytest.fixture
+def proxy(s3: S3Server) -> Iterator[FaultProxy]:
+    with FaultProxy(s3.endpoint_url) as started:
+        yield started
+
+
+def via(proxy: FaultProxy, s3: S3Server, **extra: Any) -> S3Storage:
+    """A storage that talks to moto through the proxy, retrying quickly."""
+    options = {
+        **s3.storage_options,
+        "endpoint_url": proxy.endpoint_url,
+        "config_kwargs": {"connect_timeout": 2, "read_timeout": 5, "retries": {"max_attempts": 5}},
+        **extra,
+    }
+    storage = open_storage(URL, options)
+    assert isinstance(storage, S3Storage)
+    return storage
+
+
 def random_batch(start: int, rows: int, blob_bytes: int) -> pa.RecordBatch:
     """Incompressible rows: Parquet of ``rows * blob_bytes`` random bytes stays about that big."""
     ids = pa.array(range(start, start + rows), pa.int64())
@@ -56,35 +78,51 @@ def random_batch(start: int, rows: int, blob_bytes: int) -> pa.RecordBatch:
 
 
 def write_file(storage: S3Storage, partition: int, epoch: int, batch: pa.RecordBatch) -> str:
-    name = committed_name(partition, epoch, "00000000cafef00d")
-    stage = ParquetStage(storage, name, SCHEMA, WriteOptions(row_group_bytes=1 << 20, compression="none"))
-    stage.write(batch)
-    sealed = stage.seal()
-    assert sealed is not None and publish(storage, sealed)
+    name = data_file_name(partition, epoch, "00000000cafef00d")
+    writer = FileWriter(storage, name, SCHEMA, WriteOptions(row_group_bytes=1 << 20, compression="none"))
+    writer.write(batch)
+    published = writer.publish()
+    assert published is not None and published.won
     return name
+
+
+def sealed_upload(storage: S3Storage, name: str, start: int = 0) -> S3Sealed:
+    writer = FileWriter(storage, name, SCHEMA)
+    writer.write(random_batch(start, 5, 10))
+    sealed = writer.seal()
+    assert isinstance(sealed, S3Sealed)
+    return sealed
+
+
+def read_ids(storage: S3Storage, name: str) -> list[int]:
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    return pq.read_table(f"{base}/{name}", filesystem=fs).column("id").to_pylist()
 
 
 # Multipart staging ------------------------------------------------------------------------------
 
 
-def test_multipart_file_streams_parts_with_bounded_memory(s3: S3Server) -> None:
-    storage = storage_of(s3, part_size=MIN_PART_SIZE)
+def test_parts_upload_while_the_file_is_written_with_bounded_memory(s3: S3Server) -> None:
+    storage = storage_of(s3, part_size=MIN_PART_SIZE, parts_in_flight=2)
     data = os.urandom(12 * MIN_PART_SIZE // 5)  # 12 MiB: parts of 5 + 5 + 2 MiB
     staged = storage.stage("part-00000-epoch-000000000000.parquet")
     for i in range(0, len(data), 1 << 20):
         staged.write(memoryview(data)[i : i + (1 << 20)])
-        assert len(staged._buffer) < MIN_PART_SIZE  # memory bound: at most one part buffered
+        # Memory bound: the part being filled, plus at most parts_in_flight parts uploading.
+        in_the_air = sum(not f.done() for f in staged._uploading)
+        assert len(staged._buffer) < MIN_PART_SIZE and in_the_air <= 2
     assert staged.tell() == len(data)
-    [pending] = storage.pending_uploads("")
-    assert (pending.parts, pending.bytes) == (2, 2 * MIN_PART_SIZE)  # parts went up while writing
     sealed = staged.seal()
     assert [n for n, _ in sealed.parts] == [1, 2, 3] and sealed.size == len(data)
     assert not storage.exists(sealed.name) and storage.list("") == []  # invisible until published
-    assert pickle.loads(pickle.dumps(sealed)) == sealed  # travels to the driver in epoch mode
+    assert [s.name for s in storage.staged("")] == [sealed.name]  # but listed as staged
+    assert pickle.loads(pickle.dumps(sealed)) == sealed
     assert storage.publish(sealed) is True
     obj = s3.client().get_object(Bucket=BUCKET, Key=f"t/{sealed.name}")
     assert obj["Body"].read() == data and obj["ETag"].endswith('-3"')
-    assert storage.pending_uploads("") == []
+    assert storage.staged("") == [] and storage.list("_lakesink/staging") == []
 
 
 def test_part_size_doubles_every_thousand_parts_and_is_validated(s3: S3Server) -> None:
@@ -111,100 +149,116 @@ def test_parquet_over_several_parts_reads_back(s3: S3Server) -> None:
     assert table.column("blob").to_pylist() == batch.column(1).to_pylist()
 
 
-# Commit race and idempotence --------------------------------------------------------------------
+# Lost answers, conflicts and stores that do not behave --------------------------------------------
 
 
-def test_two_attempts_racing_on_one_key_leave_one_object_one_winner(s3: S3Server) -> None:
-    name = committed_name(4, 2, "00000000cafef00d")
-    # Two executors: two storage objects, two uploads of different data to the same key.
-    attempts = [storage_of(s3) for _ in range(2)]
-    sealed = []
-    for n, storage in enumerate(attempts):
-        stage = ParquetStage(storage, name, SCHEMA)
-        stage.write(random_batch(n * 100, 10, 10))
-        sealed.append(stage.seal())
-    assert len(s3.open_uploads()) == 2
-    barrier = threading.Barrier(2)
-    results: dict[int, bool] = {}
-
-    def race(n: int) -> None:
-        barrier.wait()
-        results[n] = publish(attempts[n], sealed[n])  # type: ignore[arg-type]
-
-    threads = [threading.Thread(target=race, args=(n,)) for n in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert sorted(results.values()) == [False, True]
-    winner = next(n for n, won in results.items() if won)
-    listed = [f.name for f in attempts[0].list("")]
-    assert listed == [name]
-    assert read_committed_ids(s3, attempts[0], name) == list(range(winner * 100, winner * 100 + 10))
-    assert s3.open_uploads() == []  # the loser aborted its upload
+def test_a_lost_answer_to_a_create_if_absent_is_recognised_as_our_own_success(
+    s3: S3Server, proxy: FaultProxy
+) -> None:
+    storage = via(proxy, s3)
+    rule = proxy.add_rule(Rule(Action.LOSE_RESPONSE, operation="PutObject", header="If-None-Match", times=1))
+    # The server stores the record, the answer is lost, botocore retries and gets 412.
+    assert (
+        storage.put_if_absent("_lakesink/epochs/00000000000000000000.json", b'{"commit_id": "ours"}') is True
+    )
+    assert rule.fired == 1 and proxy.requests("PutObject") == 2
+    # Another writer's bytes under the name: a real lost race.
+    proxy.add_rule(Rule(Action.LOSE_RESPONSE, operation="PutObject", header="If-None-Match", times=1))
+    assert (
+        storage.put_if_absent("_lakesink/epochs/00000000000000000000.json", b'{"commit_id": "theirs"}')
+        is False
+    )
 
 
-def read_committed_ids(s3: S3Server, storage: S3Storage, name: str) -> list[int]:
-    import pyarrow.parquet as pq
-
-    fs, base = storage.arrow_filesystem()
-    return pq.read_table(f"{base}/{name}", filesystem=fs).column("id").to_pylist()
-
-
-def test_retried_publish_is_idempotent_and_a_late_loser_aborts(s3: S3Server) -> None:
-    storage = storage_of(s3)
-    name = committed_name(0, 9)
-    stage = ParquetStage(storage, name, SCHEMA)
-    stage.write(random_batch(0, 5, 10))
-    sealed = stage.seal()
-    assert isinstance(sealed, S3Sealed)
+def test_a_lost_answer_to_a_complete_still_publishes_once(s3: S3Server, proxy: FaultProxy) -> None:
+    storage = via(proxy, s3)
+    name = data_file_name(0, 9)
+    sealed = sealed_upload(storage, name)
+    rule = proxy.add_rule(Rule(Action.LOSE_RESPONSE, operation="CompleteMultipartUpload", times=1))
     assert storage.publish(sealed) is True
-    assert storage.publish(sealed) is True  # the answer of the first complete was "lost"
-    assert storage._is_ours(storage.key_of(name), sealed)  # the attempt id survived completion
-    late = ParquetStage(storage, name, SCHEMA)
-    late.write(random_batch(50, 5, 10))
-    late_sealed = late.seal()
-    assert isinstance(late_sealed, S3Sealed)
-    assert not storage._is_ours(storage.key_of(name), late_sealed)
-    assert storage.publish(late_sealed) is False
-    assert read_committed_ids(s3, storage, name) == list(range(5))
-    storage.discard(late_sealed)  # discarding an aborted upload again is fine
+    assert rule.fired == 1
+    assert storage.publish(sealed) is True  # and once more, as a late retry would
+    late = sealed_upload(storage, name, start=50)
+    assert storage.publish(late) is False  # a different attempt at the name lost the race
+    storage.discard(late)
+    assert read_ids(storage, name) == list(range(5))
+    assert s3.open_uploads() == [] and storage.staged("") == []
 
 
-# Listing ----------------------------------------------------------------------------------------
+def test_a_409_conflict_aborts_the_upload_and_asks_for_the_task_to_be_retried(
+    s3: S3Server, proxy: FaultProxy
+) -> None:
+    storage = via(proxy, s3)
+    name = data_file_name(1, 1)
+    sealed = sealed_upload(storage, name)
+    proxy.add_rule(Rule(Action.CONFLICT_409, operation="CompleteMultipartUpload", times=1))
+    with pytest.raises(CommitError, match=r"409 ConditionalRequestConflict.*uploaded again"):
+        storage.publish(sealed)
+    assert s3.open_uploads() == [] and not storage.exists(name) and storage.staged("") == []
+    # Through a FileWriter, as the writers use it: the error propagates, nothing is left.
+    writer = FileWriter(storage, name, SCHEMA)
+    writer.write(random_batch(0, 5, 10))
+    proxy.add_rule(Rule(Action.CONFLICT_409, operation="CompleteMultipartUpload", times=1))
+    with pytest.raises(CommitError, match="409"):
+        writer.publish()
+    assert s3.open_uploads() == [] and not storage.exists(name) and storage.staged("") == []
 
 
-def test_listing_pages_past_1000_objects(s3: S3Server) -> None:
-    client = s3.client()
-    names = [committed_name(p, 0) for p in range(1_050)]
-    with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: client.put_object(Bucket=BUCKET, Key=f"t/{n}", Body=b"x"), names))
-    client.put_object(Bucket=BUCKET, Key="t/_lakesink/table.json", Body=b"{}")  # a sub-folder
-    client.put_object(Bucket=BUCKET, Key="t-other/part-x.parquet", Body=b"x")  # a sibling prefix
-    storage = storage_of(s3)
-    listed = storage.list("")
-    assert sorted(f.name for f in listed) == sorted(names)
-    assert all(f.size == 1 and f.modified is not None and f.modified > time.time() - 600 for f in listed)
+def test_a_store_that_ignores_if_none_match_is_refused_when_the_table_is_created(
+    s3: S3Server, proxy: FaultProxy
+) -> None:
+    storage = via(proxy, s3)
+    rule = proxy.add_rule(Rule(Action.STRIP_IF_NONE_MATCH))
+    with pytest.raises(StorageError, match=r"does not honour If-None-Match.*PutObject"):
+        ensure_table(storage, SCHEMA, "epoch")
+    assert rule.fired > 0
+    assert not storage.exists("_lakesink/table.json")  # nothing of the table was written
+    assert [f.name for f in storage.list("_lakesink")] == [] and s3.open_uploads() == []
+    proxy.clear_rules()
+    # A store that honours it on PutObject but not on CompleteMultipartUpload.
+    proxy.add_rule(Rule(Action.STRIP_IF_NONE_MATCH, operation="CompleteMultipartUpload"))
+    with pytest.raises(StorageError, match="CompleteMultipartUpload"):
+        ensure_table(storage, SCHEMA, "epoch")
+    proxy.clear_rules()
+    ensure_table(storage, SCHEMA, "epoch")
     assert [f.name for f in storage.list("_lakesink")] == ["_lakesink/table.json"]
-    assert storage.list("nothing-here") == []
 
 
-def test_read_all_reports_in_flight_uploads_as_pending(s3: S3Server) -> None:
+def test_staged_uploads_are_found_where_uploads_cannot_be_listed_by_prefix(
+    s3: S3Server, proxy: FaultProxy
+) -> None:
+    """MinIO lists uploads only for an exact key: the staging markers find them anyway."""
+    storage = via(proxy, s3)
+    ensure_table(storage, SCHEMA, "foreach")
+    dead = FileWriter(storage, data_file_name(3, 0), SCHEMA, WriteOptions(row_group_bytes=1024))
+    dead.write(random_batch(0, 200, 10))  # a writer killed mid-file: its upload stays open
+    proxy.add_rule(Rule(Action.MINIO_UPLOAD_LISTING))
+    by_prefix = storage.client.list_multipart_uploads(Bucket=BUCKET, Prefix="t/")  # through the proxy
+    assert by_prefix.get("Uploads", []) == [] and len(s3.open_uploads()) == 1  # hidden, but there
+    found = sweep(storage, older_than=0, delete=True)
+    assert [(o.kind, o.name) for o in found.removed] == [("multipart_upload", dead.name)]
+    assert s3.open_uploads() == [] and storage.list("_lakesink/staging") == []
+
+
+# Listing and the reader -------------------------------------------------------------------------
+
+
+def test_read_all_reports_in_flight_uploads_as_staged(s3: S3Server) -> None:
     storage = storage_of(s3)
     ensure_table(storage, SCHEMA, "foreach")
     write_file(storage, 0, 0, random_batch(0, 20, 10))
-    in_flight = ParquetStage(
-        storage, committed_name(1, 0, "00000000cafef00d"), SCHEMA, WriteOptions(row_group_bytes=1024)
+    in_flight = FileWriter(
+        storage, data_file_name(1, 0, "00000000cafef00d"), SCHEMA, WriteOptions(row_group_bytes=1024)
     )
     in_flight.write(random_batch(100, 200, 10))  # a row group flushed: the upload is open
     try:
         files = Lake(URL, s3.storage_options).files("read_all")
-        assert [(f.partition, f.state) for f in files] == [(0, "committed"), (1, "pending")]
+        assert [(f.partition, f.state) for f in files] == [(0, "committed"), (1, "staged")]
         with pytest.warns(SkippedFilesWarning) as caught:
             table = read_all(URL, storage_options=s3.storage_options)
         assert sorted(table.column("id").to_pylist()) == list(range(20))
         [skipped] = next(w.message for w in caught if isinstance(w.message, SkippedFilesWarning)).skipped
-        assert skipped.state == "pending" and skipped.path == f"{URL}/{in_flight.name}"
+        assert skipped.state == "staged" and "upload in flight" in skipped.reason
         assert read_committed(URL, storage_options=s3.storage_options).num_rows == 20
     finally:
         in_flight.discard()
@@ -274,6 +328,31 @@ def test_non_s3_scheme_is_a_clear_value_error() -> None:
     assert open_storage("s3a://some-bucket/a/b/").url == "s3://some-bucket/a/b"  # Hadoop's spelling
 
 
+@pytest.mark.parametrize(
+    ("options", "complaint"),
+    [
+        ({"key": 123}, r"'key' .* must be a string, got int"),
+        ({"endpoint_url": 123}, r"'endpoint_url' .* must be a string, got int"),
+        ({"endpoint_url": "127.0.0.1:9000"}, r"endpoint_url.*must start with http:// or https://"),
+        ({"config_kwargs": {"retries": 5}}, r"config_kwargs\['retries'\].*must be a dict"),
+        ({"client_kwargs": "eu-west-1"}, r"'client_kwargs' .* must be a dict, got str"),
+        ({"part_size": "8MiB"}, r"'part_size' .* must be an int, got str"),
+        ("key=abc", r"storage_options for s3://lake-bucket/t must be a dict .* got str"),
+    ],
+)
+def test_storage_options_of_the_wrong_type_are_named_on_the_driver(options: Any, complaint: str) -> None:
+    with pytest.raises((TypeError, ValueError), match=complaint) as info:
+        LakeForeachWriter(URL, schema=SCHEMA, storage_options=options)
+    assert "abc" not in str(info.value) and "123" not in str(info.value).replace("got int", "")
+    with pytest.raises((TypeError, ValueError), match=complaint):
+        open_storage(URL, options)
+
+
+def test_storage_options_for_a_local_path_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"\['endpoint_url'\] do not apply to the local path"):
+        open_storage(str(tmp_path), {"endpoint_url": "http://127.0.0.1:1"})
+
+
 @pytest.fixture(scope="module")
 def auth_server() -> Iterator[tuple[str, dict[str, str]]]:
     """A second moto server that checks credentials: IAM user ``lake`` may do anything on S3.
@@ -334,15 +413,14 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(s3: S3Server, caplog: pyte
     options = {"endpoint_url": s3.endpoint_url, **LEAKY, "client_kwargs": {"region_name": "us-east-1"}}
     storage = open_storage(URL, options)
     writer = LakeForeachWriter(URL, schema=SCHEMA, storage_options=options)
-    texts = [repr(storage), str(storage), repr(writer), repr(vars(storage))]
-    stage = ParquetStage(storage, committed_name(0, 0), SCHEMA)  # moto accepts any credentials
-    stage.write(random_batch(0, 5, 10))
-    sealed = stage.seal()
+    texts = [repr(storage), str(storage), repr(writer), repr(vars(storage)), repr(vars(writer))]
+    sealed = sealed_upload(storage, data_file_name(0, 0))  # moto accepts any credentials
     texts += [repr(sealed), pickle.dumps(sealed).decode("latin-1")]
     assert storage.publish(sealed) is True
-    stage2 = ParquetStage(storage, committed_name(0, 0), SCHEMA)
-    stage2.write(random_batch(0, 5, 10))
-    assert publish(storage, stage2.seal()) is False  # logs the lost race
+    second = FileWriter(storage, data_file_name(0, 0), SCHEMA)
+    second.write(random_batch(0, 5, 10))
+    published = second.publish()  # logs the lost race
+    assert published is not None and not published.won
     errors: list[BaseException] = []
     for bad in (
         lambda: open_storage("s3://no-such-bucket/t", options).list(""),
@@ -362,7 +440,7 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(s3: S3Server, caplog: pyte
         errors.append(info.value)
     texts += ["".join(traceback.format_exception(e)) for e in errors]
     texts += [r.getMessage() for r in caplog.records] + [caplog.text]
-    assert any("already committed" in r.getMessage() for r in caplog.records)  # logs were captured
+    assert any("discarded our copy" in r.getMessage() for r in caplog.records)  # logs were captured
     assert_no_secrets(texts)
     assert s3.open_uploads() == []
 
@@ -404,7 +482,7 @@ def test_spark_foreach_to_s3_with_a_failed_attempt_keeps_every_row_once(
     query.awaitTermination(300)
     assert query.exception() is None, query.exception()
     with warnings.catch_warnings():
-        warnings.simplefilter("error")  # nothing left to skip
+        warnings.simplefilter("error", SkippedFilesWarning)  # nothing left to skip
         assert sorted(read_all(URL, storage_options=s3.storage_options).column("id").to_pylist()) == list(
             range(3_000)
         )
@@ -413,3 +491,17 @@ def test_spark_foreach_to_s3_with_a_failed_attempt_keeps_every_row_once(
     files = Lake(URL, s3.storage_options).files()
     assert {f.epoch for f in files} == {0, 1} and all(f.state == "committed" for f in files)
     assert s3.open_uploads() == []
+
+
+def test_a_lost_answer_to_a_create_leaves_no_twin_upload(s3: S3Server, proxy: FaultProxy) -> None:
+    storage = via(proxy, s3)
+    rule = proxy.add_rule(Rule(Action.LOSE_RESPONSE, operation="CreateMultipartUpload", times=2))
+    for name in (data_file_name(0, 0), data_file_name(1, 0)):
+        writer = FileWriter(storage, name, SCHEMA)
+        writer.write(random_batch(0, 5, 10))
+        if name.startswith("part-00000"):
+            assert writer.publish() is not None
+        else:
+            writer.discard()
+    assert rule.fired == 2  # each create started an upload nobody heard of, then retried
+    assert s3.open_uploads() == [] and storage.staged("") == []

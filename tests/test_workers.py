@@ -7,7 +7,7 @@ import sys
 
 PROBE = """
 import gc
-from lakesink.pyworkers import freeze_heap_once
+from lakesink.spark.workers import freeze_heap_once
 assert gc.get_freeze_count() == 0
 freeze_heap_once()
 frozen = gc.get_freeze_count()

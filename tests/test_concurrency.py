@@ -1,0 +1,225 @@
+"""Exactly-once beside other writers, zombie drivers, sweeps and readers (issue: the fault model).
+
+Every test runs a live epoch-mode job into an S3 lake (moto) through the fault-injecting proxy,
+which holds each epoch's commit open between publishing its files and recording them: the PUT
+of the epoch record is delayed. That is the window in which, before the fix, a second query's
+recovery sweep, a restarted driver's, or ``lakesink orphans`` deleted files that the live
+commit was about to record -- leaving a recorded epoch whose files are gone, and a table that
+``read_committed`` refused to read. Only public entry points are used: ``write_stream``, the
+``lakesink`` command, the reader.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from netfaults import Action, FaultProxy, Rule
+from s3server import BUCKET, S3Server
+
+from lakesink import write_stream
+from lakesink.maintenance import verify
+from lakesink_reader import SkippedFilesWarning, read_all, read_committed
+
+pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.timeout(600)]
+
+TESTS_DIR = Path(__file__).resolve().parent
+LAKE = f"s3://{BUCKET}/live"
+ROWS = 100
+RECORD = r"_lakesink/epochs/\d{20}\.json$"
+
+
+def make_input(folder: Path, files: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        ids = pa.array(range(i * ROWS, (i + 1) * ROWS), pa.int64())
+        pq.write_table(
+            pa.table({"id": ids, "label": pa.array([f"r{v}" for v in ids.to_pylist()])}),
+            folder / f"{i:03d}.parquet",
+        )
+        os.utime(folder / f"{i:03d}.parquet", (1_700_000_000 + i, 1_700_000_000 + i))
+
+
+@pytest.fixture
+def slow_commits(s3: S3Server) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
+    """A proxy that delays every epoch record by 1.5 s; the writer's storage options through it."""
+    with FaultProxy(s3.endpoint_url) as proxy:
+        proxy.add_rule(Rule(Action.DELAY, operation="PutObject", key=RECORD, seconds=1.5))
+        yield proxy, {**s3.storage_options, "endpoint_url": proxy.endpoint_url}
+
+
+class Readers:
+    """Reads the lake in a loop beside the writers; any error is kept and re-raised at the end."""
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options, self.errors, self.reads = options, [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                ids = (
+                    read_committed(LAKE, columns=["id"], storage_options=self.options)
+                    .column("id")
+                    .to_pylist()
+                )
+                assert len(ids) == len(set(ids)), "duplicated rows visible"
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", SkippedFilesWarning)
+                    read_all(LAKE, columns=["id"], storage_options=self.options)
+                self.reads += 1
+            except Exception as exc:  # noqa: BLE001 - anything but a table not created yet is kept
+                if "no lake at" not in str(exc) and "is not a lakesink table" not in str(exc):
+                    self.errors.append(exc)
+            time.sleep(0.2)
+
+    def __enter__(self) -> Readers:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self.errors:
+            raise self.errors[0]
+
+
+def wait_for(what: str, check: Callable[[], bool], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.1)
+
+
+def recorded(s3: S3Server) -> int:
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix="live/_lakesink/epochs/")
+    return sum(
+        1 for o in listed.get("Contents", []) if o["Key"].endswith(".json") and "checkpoint" not in o["Key"]
+    )
+
+
+def assert_exactly_once(s3: S3Server, rows: int) -> None:
+    options = s3.storage_options
+    ids = sorted(read_committed(LAKE, columns=["id"], storage_options=options).column("id").to_pylist())
+    assert ids == list(range(rows))
+    report = verify(LAKE, storage_options=options)
+    assert report.ok, report.problems
+
+
+def finish(query: Any) -> None:
+    """Wait for ``query`` to end, failed or not (pyspark raises for a failed one)."""
+    try:
+        query.awaitTermination(300)
+    except Exception:  # noqa: BLE001 - the caller looks at query.exception()
+        pass
+
+
+def sweep_beside(query: Any, cmd: list[str], env: dict[str, str], sweeps: list[dict[str, Any]]) -> None:
+    """Run the orphan sweep command over and over until ``query`` ends."""
+    while query.isActive:
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120, check=False)
+        if done.returncode == 2 and ("not a lakesink table" in done.stderr or "no lake at" in done.stderr):
+            time.sleep(0.2)
+            continue  # before the first epoch created the table
+        assert done.returncode == 0, done.stderr
+        sweeps.append(json.loads(done.stdout))
+    finish(query)
+
+
+def start(spark: Any, source: Path, checkpoint: Path, options: dict[str, Any]) -> Any:
+    df = spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).parquet(str(source))
+    return write_stream(
+        df.repartition(2), LAKE, checkpoint_location=str(checkpoint), storage_options=options,
+        trigger={"availableNow": True},
+    )  # fmt: skip
+
+
+def test_a_second_query_on_a_live_lake_is_refused_and_breaks_nothing(
+    spark: Any, s3: S3Server, slow_commits: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
+) -> None:
+    _proxy, options = slow_commits
+    make_input(tmp_path / "in", files=6)
+    queries: list[Any] = []
+    try:
+        with Readers(s3.storage_options) as readers:
+            live = start(spark, tmp_path / "in", tmp_path / "chk-live", options)
+            queries.append(live)
+            wait_for("first epoch of the live query", lambda: recorded(s3) >= 1)
+            second = start(spark, tmp_path / "in", tmp_path / "chk-second", options)  # a new checkpoint
+            queries.append(second)
+            for query in (second, live):
+                finish(query)
+    finally:
+        for query in queries:
+            query.stop()
+    assert live.exception() is None, live.exception()
+    error = str(second.exception())
+    assert "CommitError" in error and f"streaming query {live.id}" in error
+    assert_exactly_once(s3, 6 * ROWS)
+    assert readers.reads > 0
+
+
+def test_two_drivers_on_one_checkpoint_leave_every_row_exactly_once(
+    s3: S3Server, slow_commits: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
+) -> None:
+    """A restarted driver while the old one still runs: Spark does not fence them."""
+    _proxy, options = slow_commits
+    make_input(tmp_path / "in", files=6)
+    cmd = [sys.executable, str(TESTS_DIR / "chaos_job.py"), "--mode", "epoch",
+           "--input", str(tmp_path / "in"),
+           "--lake", LAKE, "--checkpoint", str(tmp_path / "chk"), "--partitions", "2", "--fail-every", "0",
+           "--storage-options", json.dumps(options)]  # fmt: skip
+    with Readers(s3.storage_options) as readers:
+        first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for("first epoch of the first driver", lambda: recorded(s3) >= 1, timeout=180)
+            zombie = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+            first.wait(400)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        # Whatever each driver made of the other (Spark itself may refuse one: "Concurrent
+        # update to the log"), a final run completes the stream.
+        final = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
+    assert final.returncode == 0, final.stderr[-3000:]
+    print(f"\nfirst driver: exit {first.returncode}; second: exit {zombie.returncode}; final: exit 0")
+    assert_exactly_once(s3, 6 * ROWS)
+    assert readers.reads > 0
+
+
+def test_orphan_sweeps_looping_beside_a_live_job_delete_nothing_it_needs(
+    spark: Any, s3: S3Server, slow_commits: tuple[FaultProxy, dict[str, Any]], tmp_path: Path
+) -> None:
+    """``lakesink orphans --older-than 1s --delete`` over and over, while epochs take longer than 1 s."""
+    _proxy, options = slow_commits
+    make_input(tmp_path / "in", files=6)
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": options["key"], "AWS_SECRET_ACCESS_KEY": options["secret"]}
+    sweep_cmd = [str(Path(sys.executable).with_name("lakesink")), "orphans", LAKE, "--older-than", "1s",
+                 "--delete", "--json", f"--storage-option=endpoint_url={s3.endpoint_url}",
+                 "--storage-option=client_kwargs.region_name=us-east-1"]  # fmt: skip
+    sweeps: list[dict[str, Any]] = []
+    with Readers(s3.storage_options) as readers:
+        query = start(spark, tmp_path / "in", tmp_path / "chk", options)
+        try:
+            sweep_beside(query, sweep_cmd, env, sweeps)
+        finally:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    assert len(sweeps) >= 3
+    kept = [k for s in sweeps for k in s["kept"]]
+    print(f"\n{len(sweeps)} sweeps beside the job; {len(kept)} times a file of an epoch in flight was kept")
+    assert_exactly_once(s3, 6 * ROWS)
+    assert readers.reads > 0

@@ -1,0 +1,276 @@
+"""The orphan sweep, ``verify`` and the ``lakesink`` command, on local disk and on S3 (moto).
+
+The sweep's rule (lakesink/maintenance/sweep.py): what the epoch log proves garbage goes at
+any age; staged data of an epoch that may be in flight only when older than the age; a
+published file of an epoch with no record yet never.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from lakes import SCHEMA, foreach_lake, rows, write_file
+from s3server import BUCKET, S3Server
+
+from lakesink import NotALakeError, TableNotFoundError
+from lakesink.cli import main, parse_duration, parse_storage_options
+from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
+from lakesink.format.log import CommittedFile
+from lakesink.format.names import data_file_name, staged_name
+from lakesink.format.table import ensure_table
+from lakesink.maintenance import sweep, verify
+from lakesink.storage import Storage, open_storage
+
+HOUR = 3600.0
+
+
+def age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+def dead_writer(storage: Storage, partition: int, epoch: int, writer: str | None = None) -> FileWriter:
+    """A writer that died mid-file: a row group is in storage, the file never sealed."""
+    file = FileWriter(
+        storage, data_file_name(partition, epoch, writer), SCHEMA, WriteOptions(row_group_bytes=1024)
+    )
+    file.write(rows(0, 1_000))
+    return file
+
+
+def published(storage: Storage, partition: int, epoch: int, writer: str) -> CommittedFile:
+    """A file published by an epoch-mode task (attempt ``writer``), not recorded yet."""
+    file = FileWriter(storage, data_file_name(partition, epoch, writer), SCHEMA)
+    file.write(rows(epoch * 100, 10))
+    done = file.publish()
+    assert done is not None
+    return CommittedFile(done.name, partition, epoch, done.rows, done.size)
+
+
+@pytest.fixture
+def foreach_table(tmp_path: Path) -> tuple[str, list[Path], list[Path]]:
+    """A foreach lake with one committed file, two old orphans and a young staged file."""
+    lake = tmp_path / "lake"
+    storage = foreach_lake(str(lake), epochs=1, partitions=1)
+    (lake / "_lakesink" / "epochs").mkdir(parents=True, exist_ok=True)
+    old = [
+        lake / staged_name(data_file_name(1, 0), "00000000aaaaaaaa"),
+        lake / "_lakesink" / "epochs" / staged_name("00000000000000000003.json", "00000000bbbbbbbb"),
+    ]
+    young = [lake / staged_name(data_file_name(2, 0), "00000000cccccccc")]
+    for path in old + young:
+        path.write_bytes(b"half a parquet file")
+    for path in old:
+        age(path, 2 * HOUR)
+    assert storage.root_exists()
+    return str(lake), old, young
+
+
+def test_dry_run_lists_old_staged_files_and_removes_nothing(foreach_table) -> None:  # type: ignore[no-untyped-def]
+    lake, old, young = foreach_table
+    report = sweep(lake, older_than=HOUR)
+    assert sorted(o.name for o in report.findings) == sorted(
+        [data_file_name(1, 0), "_lakesink/epochs/00000000000000000003.json"]
+    )
+    assert all(
+        o.kind == "staged_file" and 2 * HOUR - 60 < (o.age or 0) < 2 * HOUR + 60 for o in report.findings
+    )
+    assert all(o.size == len(b"half a parquet file") and not o.settled for o in report.findings)
+    assert report.removed == [] and all(p.exists() for p in old + young)
+
+
+def test_delete_removes_only_old_orphans(foreach_table) -> None:  # type: ignore[no-untyped-def]
+    lake, old, young = foreach_table
+    report = sweep(lake, older_than=HOUR, delete=True)
+    assert len(report.removed) == 2 and report.ok
+    assert not any(p.exists() for p in old) and all(p.exists() for p in young)
+    assert sweep(lake, older_than=HOUR).findings == []
+
+
+def test_foreach_staged_data_of_a_published_file_goes_at_any_age(tmp_path: Path) -> None:
+    storage = foreach_lake(str(tmp_path / "lake"), epochs=1, partitions=1)
+    loser = dead_writer(storage, 0, 0, "0123456789abcdef")  # a second attempt at a committed file
+    report = sweep(storage, older_than=HOUR, delete=True)
+    assert [(o.name, o.settled) for o in report.removed] == [(loser.name, True)]
+    assert "published by another attempt" in report.removed[0].reason
+    assert storage.staged("") == []
+
+
+def test_epoch_mode_sweep_follows_the_log_not_the_clock(tmp_path: Path) -> None:
+    storage = open_storage(str(tmp_path / "lake"))
+    ensure_table(storage, SCHEMA, "epoch")
+    committer = EpochCommitter(storage, query_id="q")
+    kept = published(storage, 0, 0, "a" * 16)
+    committer.commit(0, [kept])
+    settled = published(storage, 1, 0, "b" * 16)  # epoch 0 was recorded without it: a dead task's
+    in_flight = published(storage, 0, 1, "c" * 16)  # epoch 1: published, its record comes next
+    dead_settled = dead_writer(storage, 2, 0, "d" * 16)  # staged, epoch 0 recorded
+    dead_young = dead_writer(storage, 2, 1, "e" * 16)  # staged, epoch 1 in flight: young
+
+    report = sweep(storage, older_than=HOUR, delete=True, now=time.time() + 10 * HOUR)
+    # At any age the file of the epoch in flight is kept: its record may be written next.
+    assert [o.name for o in report.kept] == [in_flight.name]
+    assert "no record yet" in report.kept[0].reason
+    # Ten hours on, the young staged file counts as a dead task's; settled garbage goes anyway.
+    assert sorted(o.name for o in report.removed) == sorted(
+        [settled.name, dead_settled.name, dead_young.name]
+    )
+    assert storage.exists(in_flight.name) and storage.exists(kept.name)
+
+    dead_young2 = dead_writer(storage, 3, 1, "f" * 16)
+    report = sweep(storage, older_than=HOUR, delete=True)  # now: the staged file is too young
+    assert report.findings == [] and storage.staged("")[0].name == dead_young2.name
+    committer.commit(1, [in_flight])  # epoch 1 is recorded: its staged leftovers are garbage now
+    report = sweep(storage, older_than=HOUR, delete=True)
+    assert report.kept == [] and [(o.name, o.settled) for o in report.removed] == [(dead_young2.name, True)]
+    assert storage.staged("") == []
+    assert sorted(os.listdir(storage.url)) == sorted(["_lakesink", kept.name, in_flight.name])
+
+
+def test_not_a_lake_missing_table_and_bad_age_are_clear_errors(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="-1"):
+        sweep(str(tmp_path), older_than=-1)
+    with pytest.raises(TableNotFoundError, match="nowhere"):
+        sweep(str(tmp_path / "nowhere"), older_than=0)
+    (tmp_path / "plain").mkdir()
+    staged = tmp_path / "plain" / staged_name(data_file_name(0, 0), "00000000aaaaaaaa")
+    staged.write_bytes(b"x")
+    with pytest.raises(NotALakeError, match="plain"):
+        sweep(str(tmp_path / "plain"), older_than=0, delete=True)
+    assert staged.exists()  # nothing is touched in a folder that is not a lake
+
+
+@pytest.mark.s3
+def test_s3_sweep_aborts_old_uploads_by_their_true_age(s3: S3Server) -> None:
+    url = f"s3://{BUCKET}/t"
+    storage = open_storage(url, s3.storage_options)
+    ensure_table(storage, pa.schema(SCHEMA), "foreach")
+    committed = write_file(storage, 0, 0, 0, 10)
+    dead = [dead_writer(storage, p, 1) for p in (1, 2)]
+    assert len(s3.open_uploads()) == 2
+    # The staging markers date the uploads (moto itself reports every upload as begun in 2010).
+    assert sweep(url, older_than=HOUR, storage_options=s3.storage_options).findings == []
+    report = sweep(url, older_than=0, storage_options=s3.storage_options)
+    assert sorted(o.name for o in report.findings) == sorted(d.name for d in dead)
+    assert all(o.kind == "multipart_upload" and 0 <= (o.age or -1) < 600 for o in report.findings)
+    assert len(s3.open_uploads()) == 2  # dry run
+    report = sweep(url, older_than=0, delete=True, storage_options=s3.storage_options)
+    assert len(report.removed) == 2 and report.ok
+    assert s3.open_uploads() == [] and storage.staged("") == []
+    assert [f.name for f in storage.list("")] == [committed]
+    for file in dead:  # the dead writers' own cleanup, had they lived, is harmless now
+        file.discard()
+
+
+# verify -----------------------------------------------------------------------------------------
+
+
+def test_verify_names_missing_and_damaged_committed_files(tmp_path: Path) -> None:
+    storage = open_storage(str(tmp_path / "lake"))
+    ensure_table(storage, SCHEMA, "epoch")
+    committer = EpochCommitter(storage, query_id="q")
+    files = [published(storage, p, 0, f"{p:016x}") for p in range(3)]
+    committer.commit(0, files)
+    assert verify(storage.url).ok and verify(storage.url).checked == 3
+    os.unlink(os.path.join(storage.url, files[0].name))
+    Path(storage.url, files[1].name).write_bytes(b"PAR1 not really PAR1")
+    report = verify(storage.url)
+    assert not report.ok and report.checked == 3
+    problems = {p.name: p.problem for p in report.problems}
+    assert problems[files[0].name].startswith("missing")
+    assert "size differs" in problems[files[1].name] or "unreadable" in problems[files[1].name]
+    assert files[2].name not in problems
+
+
+# The command ------------------------------------------------------------------------------------
+
+
+def test_parse_duration_and_storage_options() -> None:
+    assert [parse_duration(t) for t in ("90", "90s", "30m", "1h", "1.5d")] == [90, 90, 1800, 3600, 129600]
+    with pytest.raises(ValueError, match="'1 hour'"):
+        parse_duration("1 hour")
+    options = parse_storage_options(
+        [
+            "endpoint_url=http://127.0.0.1:9000",
+            "secret=12345",
+            "client_kwargs.region_name=eu-west-1",
+            "part_size=8388608",
+        ]
+    )
+    assert options == {
+        "endpoint_url": "http://127.0.0.1:9000",
+        "secret": "12345",  # stays a string although it looks like a number
+        "client_kwargs": {"region_name": "eu-west-1"},
+        "part_size": 8388608,
+    }
+    with pytest.raises(ValueError, match="number 2 is not KEY=VALUE") as info:
+        parse_storage_options(["key=k", "secret:s3cr3t-value"])
+    assert "s3cr3t-value" not in str(info.value)  # a mistyped secret is not echoed
+
+
+def test_cli_lists_then_deletes(foreach_table, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    lake, old, _young = foreach_table
+    assert main(["orphans", lake, "--older-than", "1h"]) == 0
+    out = capsys.readouterr().out
+    assert "2 orphan(s) in" in out and "dry run" in out and data_file_name(1, 0) in out
+    assert all(p.exists() for p in old)
+    assert main(["orphans", lake, "--older-than", "1h", "--delete", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["removed"]) == 2 and doc["failed"] == [] and not any(p.exists() for p in old)
+
+
+def test_cli_verify_version_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lake = str(tmp_path / "lake")
+    foreach_lake(lake, epochs=1, partitions=2)
+    assert main(["verify", lake]) == 0
+    assert "2 committed file(s) checked" in capsys.readouterr().out
+    victim = next(p for p in Path(lake).iterdir() if p.suffix == ".parquet")
+    victim.write_bytes(b"garbage")
+    assert main(["verify", lake, "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [p["name"] for p in doc["problems"]] == [victim.name]
+    with pytest.raises(SystemExit) as exited:
+        main(["--version"])
+    assert exited.value.code == 0 and capsys.readouterr().out.startswith("lakesink 0.")
+    assert main(["orphans", str(tmp_path / "missing"), "--older-than", "1h"]) == 2
+    assert "missing" in capsys.readouterr().err
+    assert main(["orphans", lake, "--older-than", "soon"]) == 2
+    assert "'soon'" in capsys.readouterr().err
+    assert main(["orphans", str(tmp_path), "--older-than", "1h"]) == 2  # a folder that is not a lake
+    assert "not a lakesink table" in capsys.readouterr().err
+    assert main(["verify", "gs://bucket/t"]) == 2
+    assert "gs://bucket/t" in capsys.readouterr().err
+
+
+@pytest.mark.s3
+def test_console_script_sweeps_s3(s3: S3Server) -> None:
+    url = f"s3://{BUCKET}/t"
+    storage = open_storage(url, s3.storage_options)
+    ensure_table(storage, SCHEMA, "foreach")
+    dead = dead_writer(storage, 1, 0)
+    script = Path(sys.executable).with_name("lakesink")
+    opts = s3.storage_options
+    args = [
+        str(script),
+        "orphans",
+        url,
+        "--older-than",
+        "0s",
+        "--delete",
+        "--json",
+        f"--storage-option=endpoint_url={opts['endpoint_url']}",
+        "--storage-option=client_kwargs.region_name=us-east-1",
+    ]
+    env = {**os.environ, "AWS_ACCESS_KEY_ID": opts["key"], "AWS_SECRET_ACCESS_KEY": opts["secret"]}
+    done = subprocess.run(args, capture_output=True, text=True, env=env, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert doc["removed"] == [dead.name] and doc["findings"][0]["kind"] == "multipart_upload"
+    assert s3.open_uploads() == []
