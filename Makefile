@@ -23,6 +23,7 @@ help: ## list the targets and the variables they take
 	@echo "  MODE=foreach|epoch     writer mode of the run* demos (default: foreach)"
 	@echo "  PYTEST_ARGS='...'      extra pytest arguments for test, chaos, cluster (e.g. -k reader -x)"
 	@echo "  BENCH_ARGS='...'       extra arguments of bench/run.py (e.g. --rows 2000000 --repeats 1)"
+	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@bash scripts/check-java.sh

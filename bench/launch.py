@@ -1,0 +1,212 @@
+"""Starting one measured run from the bench's parent: a child (``child.py``) or ``spark-submit`` of the job.
+
+Owns the environments a run gets (the bench's, or a user's), the one ``spark-submit``
+invocation of ``jobs/stream_to_lake.py`` (its flags are named here and nowhere else),
+watching the run's process tree for peak RSS (``procmem``), and checking what a run wrote:
+bytes and files a plain reader sees, and the rows read back.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from child import STORAGE_OPTIONS_ENV, ChildSpec
+from procmem import PeakRSS, TreeSampler
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+#: The job of the spark-submit entry point.
+SUBMIT_JOB = ROOT / "jobs" / "stream_to_lake.py"
+#: What the job logs for each epoch: "epoch 3: rows=1000000 files=2 seconds=0.88".
+_JOB_EPOCH_LINE = re.compile(r"epoch (\d+): rows=(\d+) files=\S+ seconds=([\d.]+)")
+#: Variables that the bench (devtools.spark.prepare_environment) or the Makefile set, and that
+#: a user running a script or spark-submit would not have.
+_BENCH_ONLY_VARIABLES = ("SPARK_HOME", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", STORAGE_OPTIONS_ENV)
+
+
+class RunFailed(RuntimeError):
+    """A run exited with an error; the message ends with the end of its log."""
+
+
+def bench_env(
+    storage_options: dict[str, Any] | None = None, *, stock_spark_home: bool = False
+) -> dict[str, str]:
+    """The environment of a bench child: this process's, bench/ on the Python path of Spark's workers.
+
+    Workers import ``commit_times`` (the observer) from bench/. ``stock_spark_home``: Spark's
+    own worker setup, where workers compile pyspark.zip (see devtools/spark.py).
+    """
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BENCH_DIR), env.get("PYTHONPATH")) if p)
+    if storage_options:
+        env[STORAGE_OPTIONS_ENV] = json.dumps(storage_options)
+    if stock_spark_home:
+        from devtools.spark import installed_spark_home
+
+        env["SPARK_HOME"] = str(installed_spark_home())
+    return env
+
+
+def user_env() -> dict[str, str]:
+    """The environment of a user's job: the venv's Python for the workers, Spark on loopback, nothing else.
+
+    No SPARK_HOME (pyspark finds its own, with pyspark.zip), no Python path of ours.
+    """
+    env = {key: value for key, value in os.environ.items() if key not in _BENCH_ONLY_VARIABLES}
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    return env
+
+
+def run_child(spec: ChildSpec, work: Path, env: dict[str, str], rss_interval: float) -> dict[str, Any]:
+    """Run ``spec`` in a child process: its own figures plus its process's wall time and peak RSS."""
+    spec_path = work / f"spec-{spec.name}.json"
+    spec.save(spec_path)
+    cmd = [sys.executable, str(BENCH_DIR / "child.py"), str(spec_path)]
+    seconds, peak = _run(cmd, env, work / f"log-{spec.name}.txt", rss_interval)
+    figures: dict[str, Any] = json.loads(Path(spec.result).read_text())
+    return _with_process(figures, seconds, peak)
+
+
+def submit_command(
+    input_dir: Path, lake: str, checkpoint: str, *, master: str, files_per_trigger: int
+) -> list[str]:
+    """``spark-submit`` of the job in epoch mode over ``input_dir``, ending when the input is read."""
+    return [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", master,
+        str(SUBMIT_JOB),
+        "--mode", "epoch",
+        "--source", "files",
+        "--input", str(input_dir),
+        "--max-files-per-trigger", str(files_per_trigger),
+        "--available-now",
+        "--lake", lake,
+        "--checkpoint", checkpoint,
+    ]  # fmt: skip
+
+
+def run_submit(
+    name: str,
+    input_dir: Path,
+    lake: str,
+    work: Path,
+    *,
+    master: str,
+    files_per_trigger: int,
+    rss_interval: float,
+) -> dict[str, Any]:
+    """``spark-submit`` the job in a user's environment; rows and epochs from the job's log lines.
+
+    The job reports neither when its query started nor its CPU, so a spark-submit run has the
+    process's figures only: wall time from launch to exit (JVM start included) and peak RSS.
+    """
+    cmd = submit_command(
+        input_dir, lake, str(work / "chk" / name), master=master, files_per_trigger=files_per_trigger
+    )
+    log = work / f"log-{name}.txt"
+    seconds, peak = _run(cmd, user_env(), log, rss_interval)
+    epochs = [
+        (int(m[1]), int(m[2]), float(m[3])) for m in _JOB_EPOCH_LINE.finditer(log.read_text(errors="replace"))
+    ]
+    figures = {
+        "name": name,
+        "sink": "epoch",
+        "session": "spark-submit",
+        "rows": sum(rows for _, rows, _ in epochs if rows),
+        "epochs": sum(1 for _, rows, _ in epochs if rows),
+        "epoch_seconds": [seconds for _, rows, seconds in epochs if rows],
+    }
+    return _with_process(figures, seconds, peak)
+
+
+def run_profile(rows: int, work: Path, env: dict[str, str], rss_interval: float) -> dict[str, Any]:
+    """``profile_writer.py foreach`` in a child process: the shares of the foreach writer's time."""
+    out = work / "profile.json"
+    cmd = [
+        sys.executable, str(BENCH_DIR / "profile_writer.py"), "foreach",
+        "--rows", str(rows), "--workdir", str(work / "profile"), "--top", "0", "--json", str(out),
+    ]  # fmt: skip
+    seconds, _ = _run(cmd, env, work / "log-profile.txt", rss_interval)
+    doc: dict[str, Any] = json.loads(out.read_text())
+    doc["process_seconds"] = seconds
+    return doc
+
+
+def _with_process(figures: dict[str, Any], seconds: float, peak: PeakRSS) -> dict[str, Any]:
+    figures.update(peak.to_dict())
+    figures["process_seconds"] = seconds
+    figures["rows_per_process_second"] = figures["rows"] / seconds
+    return figures
+
+
+def _run(cmd: list[str], env: dict[str, str], log: Path, rss_interval: float) -> tuple[float, PeakRSS]:
+    """Run ``cmd`` with its output to ``log``: (seconds from launch to exit, peak RSS of its tree)."""
+    started = time.monotonic()
+    with open(log, "wb") as logf:
+        proc = subprocess.Popen(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+        try:
+            with TreeSampler(proc.pid, rss_interval) as sampler:
+                code = proc.wait()
+        except BaseException:
+            proc.kill()  # by PID: our own child; its JVM exits with it (the py4j gateway closes)
+            proc.wait()
+            raise
+    seconds = time.monotonic() - started
+    if code != 0:
+        tail = log.read_text(errors="replace")[-3000:]
+        raise RunFailed(f"{shorten(cmd)} failed (exit {code}); the end of {log}:\n{tail}")
+    return seconds, sampler.peak
+
+
+def shorten(cmd: list[str]) -> str:
+    return " ".join(os.path.relpath(part, ROOT) if part.startswith(str(ROOT)) else part for part in cmd[:4])
+
+
+# What a run wrote ------------------------------------------------------------------------------
+
+
+def output_bytes_local(root: str) -> tuple[int, int]:
+    """(bytes, files) of the visible Parquet files under ``root`` (what plain readers see)."""
+    total = files = 0
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(("_", "."))]
+        for name in names:
+            if name.endswith(".parquet") and not name.startswith(("_", ".")):
+                total += os.path.getsize(os.path.join(folder, name))
+                files += 1
+    return total, files
+
+
+def output_bytes_s3(endpoint: str, bucket: str, prefix: str) -> tuple[int, int]:
+    """(bytes, files) of the visible Parquet objects under ``prefix`` on the moto server."""
+    from devtools.moto import dev_client
+
+    client = dev_client(endpoint)
+    total = files = 0
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            base = obj["Key"].rsplit("/", 1)[-1]
+            rel = obj["Key"][len(prefix) :]
+            if base.endswith(".parquet") and not base.startswith((".", "_")) and not rel.startswith("_"):
+                total += obj["Size"]
+                files += 1
+    return total, files
+
+
+def count_rows(sink: str, out: str, storage_options: dict[str, Any] | None) -> int:
+    """Rows a reader sees in a run's output: the check that the run wrote every row once."""
+    if sink == "parquet":
+        import pyarrow.dataset as ds
+
+        return int(ds.dataset(out, format="parquet").count_rows())
+    from lakesink_reader import Lake
+
+    return int(Lake(out, storage_options).dataset().count_rows())

@@ -1,0 +1,367 @@
+"""The bench's results as tables: aligned text for the terminal, Markdown for README's "Performance".
+
+Each part of the results becomes a :class:`Section` (a title, a table, notes) once, and both
+renderers draw the same sections, so the terminal and README never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+MiB = 1 << 20
+
+#: How the runs are named in the tables ("a" is the baseline every ratio divides by).
+NAMES = {
+    "parquet": '(a) Spark format("parquet")',
+    "epoch": "lakesink.write_stream",
+    "format": 'format("lakesink"), plain session',
+    "submit": "spark-submit jobs/stream_to_lake.py",
+    "epoch-s3": "write_stream into moto S3",
+    "epoch-stock": "write_stream, Spark's stock workers",
+    "foreach": "LakeForeachWriter",
+}
+
+
+@dataclass
+class Section:
+    title: str
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+# Formatting --------------------------------------------------------------------------------------
+
+
+def _n(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def _x(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _s(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def _mib(value: float | None) -> str:
+    return "-" if value is None else f"{value / MiB:,.0f} MiB"
+
+
+def compact(rate: float) -> str:
+    """A rate in thousands with three significant digits or more: "894k", "8.98k"."""
+    return f"{rate / 1e3:,.0f}k" if rate >= 100_000 else f"{rate / 1e3:.3g}k"
+
+
+def _spread(found: Mapping[str, float] | None) -> str:
+    """A spread of rates: "894k-933k (4.2%)"; "-" for one run."""
+    if not found or found["min"] == found["max"]:
+        return "-"
+    return f"{compact(found['min'])}-{compact(found['max'])} ({found['relative']:.1%})"
+
+
+def _name(key: str) -> str:
+    return NAMES.get(key, key)
+
+
+# The sections ------------------------------------------------------------------------------------
+
+
+def sections(results: Mapping[str, Any]) -> list[Section]:
+    """Every part of the results that has figures, in the order of the report."""
+    makers = (entry_points, sinks, s3_tax, first_epoch, small_epochs, wide_epochs, foreach_profile)
+    found = [make(results) for make in (*makers, reader, memory, failures)]
+    return [section for section in found if section is not None and section.rows]
+
+
+def entry_points(results: Mapping[str, Any]) -> Section:
+    section = Section(
+        "Entry points (medians of the runs; spread: slowest-fastest run and (max-min)/median)",
+        ["entry point", "runs", "rows/s", "vs a", "spread", "launch to exit", "vs a", "spread"],
+    )
+    for name, f in results.get("entry_points", {}).items():
+        query = f["rows_per_second"]
+        section.rows.append(
+            [
+                _name(name),
+                str(f["runs"]),
+                _n(query["median"] if query else None),
+                _x(f["vs_parquet"]),
+                _spread(query),
+                _n(f["rows_per_process_second"]["median"]),
+                _x(f["process_vs_parquet"]),
+                _spread(f["rows_per_process_second"]),
+            ]
+        )
+    section.notes = [
+        "rows/s: from start() to the end of the query; launch to exit: the whole process (JVM start, "
+        "session, query, stop) -- the only rate spark-submit of the job can give.",
+        'format("lakesink") runs as a user\'s script would: SparkSession.builder.master(...) and '
+        "lakesink.register(spark) only, no SPARK_HOME view, Spark's default Arrow byte cap.",
+    ]
+    return section
+
+
+def sinks(results: Mapping[str, Any]) -> Section:
+    section = Section(
+        "Sinks (the median run of each)",
+        ["sink", "rows/s", "vs a", "after 1st epoch", "vs a", "rows/CPU-s", "vs a", "peak RSS", "output"],
+    )
+    base = results["sinks"].get("parquet", {})
+
+    def vs(f: Mapping[str, Any], key: str) -> str:
+        return _x(f[key] / base[key] if f.get(key) and base.get(key) else None)
+
+    for name, f in results["sinks"].items():
+        if name == "submit":
+            continue  # process figures only: see the entry points
+        section.rows.append(
+            [
+                _name(name),
+                _n(f["rows_per_second"]),
+                vs(f, "rows_per_second"),
+                _n(f["steady_rows_per_second"]),
+                vs(f, "steady_rows_per_second"),
+                _n(f["rows_per_cpu_second"]),
+                vs(f, "rows_per_cpu_second"),
+                _mib(f["peak_rss_bytes"]),
+                _mib(f["output_bytes"]),
+            ]
+        )
+    section.notes = [
+        "CPU and RSS: the run's whole process tree (driver Python, JVM, Spark's Python workers); a moto "
+        "server is not in it. After 1st epoch: once workers are started and the JIT is warm."
+    ]
+    return section
+
+
+def s3_tax(results: Mapping[str, Any]) -> Section | None:
+    tax = results.get("s3_tax")
+    if not tax:
+        return None
+    section = Section(
+        "S3 without a tax: the epoch path into moto vs local disk (medians)",
+        ["measure", "moto S3", "local disk", "S3 / local"],
+    )
+    for key, what in (
+        ("rows_per_cpu_second", "rows per CPU-second of the job"),
+        ("rows_per_second", "rows/s"),
+    ):
+        section.rows.append(
+            [what, _n(tax[key]["s3"]["median"]), _n(tax[key]["local"]["median"]), _x(tax[key]["ratio"])]
+        )
+    section.notes = [
+        f"moto itself used {tax['moto_cpu_seconds']['median']:.1f} CPU-s a run "
+        f"({tax['moto_cpu_share']:.0%} of the job's own CPU), counted nowhere above: it stands in for a "
+        "remote service."
+    ]
+    return section
+
+
+def first_epoch(results: Mapping[str, Any]) -> Section | None:
+    found = results.get("first_epoch")
+    if not found:
+        return None
+    section = Section(
+        "First epoch: seconds from start() to the first committed epoch",
+        ["run", "median", "fastest", "slowest", "vs a"],
+    )
+    for name, f in found.items():
+        section.rows.append([_name(name), _s(f["median"]), _s(f["min"]), _s(f["max"]), _x(f["vs_parquet"])])
+    section.notes = [
+        "The end of the epoch is Spark's progress event: the trigger's start plus triggerExecution."
+    ]
+    return section
+
+
+def small_epochs(results: Mapping[str, Any]) -> Section | None:
+    small = results.get("small_epochs")
+    if not small or not small["runs"]:
+        return None
+    p = results["parameters"]
+    section = Section(
+        f"Small epochs: 1-file epochs of {p['small_rows']:,} rows; p50 / p95 over the epochs after the "
+        "first, ms",
+        [
+            *("run", "epochs", "epoch p50", "p95", "vs a", "commit p50", "p95", "vs a"),
+            *("driver commit p50", "p95", "record p50", "p95"),
+        ],
+    )
+    for name, run in small["runs"].items():
+        s = run["summary"]
+        section.rows.append(
+            [
+                _name(name),
+                str(s["epochs"]),
+                *_p(s["trigger"]),
+                _x(s["trigger"]["p50_vs_parquet"]),
+                *_p(s["add_batch"]),
+                _x(s["add_batch"]["p50_vs_parquet"]),
+                *_p(s["driver_commit"]),
+                *_p(s["record"]),
+            ]
+        )
+    section.notes = [
+        "epoch: triggerExecution, the micro-batch from its trigger to Spark's commit log. commit: addBatch, "
+        "where both sinks write and commit (Spark's _spark_metadata entry; lakesink's tasks publish, the "
+        "driver records the epoch).",
+        "driver commit (lakesink): last file published -> epoch record written, from its observer; record: "
+        "the record's create-if-absent write alone.",
+    ]
+    return section
+
+
+def _p(found: Mapping[str, Any]) -> list[str]:
+    return [
+        _n(None if found["p50"] is None else found["p50"] * 1000),
+        _n(None if found["p95"] is None else found["p95"] * 1000),
+    ]
+
+
+def wide_epochs(results: Mapping[str, Any]) -> Section | None:
+    wide = results.get("wide_epochs")
+    if not wide or not wide["runs"]:
+        return None
+    section = Section(
+        f"Wide epochs: lakesink into moto behind {wide['delay_seconds'] * 1000:.0f} ms per request "
+        f"({results['parameters']['wide_master']}), the second epoch of each query, ms",
+        ["files in the epoch", "epoch", "commit (addBatch)", "driver commit", "record", "S3 requests"],
+    )
+    for run in wide["runs"].values():
+        c = run["commit"]
+        section.rows.append(
+            [
+                _n(c["files"]),
+                _n(c["trigger_ms"]),
+                _n(c["add_batch_ms"]),
+                _n(None if c["driver_commit_s"] is None else c["driver_commit_s"] * 1000),
+                _n(None if c["record_s"] is None else c["record_s"] * 1000),
+                _n(sum(run["requests"].values())),
+            ]
+        )
+    section.notes = [
+        "The first epoch of each query (1 row, 1 task) starts the workers, creates the table and runs the "
+        "sweep; the measured one follows. S3 requests: the whole query's, both epochs."
+    ]
+    per_file = [
+        run["requests_per_extra_file"] for run in wide["runs"].values() if run["requests_per_extra_file"]
+    ]
+    if per_file:
+        section.notes.append(
+            f"Each file more costs {per_file[-1]:.1f} S3 requests (from the difference of the two)."
+        )
+    return section
+
+
+def foreach_profile(results: Mapping[str, Any]) -> Section | None:
+    prof = results.get("foreach_profile")
+    if not prof:
+        return None
+    total = prof["profiled_seconds"]
+    section = Section(
+        f"The foreach writer: where one partition's time goes ({prof['rows']:,} rows, "
+        f"{total:.1f} s under cProfile)",
+        ["share", "of the time", "seconds"],
+    )
+    for share, seconds in sorted(prof["shares"].items(), key=lambda item: -item[1]):
+        section.rows.append([share, f"{seconds / total:.0%}", _s(seconds)])
+    section.notes = ["cProfile slows Python code more than C code: read the shares, not the seconds."]
+    return section
+
+
+def reader(results: Mapping[str, Any]) -> Section | None:
+    if "reader" not in results:
+        return None
+    r = results["reader"]
+    section = Section(
+        f"Reader (median of {r['repeats']})", ["what", "lakesink_reader", "pyarrow.dataset", "ratio"]
+    )
+    ours, theirs = r["read_committed_seconds"], r["pyarrow_dataset_seconds"]
+    section.rows.append([f"read {r['rows']:,} committed rows", _s(ours, 3), _s(theirs, 3), _x(r["ratio"])])
+    for key, what in (("open_many_files", "files (foreach)"), ("open_many_epochs", "epochs (epoch mode)")):
+        o = results[key]
+        ours, theirs = o["open_seconds"], o["pyarrow_dataset_open_seconds"]
+        section.rows.append(
+            [f"open a table of {o['files']:,} {what}", _s(ours, 3), _s(theirs, 3), _x(ours / theirs)]
+        )
+    section.notes = [
+        "Seconds. Opening lists what read_committed would read; pyarrow.dataset lists the folder."
+    ]
+    return section
+
+
+def memory(results: Mapping[str, Any]) -> Section | None:
+    runs = {k: v for k, v in results.get("memory_one_partition", {}).items() if k != "failures"}
+    if not runs:
+        return None
+    section = Section(
+        "Memory: one writer, ONE partition (peak RSS)",
+        ["writer", "rows", "largest Python worker", "all Python workers", "JVM", "whole tree", "rows/s"],
+    )
+    for sink, by_rows in runs.items():
+        for rows, f in by_rows.items():
+            peaks = ("largest_python_worker", "python_workers", "jvm")
+            section.rows.append(
+                [_name(sink), _n(int(rows))]
+                + [_mib(f[f"peak_rss_{kind}_bytes"]) for kind in peaks]
+                + [_mib(f["peak_rss_bytes"]), _n(f["rows_per_second"])]
+            )
+    return section
+
+
+def failures(results: Mapping[str, Any]) -> Section | None:
+    failed = results.get("failures", {})
+    if not failed:
+        return None
+    section = Section("FAILED runs (their logs are in the work folder)", ["run", "error"])
+    for name, error in failed.items():
+        lines = [line for line in error.splitlines() if line.strip()]
+        section.rows.append([name, lines[0][:150] + (f" ... {lines[-1][:150]}" if len(lines) > 1 else "")])
+    return section
+
+
+# Renderers ------------------------------------------------------------------------------------------
+
+
+def header(results: Mapping[str, Any]) -> list[str]:
+    m, p = results["machine"], results["parameters"]
+    return [
+        f"lakesink bench  {results['date']}  {m['cores']} cores, {m['memory_gib']} GiB ({m['cpu']}); Python "
+        f"{m['python']}, pyspark {m['pyspark']}, pyarrow {m['pyarrow']}; load average at start "
+        f"{m['load_average_at_start'][0]:.1f}",
+        f"command: {results['command']}",
+        f"stream: {p['rows']:,} rows of (long, timestamp, 20-character string, double), {p['master']}, file "
+        f"source, maxFilesPerTrigger={p['max_files_per_trigger']}, availableNow",
+    ]
+
+
+def render_text(results: Mapping[str, Any]) -> str:
+    lines = header(results)
+    for section in sections(results):
+        lines += ["", section.title]
+        table = [section.columns, *section.rows]
+        widths = [max(len(row[i]) for row in table) for i in range(len(section.columns))]
+        for n, row in enumerate(table):
+            cells = [
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            ]
+            lines.append("  " + "  ".join(cells))
+            if n == 0:
+                lines.append("  " + "  ".join("-" * w for w in widths))
+        lines += [f"  {note}" for note in section.notes]
+    return "\n".join(lines)
+
+
+def render_markdown(results: Mapping[str, Any]) -> str:
+    lines = [line.replace("lakesink bench  ", "Date: ") + "  " for line in header(results)] + [""]
+    for section in sections(results):
+        lines += [f"**{section.title}**", ""]
+        lines.append("| " + " | ".join(section.columns) + " |")
+        lines.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(section.columns))) + "|")
+        lines += ["| " + " | ".join(row) + " |" for row in section.rows]
+        lines += [""] + [f"- {note}" for note in section.notes] + [""]
+    return "\n".join(lines)

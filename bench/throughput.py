@@ -1,0 +1,291 @@
+"""The main stream through every sink and entry point, against Spark's own parquet sink; the memory runs.
+
+One deterministic stream (``inputs.py``; ``maxFilesPerTrigger`` files an epoch,
+``trigger(availableNow=True)``, ``local[2]``) through each of :data:`RUNS`. The ones in
+:data:`REPEATED` run ``--repeats`` times, taking turns so that a slow minute of the machine
+hits them alike, and count by their median run; the spread of their runs is reported beside
+it. Every run's output is read back and must hold every row once.
+
+Then the memory runs: one writer, ONE partition of 1M and of 10M rows (``--memory-rows``),
+to show that a writer's memory does not grow with its partition.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from child import ChildSpec, Sink
+from figures import median_run, middle, ratio, spread
+from inputs import link_subset
+from launch import (
+    RunFailed,
+    bench_env,
+    count_rows,
+    output_bytes_local,
+    output_bytes_s3,
+    run_child,
+    run_submit,
+    user_env,
+)
+from stores import BUCKET, s3_store
+
+#: The runs of the main stream, by the names ``--sinks`` takes.
+RUNS = {
+    "parquet": "Spark's own writeStream.format('parquet'): the baseline",
+    "epoch": "lakesink.write_stream (epoch mode, Arrow batches), local disk",
+    "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
+    "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
+    "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
+    "epoch-stock": "write_stream with Spark's stock Python worker setup (workers compile pyspark.zip)",
+    "foreach": "LakeForeachWriter (row at a time)",
+}
+#: What each run kind writes with (the child's ``sink``); epoch-s3, format and submit say so themselves.
+SINK_OF: dict[str, Sink] = {
+    "parquet": "parquet",
+    "epoch": "epoch",
+    "epoch-stock": "epoch",
+    "foreach": "foreach",
+}
+#: The runs compared with the baseline run ``--repeats`` times; the others once.
+REPEATED = ("parquet", "epoch", "format", "submit", "epoch-s3")
+#: The ways to start the epoch mode, each compared with the baseline.
+ENTRY_POINTS = ("parquet", "epoch", "format", "submit")
+
+
+@dataclass(frozen=True)
+class Stream:
+    """What every run of the stream shares."""
+
+    input: Path
+    work: Path
+    rows: int
+    master: str
+    files_per_trigger: int
+    spark_conf: dict[str, str]  # the bench's settings; a plain session gets none of them
+    write_options: dict[str, Any]
+    rss_interval: float
+
+    def spec(self, name: str, sink: Sink, output: str, **changes: Any) -> ChildSpec:
+        """A child running ``sink`` over this stream; ``changes`` replace any other field."""
+        spec = ChildSpec(
+            name=name,
+            sink=sink,
+            input=str(self.input),
+            output=output,
+            checkpoint=str(self.work / "chk" / name),
+            result=str(self.work / f"result-{name}.json"),
+            master=self.master,
+            max_files_per_trigger=self.files_per_trigger,
+            spark_conf=self.spark_conf,
+            write_options=self.write_options,
+        )
+        return replace(spec, **changes)
+
+
+def schedule(sinks: list[str], repeats: int) -> list[tuple[str, int]]:
+    """(run, attempt) in run order: the repeated runs take turns, then the others once each."""
+    repeated = [s for s in sinks if s in REPEATED]
+    order = [(sink, i) for i in range(repeats) for sink in repeated]
+    return order + [(sink, 0) for sink in sinks if sink not in REPEATED]
+
+
+def stream_phase(
+    stream: Stream, sinks: list[str], repeats: int, note: Callable[[str], None]
+) -> dict[str, Any]:
+    """Every run of ``sinks``; their median runs, the entry points, the S3 tax and the first epochs."""
+    runs: dict[str, list[dict[str, Any]]] = {}
+    failures: dict[str, str] = {}
+    order = schedule(sinks, repeats)
+    for i, (name, attempt) in enumerate(order, 1):
+        if name in failures:
+            continue  # a run that failed once fails again: do not spend minutes on it
+        note(f"{name} run {attempt + 1} ({i}/{len(order)})")
+        try:
+            figures = run_one(stream, name, f"-{attempt}" if attempt else "")
+        except RunFailed as exc:
+            failures[name] = str(exc)
+            note(f"{name} FAILED: {str(exc).splitlines()[0]}")
+            continue
+        note(f"{name}: {_rate_line(figures)}")
+        runs.setdefault(name, []).append(figures)
+    return {
+        "sinks": {name: summary(name, rs) for name, rs in runs.items()},
+        "entry_points": entry_points(runs),
+        "s3_tax": s3_tax(runs),
+        "first_epoch": first_epoch(runs),
+        "failures": failures,
+    }
+
+
+def summary(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The median run of ``name``, with the rates of all its runs."""
+    figures = median_run(runs, rate_key(name))
+    for key in ("rows_per_second", "rows_per_process_second"):
+        figures[f"runs_{key}"] = [run.get(key) for run in runs]
+    return figures
+
+
+def rate_key(name: str) -> str:
+    """The rate a run counts by: from ``start()`` to the end, or launch to exit for spark-submit."""
+    return "rows_per_process_second" if name == "submit" else "rows_per_second"
+
+
+def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
+    """One run of ``name``, its output counted and read back."""
+    label = f"{name}{tag}"
+    out = str(stream.work / "out" / label)
+    if name == "epoch-s3":
+        with s3_store() as store:
+            options = store.storage_options()
+            url = store.url(label)
+            moto_cpu = store.moto_cpu_seconds()
+            figures = run_child(
+                stream.spec(label, "epoch", url), stream.work, bench_env(options), stream.rss_interval
+            )
+            figures["moto_cpu_seconds"] = store.moto_cpu_seconds() - moto_cpu
+            figures["moto_pid"] = store.moto_pid
+            figures["output_bytes"], figures["output_files"] = output_bytes_s3(
+                store.moto_endpoint, BUCKET, f"{label}/"
+            )
+            return checked(figures, stream.rows, count_rows("epoch", url, options), url)
+    if name == "submit":
+        figures = run_submit(
+            label,
+            stream.input,
+            out,
+            stream.work,
+            master=stream.master,
+            files_per_trigger=stream.files_per_trigger,
+            rss_interval=stream.rss_interval,
+        )
+    elif name == "format":
+        spec = stream.spec(label, "format", out, session="plain", spark_conf={})
+        figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
+    else:
+        env = bench_env(stock_spark_home=name == "epoch-stock")
+        figures = run_child(stream.spec(label, SINK_OF[name], out), stream.work, env, stream.rss_interval)
+    figures["output_bytes"], figures["output_files"] = output_bytes_local(out)
+    return checked(figures, stream.rows, count_rows(figures["sink"], out, None), out)
+
+
+def checked(figures: dict[str, Any], expected: int, read_back: int, output: str) -> dict[str, Any]:
+    """The figures with what a reader saw; RunFailed unless it is every row, once."""
+    if read_back != expected:
+        raise RunFailed(
+            f"{figures['name']}: a reader sees {read_back:,} rows in {output}, expected {expected:,}"
+        )
+    figures.pop("progress", None)  # 20 epochs of a throughput run say nothing the rates do not
+    return {**figures, "rows_read_back": read_back, "output": output}
+
+
+def _rate_line(f: dict[str, Any]) -> str:
+    if f.get("rows_per_second"):
+        return (
+            f"{f['rows_per_second']:,.0f} rows/s over {f['query_seconds']:.1f} s, "
+            f"{f['rows_per_cpu_second']:,.0f} rows/cpu-s"
+        )
+    return f"{f['rows_per_process_second']:,.0f} rows/s from launch to exit ({f['process_seconds']:.1f} s)"
+
+
+# Summaries ------------------------------------------------------------------------------------
+
+
+def entry_points(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each entry point's rates (from ``start()``, and from launch to exit) with spreads and ratios."""
+    base = runs.get("parquet", [])
+    base_query = middle([r["rows_per_second"] for r in base]) if base else None
+    base_process = middle([r["rows_per_process_second"] for r in base]) if base else None
+    found = {}
+    for name in ENTRY_POINTS:
+        if name not in runs:
+            continue
+        query = [r["rows_per_second"] for r in runs[name] if r.get("rows_per_second")]
+        process = [r["rows_per_process_second"] for r in runs[name]]
+        found[name] = {
+            "runs": len(runs[name]),
+            "rows_per_second": spread(query) if query else None,
+            "vs_parquet": ratio(middle(query), base_query) if query else None,
+            "rows_per_process_second": spread(process),
+            "process_vs_parquet": ratio(middle(process), base_process),
+        }
+    return found
+
+
+def s3_tax(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """The S3 epoch path against the local one: rows per CPU-second (moto excluded) and rows/s."""
+    if "epoch-s3" not in runs or "epoch" not in runs:
+        return None
+    s3, local = runs["epoch-s3"], runs["epoch"]
+    found: dict[str, Any] = {}
+    for key in ("rows_per_cpu_second", "rows_per_second"):
+        s3_values, local_values = [r[key] for r in s3], [r[key] for r in local]
+        found[key] = {
+            "s3": spread(s3_values),
+            "local": spread(local_values),
+            "ratio": ratio(middle(s3_values), middle(local_values)),
+        }
+    moto = [r["moto_cpu_seconds"] for r in s3]
+    found["moto_cpu_seconds"] = spread(moto)
+    found["moto_cpu_share"] = middle([r["moto_cpu_seconds"] / r["query_cpu_seconds"] for r in s3])
+    return found
+
+
+def first_epoch(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Seconds from ``start()`` to the first committed epoch, per run kind, and against the baseline."""
+    found: dict[str, Any] = {}
+    for name, rs in runs.items():
+        values = [r["first_epoch_seconds"] for r in rs if r.get("first_epoch_seconds") is not None]
+        if values:
+            found[name] = spread(values)
+    base = found.get("parquet")
+    for figures in found.values():
+        figures["vs_parquet"] = ratio(figures["median"], base["median"]) if base else None
+    return found
+
+
+# Memory -----------------------------------------------------------------------------------------
+
+
+def memory_phase(
+    stream: Stream,
+    files: list[Path],
+    rows_per_file: int,
+    sinks: list[Sink],
+    memory_rows: list[int],
+    note: Callable[[str], None],
+) -> dict[str, Any]:
+    """One writer, one partition of each of ``memory_rows``: peak RSS of its Python worker."""
+    found: dict[str, Any] = {}
+    for sink in sinks:
+        for rows in memory_rows:
+            note(f"{sink}, {rows:,} rows in one partition")
+            folder = link_subset(files, rows, rows_per_file, stream.work / f"input-{rows}")
+            label = f"{sink}-one-{rows}"
+            out = str(stream.work / "out" / label)
+            # One task reads all of an epoch's files: a Parquet split never exceeds this.
+            conf = {**stream.spark_conf, "spark.sql.files.maxPartitionBytes": str(8 << 30)}
+            spec = replace(
+                stream.spec(label, sink, out, one_partition=True, spark_conf=conf),
+                input=str(folder),
+                max_files_per_trigger=1 << 20,
+            )
+            with _tolerant(found, label, note):
+                figures = run_child(spec, stream.work, bench_env(), stream.rss_interval)
+                found.setdefault(sink, {})[str(rows)] = checked(
+                    figures, rows, count_rows(sink, out, None), out
+                )
+    return found
+
+
+@contextlib.contextmanager
+def _tolerant(found: dict[str, Any], label: str, note: Callable[[str], None]) -> Iterator[None]:
+    """Record a failed run under ``found["failures"]`` and go on with the next one."""
+    try:
+        yield
+    except RunFailed as exc:
+        found.setdefault("failures", {})[label] = str(exc)
+        note(f"{label} FAILED: {str(exc).splitlines()[0]}")
