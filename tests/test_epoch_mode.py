@@ -147,17 +147,16 @@ def test_schema_mismatch_is_refused_naming_the_column(spark, tmp_path: Path, lak
     other = source(spark, tmp_path / "in").selectExpr("id", "cast(id as int) as label")
     with pytest.raises(SchemaMismatchError, match="label"):
         write_stream(other, lake, checkpoint_location=str(tmp_path / "chk2"))
-    # The same through format("lakesink"): the query fails, naming the column.
+    # The same through format("lakesink"): refused before it starts, naming the column.
     register(spark)
-    query = (
-        other.writeStream.format("lakesink")
-        .option("path", lake)
-        .option("checkpointLocation", str(tmp_path / "chk3"))
-        .trigger(availableNow=True)
-        .start()
-    )
-    with pytest.raises(Exception, match="label"):
-        query.awaitTermination(300)
+    with pytest.raises(SchemaMismatchError, match="label"):
+        (
+            other.writeStream.format("lakesink")
+            .option("path", lake)
+            .option("checkpointLocation", str(tmp_path / "chk3"))
+            .trigger(availableNow=True)
+            .start()
+        )
     assert ids(read_committed(lake)) == list(range(10))
     assert staged_leftovers(lake) == []
 
@@ -247,3 +246,48 @@ def test_options_are_checked_by_name_and_never_show_secrets() -> None:
     assert config.write.dictionary_page_bytes == 4096 and config.write.compression == "snappy"
     assert {"dictionary_page_bytes", "checkpoint_interval", "staged_cleanup_age"} <= set(KNOWN_OPTIONS)
     assert SinkConfig.from_options(config.to_options()) == config
+
+
+# What a user meets first: checks before the query starts --------------------------------------
+
+
+def test_format_lakesink_is_checked_before_it_starts(spark, tmp_path: Path, lake: str) -> None:
+    from lakesink import register
+
+    register(spark)
+    make_input(tmp_path / "in", files=1, rows_per_file=10)
+    df = source(spark, tmp_path / "in")
+
+    def writer():  # type: ignore[no-untyped-def]
+        return df.writeStream.format("lakesink").option("checkpointLocation", str(tmp_path / "chk"))
+
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['compresion'\]"):
+        writer().option("compresion", "zstd").start(lake)
+    with pytest.raises(ValueError, match=r"does not partition files.*partitionBy\(\['label'\]\)"):
+        writer().partitionBy("label").start(lake)
+    with pytest.raises(ValueError, match="output mode 'complete'"):
+        writer().outputMode("complete").start(lake)
+    with pytest.raises(ValueError, match=r"storage_options \['key'\] do not apply to the local path"):
+        writer().option("storage_options", json.dumps({"key": "k"})).start(lake)
+    assert not os.path.exists(lake)  # nothing was started, nothing written
+    assert spark.streams.active == []
+    with pytest.raises(NotImplementedError, match="streaming writes only"):
+        df.sparkSession.range(3).write.format("lakesink").save(lake)
+    with pytest.raises(NotImplementedError, match="streaming writes only"):
+        df.sparkSession.range(3).write.format("LakeSink").mode("append").save(lake)
+    # Other formats pass through the same start() untouched.
+    noop = df.writeStream.format("noop").option("checkpointLocation", str(tmp_path / "chk-noop"))
+    run(noop.trigger(availableNow=True).start())
+
+
+def test_a_bad_trigger_is_refused_before_anything_is_written(spark, tmp_path: Path, lake: str) -> None:
+    from lakesink import write_stream
+
+    make_input(tmp_path / "in", files=1, rows_per_file=10)
+    with pytest.raises(TypeError, match=r"trigger must be a dict .* got '5 seconds'"):
+        write_stream(source(spark, tmp_path / "in"), lake, checkpoint_location=str(tmp_path / "chk"),
+                     trigger="5 seconds")  # type: ignore[arg-type]  # fmt: skip
+    with pytest.raises(TypeError, match=r"unknown lakesink option\(s\) \['row_group_size'\]"):
+        write_stream(source(spark, tmp_path / "in"), lake, checkpoint_location=str(tmp_path / "chk"),
+                     row_group_size=5)  # fmt: skip
+    assert not os.path.exists(lake)  # no table.json fixing schema and mode of an empty lake

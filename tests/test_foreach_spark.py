@@ -123,6 +123,39 @@ def test_restart_from_checkpoint_replays_without_duplicates(spark, tmp_path: Pat
     assert staged_leftovers(lake) == []
 
 
+def test_a_second_checkpoint_over_the_same_lake_is_refused(spark, tmp_path: Path, lake: str) -> None:
+    """A new checkpoint is a new query that reads its input from the start: duplicates."""
+    source = tmp_path / "in"
+    make_input(spark, source, files=1, rows_per_file=100)
+    first = lambda schema: LakeForeachWriter(lake, schema=schema)  # noqa: E731
+    stream(spark, source, lake, tmp_path / "chk", first)
+    schema = spark.read.parquet(str(source)).schema
+    df = spark.readStream.schema(schema).parquet(str(source))
+    query = (
+        df.writeStream.foreach(LakeForeachWriter(lake, schema=df.schema))
+        .option("checkpointLocation", str(tmp_path / "chk-new"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="allow_other_queries=True") as info:
+        query.awaitTermination(300)
+    assert "belongs to streaming query" in str(info.value)
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))  # no duplicate
+    # A query that writes other rows may say so.
+    other = (
+        spark.readStream.schema(schema).parquet(str(source)).selectExpr("id + 1000 as id", "bucket", "label")
+    )
+    stream_other = (
+        other.writeStream.foreach(LakeForeachWriter(lake, schema=other.schema, allow_other_queries=True))
+        .option("checkpointLocation", str(tmp_path / "chk-other"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    stream_other.awaitTermination(300)
+    assert stream_other.exception() is None
+    assert len(read_committed(lake)) == 200
+
+
 def test_schema_change_between_runs_names_the_columns(spark, tmp_path: Path, lake: str) -> None:
     source = tmp_path / "in"
     make_input(spark, source, files=1, rows_per_file=100)

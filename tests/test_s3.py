@@ -505,3 +505,15 @@ def test_a_lost_answer_to_a_create_leaves_no_twin_upload(s3: S3Server, proxy: Fa
             writer.discard()
     assert rule.fired == 2  # each create started an upload nobody heard of, then retried
     assert s3.open_uploads() == [] and storage.staged("") == []
+
+
+def test_a_worker_process_builds_one_client_per_lake_and_environment(
+    s3: S3Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Spark reuses Python workers: each task and commit opens its storage, and must not pay
+    for a new boto3 client each time (about 0.2 CPU-s each)."""
+    first = open_storage(URL, s3.storage_options)
+    assert first.list("") == [] and open_storage(URL, dict(s3.storage_options)) is first
+    assert open_storage(URL, {**s3.storage_options, "part_size": 16 << 20}) is not first
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "eu-west-1")  # the environment is part of a client
+    assert open_storage(URL, s3.storage_options) is not first

@@ -105,7 +105,7 @@ def check_stream(writer: Any, path: str | None) -> None:
     jwrite = writer._jwrite
     partitioning = _field(jwrite, "partitioningColumns")
     if partitioning is not None and partitioning.isDefined():
-        columns = list(partitioning.get().toList()) if hasattr(partitioning.get(), "toList") else partitioning.get()
+        columns = str(partitioning.get().mkString("\x00")).split("\x00")  # a Scala Seq of names
         raise ValueError(
             f'format("lakesink") does not partition files (yet): remove .partitionBy({columns}); '
             "every file holds all columns, and readers filter on them (filters are pushed down)"

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -12,6 +14,32 @@ from lakesink.storage.base import Sealed, StagedEntry, StagedFile, Storage, Stor
 __all__ = ["Sealed", "StagedEntry", "StagedFile", "Storage", "StoredFile", "open_storage"]
 
 _S3_SCHEMES = ("s3", "s3a")
+
+
+#: S3 storages of this process, so that Spark's reused Python workers build a boto3 client once
+#: (about 0.2 CPU-s, mostly parsing botocore's service model) rather than once per task and per
+#: commit. Keyed by everything a client is made of: the URL, the options, the AWS environment.
+_S3_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Storage] = {}
+_S3_CACHE_LOCK = threading.Lock()
+
+
+def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
+    try:
+        from lakesink.storage.s3 import S3Storage
+    except ImportError as exc:
+        from lakesink.errors import missing_extra
+
+        raise missing_extra("s3", f"the S3 lake {url!r}") from exc
+    if storage_options is not None and not isinstance(storage_options, Mapping):
+        return S3Storage(url, storage_options)  # which names the problem
+    options = json.dumps(dict(storage_options or {}), sort_keys=True, default=repr)
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
+    key = (url, options, environment)
+    with _S3_CACHE_LOCK:
+        storage = _S3_CACHE.get(key)
+        if storage is None:
+            storage = _S3_CACHE[key] = S3Storage(url, storage_options)
+        return storage
 
 
 def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
@@ -37,13 +65,7 @@ def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any]
             raise ValueError(f"file:// URL {url!r} names the host {parsed.netloc!r}: use file:///path")
         return LocalStorage(unquote(parsed.path))
     if scheme in _S3_SCHEMES:
-        try:
-            from lakesink.storage.s3 import S3Storage
-        except ImportError as exc:
-            from lakesink.errors import missing_extra
-
-            raise missing_extra("s3", f"the S3 lake {url!r}") from exc
-        return S3Storage(url, storage_options)
+        return _s3_storage(url, storage_options)
     if scheme in ("hdfs", "viewfs"):
         raise ValueError(
             f"{url!r}: HDFS is not supported yet. The commit protocol needs only a "
