@@ -167,10 +167,18 @@ class EpochLogger:
                 self.log(progress)
 
     def files_of(self, epoch: int) -> int | str:
+        """Files committed in ``epoch``: its record in epoch mode (one read, however long the
+        job has run); in foreach mode, a listing of the lake."""
+        from lakesink.format.log import EpochLog
+        from lakesink.storage import open_storage
         from lakesink_reader import Lake, NotALakeError, TableNotFoundError
 
         try:
-            return sum(1 for f in Lake(self.lake, self.options).files() if f.epoch == epoch)
+            lake = Lake(self.lake, self.options)
+            if lake.mode == "epoch":
+                record = EpochLog(open_storage(self.lake, self.options)).record(epoch)
+                return len(record.files) if record is not None else 0
+            return sum(1 for f in lake.files() if f.epoch == epoch)
         except (TableNotFoundError, NotALakeError):
             return 0  # nothing committed yet: the table is created with its first rows
         except Exception as exc:  # noqa: BLE001 - a log line must not kill the job

@@ -127,7 +127,9 @@ def check_stream(writer: Any, path: str | None) -> None:
 
 def _checked_save(save: Any) -> Any:
     @functools.wraps(save)
-    def checked(self: Any, path: str | None = None, format: str | None = None, *args: Any, **kwargs: Any) -> Any:
+    def checked(
+        self: Any, path: str | None = None, format: str | None = None, *args: Any, **kwargs: Any
+    ) -> Any:
         if format is not None:
             self.format(format)
         if _is_lakesink(self._jwrite):

@@ -559,22 +559,7 @@ class S3Storage:
             staged.write(b"3")
             sealed = staged.seal()
             try:
-                with self.errors(key):
-                    try:
-                        self.client.complete_multipart_upload(
-                            Bucket=self.bucket,
-                            Key=key,
-                            UploadId=sealed.upload_id,
-                            MultipartUpload={
-                                "Parts": [{"PartNumber": n, "ETag": e} for n, e in sealed.parts]
-                            },
-                            IfNoneMatch="*",
-                        )
-                        honoured = False
-                    except ClientError as exc:
-                        if error_code(exc) != "PreconditionFailed":
-                            raise
-                        honoured = True
+                honoured = not self._complete(sealed, {"IfNoneMatch": "*"})  # False: a 412, as it must
             finally:
                 quietly(lambda: self.discard(sealed), f"abort probe upload {key}")
             if not honoured:
