@@ -36,7 +36,9 @@ def test_staged_files_of_a_killed_job_are_invisible(spark, tmp_path: Path, lake:
             assert job.poll() is None, "the job exited before it started writing epoch 1"
             assert time.monotonic() < deadline, "the job never reached the middle of epoch 1"
             time.sleep(0.2)
-        time.sleep(0.5)
+        while not [n for n in os.listdir(lake) if n.endswith(".uncommitted")]:
+            assert time.monotonic() < deadline, "the hanging task has no staged file"
+            time.sleep(0.05)
     finally:
         os.killpg(job.pid, signal.SIGKILL)
         job.wait(30)

@@ -180,7 +180,8 @@ def test_write_stream_lifts_the_arrow_byte_check_for_its_query_only(spark, tmp_p
         checkpoint_location=str(tmp_path / "chk1"),
         trigger={"availableNow": True},
     )
-    assert query_value(query) == STREAM_CONF[key] == str(2**31 - 1)
+    assert STREAM_CONF[key] == str(2**31 - 1)  # INT_MAX: the only value that skips the check
+    assert query_value(query) == str(2**31 - 1)
     run(query)
     assert spark.conf.get(key, None) is None  # restored: other queries keep Spark's default
 

@@ -471,15 +471,18 @@ def test_stop_cuts_idle_and_delayed_connections_promptly(s3: S3Server) -> None:
     assert http_exchange(idle, f"HEAD /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()).startswith(
         b"HTTP/1.1 200"
     )
-    proxy.add_rule(Rule(Action.DELAY, seconds=30))
+    delay = proxy.add_rule(Rule(Action.DELAY, seconds=30))
     delayed = socket.create_connection(("127.0.0.1", port), timeout=5)
     delayed.sendall(f"HEAD /{BUCKET} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
-    time.sleep(0.2)  # the request is now asleep in its DELAY
-    started = time.monotonic()
+    deadline = time.monotonic() + 5
+    while delay.fired == 0:  # until the request is asleep in its DELAY
+        assert time.monotonic() < deadline, "the delayed request never reached the proxy"
+        time.sleep(0.01)
     proxy.stop()
     with idle, delayed:
+        # Each socket times out after 5 s: an empty read before that is the proxy cutting it,
+        # not the 30 s delay ending.
         assert idle.recv(100) == b"" and delayed.recv(100) == b""
-    assert time.monotonic() - started < 2
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", port), timeout=2)
     proxy.stop()  # a second stop is harmless
