@@ -28,7 +28,8 @@ from lakesink.format.table import ensure_table
 from lakesink.maintenance import sweep
 from lakesink.storage import open_storage
 from lakesink.storage.options import MIN_PART_SIZE
-from lakesink.storage.s3 import S3Sealed, S3Storage, part_size_for
+from lakesink.storage.s3 import S3Storage
+from lakesink.storage.s3_upload import S3Sealed, part_size_for
 from lakesink_reader import Lake, SkippedFilesWarning, read_all, read_committed
 
 pytestmark = pytest.mark.s3

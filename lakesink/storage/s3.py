@@ -4,7 +4,12 @@ Why multipart and not "write a temp key, then rename": S3 has no rename (copy + 
 neither atomic nor cheap), while a multipart upload is invisible until
 CompleteMultipartUpload succeeds, and completing with ``If-None-Match: *`` never replaces an
 existing object. So of several attempts at one key exactly one completes; the others get
-412 Precondition Failed and abort their uploads.
+412 Precondition Failed, and their caller discards their uploads (or, in foreach mode,
+supersedes a truncated file: ``If-Match`` on the complete).
+
+This module is ``S3Storage``: the whole storage seam for S3, one short method per operation
+(about 450 lines, over the usual 400 because the seam has that many operations); the upload
+writer is ``s3_upload``, error translation ``s3errors``, option checks ``options``.
 
 Answers get lost, and botocore retries. Each upload carries the attempt's id as object
 metadata (``x-amz-meta-lakesink-attempt``): when a complete's answer is lost and the retry
@@ -24,23 +29,22 @@ before 0.2) are found by listing uploads by prefix, where the store supports it.
 from __future__ import annotations
 
 import builtins
-import json
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
 from lakesink.errors import CommitError, StorageError, quietly
-from lakesink.format.names import META_DIR, STAGING_DIR, new_attempt_id
+from lakesink.format.names import META_DIR, STAGING_DIR
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
-from lakesink.storage.options import MAX_PART_SIZE, s3_client_settings
+from lakesink.storage.options import s3_client_settings
+from lakesink.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
 from lakesink.storage.s3errors import error_code, s3_errors
 
 if TYPE_CHECKING:
@@ -49,28 +53,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MAX_PARTS = 10_000
-#: After every this many parts the part size doubles, so with the default part size a file
-#: can grow to S3's 5 TiB object limit within 10,000 parts, while small files keep small
-#: (memory-cheap) parts.
-PARTS_PER_SIZE_STEP = 1_000
-ATTEMPT_METADATA = "lakesink-attempt"
 CONFLICT_RETRIES = 5
-
-
-@dataclass(frozen=True)
-class S3Sealed(Sealed):
-    """A sealed multipart upload: every part uploaded, not completed. Holds no credentials."""
-
-    upload_id: str
-    attempt: str
-    parts: tuple[tuple[int, str], ...]  # (part number, ETag), in order
-    retried_create: bool = False  # see S3StagedFile: a lost answer may have left a twin upload
-
-
-def part_size_for(part_number: int, base: int) -> int:
-    """The size of part ``part_number`` (1-based): ``base``, doubling every 1,000 parts."""
-    return min(base << ((part_number - 1) // PARTS_PER_SIZE_STEP), MAX_PART_SIZE)
 
 
 def parse_s3_url(url: str) -> tuple[str, str]:
@@ -84,137 +67,6 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     if parsed.query or parsed.fragment:
         raise ValueError(f"S3 URL {url!r} must not have a query or fragment")
     return bucket, parsed.path.strip("/")
-
-
-def marker_name(name: str, attempt: str) -> str:
-    return f"{STAGING_DIR}/{name}.{attempt}"
-
-
-class S3StagedFile:
-    """A multipart upload being written.
-
-    Parts go up in the background while the caller encodes the next one: at most
-    ``parts_in_flight`` parts are in the air, so memory stays about
-    ``(2 * parts_in_flight + 1) * part size``: the part being filled, and each part uploading
-    with the copy botocore makes of it (measured with tracemalloc by tests/test_s3.py).
-    """
-
-    def __init__(self, storage: S3Storage, name: str) -> None:
-        self.name = name
-        self._storage = storage
-        self._key = storage.key_of(name)
-        self._attempt = new_attempt_id()
-        self._marker = marker_name(name, self._attempt)
-        self._base_part_size = storage.part_size
-        self._buffer = bytearray()
-        self._next_part = 1
-        self._uploading: list[Future[tuple[int, str]]] = []
-        self._slots = threading.BoundedSemaphore(storage.parts_in_flight)
-        self._size = 0
-        self._closed = False
-        # The marker first: whatever happens next, a sweep can find this upload by it.
-        storage.put(self._marker, json.dumps({"name": name, "attempt": self._attempt}).encode())
-        with storage.errors(self._key):
-            created = storage.client.create_multipart_upload(
-                Bucket=storage.bucket, Key=self._key, Metadata={ATTEMPT_METADATA: self._attempt}
-            )
-        self.upload_id: str = created["UploadId"]
-        # A create that botocore retried may have started an upload whose answer was lost: a
-        # twin of this one that nobody would ever complete or abort. Remembered, so that the
-        # publish or discard of this file aborts it too.
-        self._retried_create = int(created.get("ResponseMetadata", {}).get("RetryAttempts", 0)) > 0
-
-    def __repr__(self) -> str:
-        return f"S3StagedFile(s3://{self._storage.bucket}/{self._key}, upload_id={self.upload_id!r})"
-
-    def write(self, data: bytes | memoryview, /) -> int:
-        if self._closed:
-            raise ValueError(f"write to a sealed or discarded staged file {self._key!r}")
-        n = memoryview(data).nbytes
-        self._buffer += data
-        self._size += n
-        while len(self._buffer) >= self._next_part_size():
-            # The full buffer itself becomes the part (no copy of it); only what spills over
-            # the part size is copied into the next buffer.
-            size = self._next_part_size()
-            part, self._buffer = self._buffer, bytearray(memoryview(self._buffer)[size:])
-            del part[size:]
-            self._upload_part(part)
-        return n
-
-    def _next_part_size(self) -> int:
-        return part_size_for(self._next_part, self._base_part_size)
-
-    def _upload_part(self, body: bytes | bytearray) -> None:
-        number = self._next_part
-        if number > MAX_PARTS:
-            raise StorageError(
-                f"s3://{self._storage.bucket}/{self._key} would need more than {MAX_PARTS} parts "
-                f"({self._size} bytes so far); raise storage_options part_size (now {self._base_part_size})"
-            )
-        self._raise_failed_part()
-        self._slots.acquire()  # blocks while parts_in_flight parts are uploading
-        try:
-            future = self._storage.pool.submit(self._put_part, number, body)
-        except BaseException:
-            self._slots.release()
-            raise
-        future.add_done_callback(lambda _: self._slots.release())
-        self._uploading.append(future)
-        self._next_part += 1
-
-    def _put_part(self, number: int, body: bytes | bytearray) -> tuple[int, str]:
-        storage = self._storage
-        with storage.errors(self._key):
-            etag = storage.client.upload_part(
-                Bucket=storage.bucket, Key=self._key, UploadId=self.upload_id, PartNumber=number, Body=body
-            )["ETag"]
-        return number, str(etag)
-
-    def _raise_failed_part(self) -> None:
-        for future in self._uploading:
-            if future.done() and future.exception() is not None:
-                raise future.exception()  # type: ignore[misc]
-
-    def tell(self) -> int:
-        return self._size
-
-    def flush(self) -> None:
-        """Nothing to do: bytes go up a part at a time, and the last part at :meth:`seal`."""
-
-    def close(self) -> None:
-        """Called by pyarrow when its writer finishes; publication is :meth:`seal` + publish."""
-
-    @property
-    def closed(self) -> bool:
-        return self._closed
-
-    def seal(self) -> S3Sealed:
-        if self._closed:
-            raise ValueError(f"staged file {self._key!r} was already sealed or discarded")
-        if self._buffer or self._next_part == 1:  # an upload needs at least one part, even empty
-            self._upload_part(bytes(self._buffer))
-            self._buffer = bytearray()
-        parts = sorted(future.result() for future in self._uploading)  # raises a failed part's error
-        self._closed = True
-        return S3Sealed(
-            name=self.name,
-            size=self._size,
-            upload_id=self.upload_id,
-            attempt=self._attempt,
-            parts=tuple(parts),
-            retried_create=self._retried_create,
-        )
-
-    def discard(self) -> None:
-        self._closed = True
-        self._buffer = bytearray()
-        for future in self._uploading:  # let parts in the air land before the abort
-            future.exception()
-        self._storage._abort(self._key, self.upload_id)
-        if self._retried_create:
-            self._storage._abort_twins(self._key, self.upload_id)
-        self._storage.delete(self._marker)
 
 
 class S3Storage:
