@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from lakesink.errors import CorruptFileError, missing_extra
@@ -35,6 +34,7 @@ from lakesink.storage import Storage, open_storage
 
 if TYPE_CHECKING:
     import pandas
+    import pyarrow.dataset as ds
 
 Isolation = Literal["read_committed", "read_all"]
 OnError = Literal["raise", "skip"]
@@ -210,6 +210,10 @@ class Lake:
         return self._dataset_of(readable)
 
     def _dataset_of(self, files: Sequence[LakeFile]) -> ds.Dataset:
+        # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
+        # (0.4 s), and opening a lake or listing its files needs neither.
+        import pyarrow.dataset as ds
+
         return ds.dataset(
             [self._arrow_path(f) for f in files], schema=self.schema, format="parquet", filesystem=self._fs
         )

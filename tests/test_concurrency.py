@@ -223,3 +223,24 @@ def test_orphan_sweeps_looping_beside_a_live_job_delete_nothing_it_needs(
     print(f"\n{len(sweeps)} sweeps beside the job; {len(kept)} times a file of an epoch in flight was kept")
     assert_exactly_once(s3, 6 * ROWS)
     assert readers.reads > 0
+
+
+def test_lost_answers_to_the_epoch_records_lose_nothing(spark: Any, s3: S3Server, tmp_path: Path) -> None:
+    """The server stores each epoch's record, the answer is lost, botocore retries and gets 412.
+
+    Before the fix the commit read that 412 as "committed concurrently" and deleted the files
+    its own record lists: every such epoch was recorded with its files gone.
+    """
+    make_input(tmp_path / "in", files=4)
+    with FaultProxy(s3.endpoint_url) as proxy:
+        # Every second record PUT: each epoch's first try after epoch 0 is lost, its retry is not.
+        lost = proxy.add_rule(Rule(Action.LOSE_RESPONSE, operation="PutObject", key=RECORD, every=2))
+        options = {**s3.storage_options, "endpoint_url": proxy.endpoint_url}
+        query = start(spark, tmp_path / "in", tmp_path / "chk", options)
+        try:
+            finish(query)
+        finally:
+            query.stop()
+    assert query.exception() is None, query.exception()
+    assert lost.fired == 3  # epochs 1, 2 and 3 each had their record's answer lost once
+    assert_exactly_once(s3, 4 * ROWS)

@@ -164,7 +164,7 @@ def test_schema_mismatch_is_refused_naming_the_column(spark, tmp_path: Path, lak
 def test_write_stream_lifts_the_arrow_byte_check_for_its_query_only(spark, tmp_path: Path, lake: str) -> None:
     """maxBytesPerBatch=INT_MAX in the query's own session; the user's session keeps its value."""
     from lakesink import write_stream
-    from lakesink.spark.start import STREAM_CONF
+    from lakesink.spark.guard import STREAM_CONF
 
     key = "spark.sql.execution.arrow.maxBytesPerBatch"
     make_input(tmp_path / "in", files=1, rows_per_file=10)

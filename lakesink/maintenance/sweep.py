@@ -35,7 +35,7 @@ from lakesink.errors import LakeSinkError
 from lakesink.format.log import EpochLog
 from lakesink.format.names import EPOCHS_DIR, META_DIR, parse_data_file
 from lakesink.format.table import read_table_metadata
-from lakesink.storage import Storage, open_storage
+from lakesink.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -205,8 +205,6 @@ def sweep(
 
 
 def _remove(storage: Storage, report: SweepReport, progress: Progress | None) -> None:
-    from lakesink.storage.base import StagedEntry
-
     total = len(report.findings)
     for done, orphan in enumerate(report.findings, 1):
         try:

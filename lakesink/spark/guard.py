@@ -8,16 +8,25 @@ late, or silently do the wrong thing. ``install()`` (called by ``lakesink.regist
 lakesink write -- and for nothing else -- the wrapper reads the writer's format, options and
 partitioning from its JVM object (by reflection: they are private fields), refuses before
 anything starts what lakesink would refuse or ignore, and starts the query with lakesink's
-per-query settings (``start.STREAM_CONF``, applied only around ``start()``). Every other write
+per-query settings (``STREAM_CONF`` below, applied only around ``start()``). Every other write
 goes through unchanged; if the JVM object is not laid out as expected (another Spark), the
 wrapper steps aside and the data source's own checks apply at the first micro-batch.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from lakesink.config import SinkConfig
+from lakesink.format.table import check_compatible, find_table
+from lakesink.spark.rows import arrow_schema
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +97,6 @@ def _checked_start(start: Any) -> Any:
         if not _is_lakesink(self._jwrite):
             return start(self, path, queryName=queryName)
         check_stream(self, path)
-        from lakesink.spark.start import STREAM_CONF, query_conf
-
         with query_conf(self._df.sparkSession, STREAM_CONF):
             return start(self, path, queryName=queryName)
 
@@ -98,10 +105,6 @@ def _checked_start(start: Any) -> Any:
 
 def check_stream(writer: Any, path: str | None) -> None:
     """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
-    from lakesink.config import SinkConfig
-    from lakesink.format.table import check_compatible, find_table
-    from lakesink.spark.rows import arrow_schema
-
     jwrite = writer._jwrite
     partitioning = _field(jwrite, "partitioningColumns")
     if partitioning is not None and partitioning.isDefined():
@@ -141,3 +144,33 @@ def _checked_save(save: Any) -> Any:
         return save(self, path, *args, **kwargs)
 
     return checked
+
+
+#: SQL settings a lakesink query starts with, unless the session sets them itself.
+#:
+#: ``maxBytesPerBatch``: since Spark 4.1 (SPARK-51316) each JVM-to-Python Arrow batch is capped
+#: by bytes as well as by rows, and to apply the cap Spark re-measures the batch after every
+#: row it appends (``BasicPythonArrowInput.writeSizedBatch``). For the struct a Python data
+#: source's input is wrapped in, that measuring is expensive: a Java Flight Recorder profile of
+#: the ``make bench`` stream put 44% of the JVM's samples in ``ArrowWriter.sizeInBytes`` -- more
+#: than Spark's own Parquet sink spends writing the same rows. INT_MAX is the only value that
+#: switches the check off; batches are then bounded by ``maxRecordsPerBatch`` rows alone (10,000
+#: by default), as before Spark 4.1. Sessions with very wide rows can set either option.
+STREAM_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
+
+
+@contextlib.contextmanager
+def query_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
+    """Apply ``settings`` to the query started inside, not to the session.
+
+    A streaming query copies its session's SQL conf when it starts, so the values are set
+    just around ``start()`` and then restored; a key the session sets itself is left alone.
+    """
+    applied = {key: value for key, value in settings.items() if spark.conf.get(key, None) is None}
+    for key, value in applied.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key in applied:
+            spark.conf.unset(key)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from lakesink.commit import Observer
@@ -109,33 +108,3 @@ def write_stream(
     if query_name:
         writer = writer.queryName(query_name)
     return writer.start()  # through lakesink.spark.guard: checked again, and STREAM_CONF applied
-
-
-#: SQL settings ``write_stream`` gives the query it starts, unless the session sets them itself.
-#:
-#: ``maxBytesPerBatch``: since Spark 4.1 (SPARK-51316) each JVM-to-Python Arrow batch is capped
-#: by bytes as well as by rows, and to apply the cap Spark re-measures the batch after every
-#: row it appends (``BasicPythonArrowInput.writeSizedBatch``). For the struct a Python data
-#: source's input is wrapped in, that measuring is expensive: a Java Flight Recorder profile of
-#: the ``make bench`` stream put 44% of the JVM's samples in ``ArrowWriter.sizeInBytes`` -- more
-#: than Spark's own Parquet sink spends writing the same rows. INT_MAX is the only value that
-#: switches the check off; batches are then bounded by ``maxRecordsPerBatch`` rows alone (10,000
-#: by default), as before Spark 4.1. Sessions with very wide rows can set either option.
-STREAM_CONF = {"spark.sql.execution.arrow.maxBytesPerBatch": str(2**31 - 1)}
-
-
-@contextlib.contextmanager
-def query_conf(spark: SparkSession, settings: Mapping[str, str]) -> Iterator[None]:
-    """Apply ``settings`` to the query started inside, not to the session.
-
-    A streaming query copies its session's SQL conf when it starts, so the values are set
-    just around ``start()`` and then restored; a key the session sets itself is left alone.
-    """
-    applied = {key: value for key, value in settings.items() if spark.conf.get(key, None) is None}
-    for key, value in applied.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key in applied:
-            spark.conf.unset(key)
