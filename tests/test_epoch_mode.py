@@ -292,3 +292,31 @@ def test_a_bad_trigger_is_refused_before_anything_is_written(spark, tmp_path: Pa
         write_stream(source(spark, tmp_path / "in"), lake, checkpoint_location=str(tmp_path / "chk"),
                      row_group_size=5)  # fmt: skip
     assert not os.path.exists(lake)  # no table.json fixing schema and mode of an empty lake
+
+
+def test_a_lake_deleted_and_written_again_in_the_same_session_is_readable(
+    spark, tmp_path: Path, lake: str
+) -> None:
+    """Notebook users ``rm -rf`` a lake and start a fresh query on the same path.
+
+    Spark reuses its Python workers, and a worker that had already checked the table for one run
+    of a query skipped creating ``table.json`` for the next: every epoch committed, and the
+    lake read as "not a lakesink table". (CI caught it through tests that share an S3 prefix.)
+    """
+    import shutil
+
+    from lakesink import write_stream
+
+    folder = tmp_path / "in"
+    make_input(folder, files=2, rows_per_file=10)
+    for attempt in range(3):
+        shutil.rmtree(lake, ignore_errors=True)
+        run(
+            write_stream(
+                source(spark, folder),
+                lake,
+                checkpoint_location=str(tmp_path / f"chk{attempt}"),
+                trigger={"availableNow": True},
+            )
+        )
+        assert ids(read_committed(lake)) == list(range(20)), f"run {attempt}"

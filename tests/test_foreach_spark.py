@@ -189,3 +189,30 @@ def test_inferred_schema_and_filter_pushdown(spark, tmp_path: Path, lake: str) -
     assert table.column_names == ["id"]
     assert sorted(table.column("id").to_pylist()) == [i for i in range(500) if i % 7 == 3]
     assert read_all(lake).num_rows == 500
+
+
+def test_a_lake_deleted_while_its_query_was_stopped_is_readable_after_it_resumes(
+    spark, tmp_path: Path, lake: str
+) -> None:
+    """Spark reuses its Python workers; one that had checked the table before must check again.
+
+    Before the fix a worker remembered the table for the life of the process, so the resumed
+    query published into a lake with no ``table.json``, which no reader accepts.
+    """
+    import shutil
+
+    source = tmp_path / "in"
+    make_input(spark, source, files=1, rows_per_file=300)
+    schema = stream(
+        spark, source, lake, tmp_path / "chk", lambda schema: LakeForeachWriter(lake, schema=schema)
+    )
+    assert read_committed(lake).num_rows == 300
+    shutil.rmtree(lake)  # the user's choice: those 300 rows are gone
+    df = spark.range(300, 600).selectExpr(
+        "id", "cast(id % 7 as int) as bucket", "concat('row-', cast(id as string)) as label"
+    )
+    df.coalesce(1).write.mode("overwrite").parquet(str(source / "batch-001"))
+    for part in (source / "batch-001").glob("part-*.parquet"):
+        part.rename(source / "input-001.parquet")
+    stream(spark, source, lake, tmp_path / "chk", lambda s: LakeForeachWriter(lake, schema=schema))
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(300, 600))

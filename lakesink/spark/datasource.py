@@ -85,7 +85,7 @@ class LakeSinkDataSource(DataSource):
                 "use outputMode('append')"
             )
         arrow = arrow_schema(schema)
-        checked_table(self.config, arrow)
+        checked_table(self.config, arrow, self.run_token)
         return LakeStreamWriter(self.config, arrow, self.run_token)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -96,12 +96,18 @@ class LakeSinkDataSource(DataSource):
         )
 
 
-_CHECKED: dict[tuple[str, bytes], TableMetadata] = {}
+_CHECKED: dict[tuple[str, bytes, str], TableMetadata] = {}
 
 
-def checked_table(config: SinkConfig, schema: pa.Schema) -> TableMetadata:
-    """``ensure_table`` once per Python worker process (it runs twice per micro-batch otherwise)."""
-    key = (config.storage().url, schema.serialize().to_pybytes())
+def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> TableMetadata:
+    """``ensure_table`` once per run of the query in this Python worker, not once per micro-batch.
+
+    Keyed by the run as well as the table: Spark reuses its Python workers across queries, and a
+    lake deleted and written again by a fresh query in the same session needs its table
+    metadata created again (keyed by path alone, the second run committed into a lake with no
+    ``table.json``, which no reader accepts).
+    """
+    key = (config.storage().url, schema.serialize().to_pybytes(), run_token)
     if key not in _CHECKED:
         _CHECKED[key] = ensure_table(config.storage(), schema, "epoch")
     return _CHECKED[key]

@@ -33,8 +33,10 @@ from lakesink.storage.options import Redacted, check_storage_options
 
 log = logging.getLogger(__name__)
 
-#: Tables this worker process has checked, keyed by (url, query tag): once per process, not per task.
-_TABLES: dict[tuple[str, str | None], TableMetadata] = {}
+#: The table this worker process last checked per (url, query tag), and for which epoch: checked
+#: once per epoch, not per task. Not once per process: Spark reuses Python workers, and a lake
+#: deleted while its query was stopped must get its table metadata back when the query resumes.
+_TABLES: dict[tuple[str, str | None], tuple[int | None, TableMetadata]] = {}
 
 
 class LakeForeachWriter:
@@ -187,9 +189,10 @@ class LakeForeachWriter:
 
     def _check_table(self, storage: Storage, schema: pa.Schema) -> None:
         key = (storage.url, self._tag)
-        table = _TABLES.get(key)
-        if table is None:
-            table = _TABLES[key] = ensure_table(storage, schema, "foreach", owner_query=self._tag)
+        checked_epoch, table = _TABLES.get(key, (None, None))
+        if table is None or checked_epoch != self._epoch:
+            table = ensure_table(storage, schema, "foreach", owner_query=self._tag)
+            _TABLES[key] = (self._epoch, table)
         else:
             check_compatible(table, schema, "foreach", storage.url)  # this writer's schema may differ
         owner = table.owner_query
