@@ -27,6 +27,8 @@ help: ## list the targets and the variables they take
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	@bash scripts/check-java.sh
+	@# A .venv made with another Python (an older one, say) is made again, not reused.
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || rm -rf $(VENV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@echo "installing lakesink and its pinned dependencies into $(VENV) (about a minute on a fresh machine)"
@@ -36,24 +38,31 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 install: $(STAMP) ## create .venv and install lakesink with every extra (pinned)
 
 run: $(STAMP) ## demo: stream into a local lake with one injected task failure, then read it back
+	@bash scripts/check-java.sh
 	$(PY) scripts/demo.py --target local --mode $(MODE)
 
 run-s3: $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts and stops
+	@bash scripts/check-java.sh
 	$(PY) scripts/demo.py --target s3 --mode $(MODE)
 
 run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
+	@bash scripts/check-java.sh
 	$(PY) scripts/cluster.py demo
 
 test: $(STAMP) ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
+	@bash scripts/check-java.sh
 	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
 chaos: $(STAMP) ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
+	@bash scripts/check-java.sh
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 
 cluster: $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)
+	@bash scripts/check-java.sh
 	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)
 
 bench: $(STAMP) ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
+	@bash scripts/check-java.sh
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
 	$(PY) -m compileall -q lakesink lakesink_reader reader devtools bench

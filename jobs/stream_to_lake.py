@@ -145,8 +145,8 @@ def inject_one_failure(df: Any, after_rows: int, marker: str) -> Any:
             if armed and seen > after_rows and not os.path.exists(marker):
                 os.makedirs(os.path.dirname(marker), exist_ok=True)
                 with open(marker, "w") as f:
-                    f.write(f"failed partition 0 after {seen} rows\n")
-                raise RuntimeError(f"injected task failure after {seen} rows (demo)")
+                    f.write(f"failed partition 0 in the Arrow batch that took it past {after_rows} rows\n")
+                raise RuntimeError(f"injected task failure past {after_rows} rows (demo)")
             yield batch
 
     return df.mapInArrow(fail_once, df.schema)

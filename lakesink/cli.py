@@ -130,8 +130,8 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"  epoch {p.epoch}: {p.name}: {p.problem}")
         if not report.ok:
             print(
-                "what to do: README 'Repairing a lake' (restore the files, or read around them "
-                "with read_committed(..., on_error='skip'))",
+                "what to do: README, 'lakesink verify and repairing a lake' (restore the files, or "
+                "read around them with read_committed(..., on_error='skip'))",
                 file=sys.stderr,
             )
     return 0 if report.ok else 1

@@ -20,6 +20,7 @@ from lakesink.commit.observer import Observer
 from lakesink.format.log import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE
 from lakesink.storage import Storage, open_storage
+from lakesink.storage.options import check_storage_options
 
 #: The option that carries storage options: a JSON object (it may hold credentials).
 STORAGE_OPTIONS_KEY = "storage_options"
@@ -97,11 +98,12 @@ class SinkConfig:
         unknown = sorted(set(options) - set(OPTION_TYPES))
         if unknown:
             raise TypeError(f"unknown lakesink option(s) {unknown}; known: {sorted(OPTION_TYPES)}")
+        storage_options = check_storage_options(storage_options, path)  # a dict, or an error naming it
         write = {k: v for k, v in options.items() if k in WriteOptions.__dataclass_fields__}
         sink = {k: v for k, v in options.items() if k in SinkOptions.__dataclass_fields__}
         config = cls(
             path,
-            dict(storage_options or {}),
+            storage_options,
             WriteOptions(**write),
             SinkOptions(**sink),
             checkpoint_location,

@@ -3,8 +3,8 @@
 >>> from lakesink_reader import read_committed
 >>> table = read_committed("/data/lake/events", columns=["id"])
 
-It needs only pyarrow and fsspec (``pip install lakesink``); S3 lakes need the ``s3`` extra
-and ``to_pandas`` the ``pandas`` extra. It imports no writer module of lakesink.
+It needs only pyarrow (``pip install lakesink``); S3 lakes need the ``s3`` extra and
+``to_pandas`` the ``pandas`` extra. It imports no writer module of lakesink.
 """
 
 from lakesink.errors import (

@@ -291,7 +291,25 @@ def test_a_bad_trigger_is_refused_before_anything_is_written(spark, tmp_path: Pa
     with pytest.raises(TypeError, match=r"unknown lakesink option\(s\) \['row_group_size'\]"):
         write_stream(source(spark, tmp_path / "in"), lake, checkpoint_location=str(tmp_path / "chk"),
                      row_group_size=5)  # fmt: skip
+    with pytest.raises(
+        TypeError, match=r"storage_options for s3://bucket/x must be a dict .* got str"
+    ) as info:
+        write_stream(source(spark, tmp_path / "in"), "s3://bucket/x",
+                     checkpoint_location=str(tmp_path / "chk"),
+                     storage_options="endpoint_url=secret-ish")  # type: ignore[arg-type]  # fmt: skip
+    assert "secret-ish" not in str(info.value)
     assert not os.path.exists(lake)  # no table.json fixing schema and mode of an empty lake
+
+
+def test_register_warns_when_workers_would_run_another_python(spark, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark's workers run python3 from PATH unless PYSPARK_PYTHON says otherwise."""
+    from lakesink import register
+
+    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
+    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python3")  # what Spark uses without it
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # where python3 is not this virtualenv's
+    with pytest.warns(RuntimeWarning, match=r"PYSPARK_PYTHON=\S+python"):
+        register(spark)
 
 
 def test_a_lake_deleted_and_written_again_in_the_same_session_is_readable(

@@ -34,6 +34,34 @@ SOURCE_NAME = "lakesink"
 _installed = False
 
 
+def check_worker_python(spark: SparkSession) -> None:
+    """Warn when Spark will start its Python workers with another interpreter than this one.
+
+    Spark runs ``python3`` from PATH unless ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``)
+    says otherwise; outside an activated virtualenv that Python usually has no lakesink and
+    no pyarrow, and the query fails at its first micro-batch with "No module named ...".
+    """
+    import os
+    import sys
+
+    executable = getattr(spark.sparkContext, "pythonExec", None) or "python3"
+    if os.path.isabs(executable) or os.environ.get("PYSPARK_PYTHON"):
+        return
+    import shutil
+    import warnings
+
+    found = shutil.which(executable)
+    if found is not None and os.path.realpath(found) == os.path.realpath(sys.executable):
+        return
+    warnings.warn(
+        f"Spark will start its Python workers with {executable!r} from PATH"
+        f"{f' ({found})' if found else ''}, not with this Python ({sys.executable}), which has lakesink: "
+        f"set PYSPARK_PYTHON={sys.executable} before the SparkSession starts, or activate the virtualenv",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+
+
 def install() -> None:
     """Wrap pyspark's classic ``DataStreamWriter.start`` and ``DataFrameWriter.save`` (once)."""
     global _installed

@@ -29,6 +29,7 @@ def register(spark: SparkSession) -> None:
     """
     spark.dataSource.register(LakeSinkDataSource)
     guard.install()
+    guard.check_worker_python(spark)
 
 
 def write_stream(
