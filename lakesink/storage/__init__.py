@@ -30,9 +30,9 @@ def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
         from lakesink.errors import missing_extra
 
         raise missing_extra("s3", f"the S3 lake {url!r}") from exc
-    if storage_options is not None and not isinstance(storage_options, Mapping):
-        return S3Storage(url, storage_options)  # which names the problem
-    options = json.dumps(dict(storage_options or {}), sort_keys=True, default=repr)
+    from lakesink.storage.options import check_storage_options
+
+    options = json.dumps(check_storage_options(storage_options, url), sort_keys=True, default=repr)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
     key = (url, options, environment)
     with _S3_CACHE_LOCK:

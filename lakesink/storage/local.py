@@ -282,14 +282,18 @@ class LocalStorage:
         with open(self.path_of(name), "rb") as f:
             return f.read()
 
-    def put_if_absent(self, name: str, data: bytes) -> bool:
+    def _sealed_copy(self, name: str, data: bytes) -> LocalSealed:
+        """``data`` staged, durable and not yet visible, for :meth:`put_if_absent` / :meth:`put`."""
         staged = self.stage(name)
         try:
             staged.write(data)
-            sealed = staged.seal()
+            return staged.seal()
         except BaseException:
             quietly(staged.discard, f"remove staged {name}")
             raise
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        sealed = self._sealed_copy(name, data)
         if self.publish(sealed):
             return True
         self.discard(sealed)
@@ -299,13 +303,11 @@ class LocalStorage:
             return False
 
     def put(self, name: str, data: bytes) -> None:
-        staged = self.stage(name)
+        sealed = self._sealed_copy(name, data)
         try:
-            staged.write(data)
-            sealed = staged.seal()
             os.replace(self.path_of(sealed.staged), self.path_of(name))
         except BaseException:
-            quietly(staged.discard, f"remove staged {name}")
+            quietly(lambda: self.discard(sealed), f"remove staged {name}")
             raise
 
     def delete(self, name: str) -> None:

@@ -256,8 +256,12 @@ class S3Storage:
         too; it loses the race to the file this attempt published (or discarded) anyway, and
         now fails a little earlier.
         """
+        self._abort_uploads(key, keep=upload_id)
+
+    def _abort_uploads(self, key: str, *, keep: str | None = None) -> None:
+        """Abort every open upload of exactly ``key`` (listing by prefix also finds longer keys)."""
         for upload in self._uploads(key, None):
-            if upload["Key"] == key and upload["UploadId"] != upload_id:
+            if upload["Key"] == key and upload["UploadId"] != keep:
                 self._abort(key, upload["UploadId"])
 
     def _abort(self, key: str, upload_id: str) -> None:
@@ -290,23 +294,14 @@ class S3Storage:
 
     def drop_staged(self, entry: StagedEntry) -> None:
         """Abort every open upload of ``entry.name`` (found by its exact key), then drop its markers."""
-        key = self.key_of(entry.name)
-        for upload in self._uploads(key, None):
-            if upload["Key"] == key:
-                self._abort(key, upload["UploadId"])
+        self._abort_uploads(self.key_of(entry.name))
         for marker in filter(None, entry.handle.split("\n")):
             self.delete(marker)
 
     # Small files --------------------------------------------------------------------------
 
     def exists(self, name: str) -> bool:
-        key = self.key_of(name)
-        try:
-            with self.errors(key):
-                self.client.head_object(Bucket=self.bucket, Key=key)
-        except FileNotFoundError:
-            return False
-        return True
+        return self.version(name) is not None
 
     def read_bytes(self, name: str) -> bytes:
         key = self.key_of(name)
