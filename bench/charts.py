@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from figures import middle
 from report import NAMES, compact
 
 COLORS = {
@@ -66,13 +67,13 @@ def draw(results: Mapping[str, Any], path: Path) -> Path | None:
 def _bars(ax: Any, runs: Mapping[str, list[float]], title: str) -> None:
     names = list(runs)
     for i, name in enumerate(names):
-        values = sorted(runs[name])
-        median = values[(len(values) - 1) // 2]
+        values = runs[name]
+        median = middle(values)
         ax.bar(i, median, color=COLORS.get(name, "#bcbd22"), alpha=0.75)
         ax.scatter([i] * len(values), values, color="black", s=12, zorder=3)
         ax.text(i, median, compact(median), ha="center", va="bottom", fontsize=8)
     if "parquet" in runs:
-        base = sorted(runs["parquet"])[(len(runs["parquet"]) - 1) // 2]
+        base = middle(runs["parquet"])
         ax.axhline(base, color="#7f7f7f", linestyle=":", linewidth=1)
     labels = [NAMES.get(n, n).replace(", ", ",\n") for n in names]
     ax.set_xticks(range(len(names)), labels, rotation=30, ha="right", fontsize=8)

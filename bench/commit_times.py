@@ -42,7 +42,6 @@ class EpochSteps:
 
     epoch: int
     files: int  # files published by tasks (after_publish calls)
-    first_write: float | None  # the first row group of any file of the epoch reached storage
     last_publish: float | None  # the last task published its file
     before_record: float | None  # the driver is about to write the record
     after_record: float | None  # the record exists: the epoch is committed
@@ -82,7 +81,6 @@ def read_commit_times(path: Path) -> dict[int, EpochSteps]:
         steps[epoch] = EpochSteps(
             epoch=epoch,
             files=len(seen.get("after_publish", [])),
-            first_write=min(seen.get("in_write", []), default=None),
             last_publish=max(seen.get("after_publish", []), default=None),
             # A retried commit of the same epoch reports twice: the last attempt is the one that counted.
             before_record=max(seen.get("before_record", []), default=None),

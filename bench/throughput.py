@@ -268,8 +268,12 @@ def memory_phase(
             out = str(stream.work / "out" / label)
             # One task reads all of an epoch's files: a Parquet split never exceeds this.
             conf = {**stream.spark_conf, "spark.sql.files.maxPartitionBytes": str(8 << 30)}
-            spec = replace(
-                stream.spec(label, sink, out, one_partition=True, spark_conf=conf),
+            spec = stream.spec(
+                label,
+                sink,
+                out,
+                one_partition=True,
+                spark_conf=conf,
                 input=str(folder),
                 max_files_per_trigger=1 << 20,
             )
