@@ -28,6 +28,7 @@ import pytest
 from netfaults import Action, FaultProxy, Rule
 from s3server import BUCKET, S3Server
 
+from devtools import procs
 from lakesink import write_stream
 from lakesink.maintenance import verify
 from lakesink_reader import SkippedFilesWarning, read_all, read_committed
@@ -97,10 +98,7 @@ class Readers:
 
 
 def wait_for(what: str, check: Callable[[], bool], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
-        time.sleep(0.1)
+    assert procs.wait_until(check, timeout, interval=0.1), f"no {what} within {timeout:.0f} s"
 
 
 def recorded(s3: S3Server) -> int:
