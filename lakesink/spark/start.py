@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from lakesink.commit import Observer
 from lakesink.config import SinkConfig
 from lakesink.format.table import check_compatible, find_table
-from lakesink.spark import guard
+from lakesink.spark import guard, warmup
 from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
 from lakesink.spark.rows import arrow_schema
 
@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 
-def register(spark: SparkSession) -> None:
+def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     """Register the ``lakesink`` data source with ``spark``, and check its writes before they start.
 
     Where lakesink is installed (pip), pyspark finds ``format("lakesink")`` by itself (the
@@ -26,10 +26,17 @@ def register(spark: SparkSession) -> None:
     ``df.writeStream.format("lakesink")...start()`` is checked on the driver before it starts
     (unknown options, ``partitionBy``, output mode, schema) and gets lakesink's per-query
     settings, as ``write_stream`` does (``lakesink.spark.guard``). Idempotent.
+
+    With ``warm_up`` (the default), the Python workers a lakesink query runs on the driver are
+    started in the background, once per Spark application, so that the first query's first
+    epoch does not wait for them (``lakesink.spark.warmup`` says what runs, and why it is safe).
+    Call ``register`` right after building the session to give them the most time.
     """
     spark.dataSource.register(LakeSinkDataSource)
     guard.install()
     guard.check_worker_python(spark)
+    if warm_up:
+        warmup.start_driver_workers(spark)
 
 
 def write_stream(
