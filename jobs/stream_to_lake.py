@@ -261,6 +261,11 @@ def cause(error: BaseException) -> str:
 def run(args: argparse.Namespace) -> int:
     options = args.storage_options
     spark = session(args)
+    if args.mode == "epoch":
+        import lakesink
+
+        # Before the input is set up: lakesink starts its driver-side Python workers meanwhile.
+        lakesink.register(spark)
     query = start_query(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
     deadline = time.monotonic() + args.duration if args.duration else None
