@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink lakesink_reader reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help install run run-s3 run-cluster test chaos cluster bench lint typecheck clean
+.PHONY: help java install run run-s3 run-cluster test chaos cluster bench lint typecheck clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -35,34 +35,32 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt
 	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,test,dev,bench]'
 	touch $(STAMP)
 
+# Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so
+# does a fresh install (the stamp's recipe), whatever target asked for it.
+java:
+	@bash scripts/check-java.sh
+
 install: $(STAMP) ## create .venv and install lakesink with every extra (pinned)
 
-run: $(STAMP) ## demo: stream into a local lake with one injected task failure, then read it back
-	@bash scripts/check-java.sh
+run: java $(STAMP) ## demo: stream into a local lake with one injected task failure, then read it back
 	$(PY) scripts/demo.py --target local --mode $(MODE)
 
-run-s3: $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts and stops
-	@bash scripts/check-java.sh
+run-s3: java $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it starts and stops
 	$(PY) scripts/demo.py --target s3 --mode $(MODE)
 
-run-cluster: $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
-	@bash scripts/check-java.sh
+run-cluster: java $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
 	$(PY) scripts/cluster.py demo
 
-test: $(STAMP) ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
-	@bash scripts/check-java.sh
+test: java $(STAMP) ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
 	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
-chaos: $(STAMP) ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
-	@bash scripts/check-java.sh
+chaos: java $(STAMP) ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 
-cluster: $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)
-	@bash scripts/check-java.sh
+cluster: java $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)
 	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)
 
-bench: $(STAMP) ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
-	@bash scripts/check-java.sh
+bench: java $(STAMP) ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
 	$(PY) -m compileall -q lakesink lakesink_reader reader devtools bench
