@@ -81,7 +81,6 @@ def main(argv: list[str]) -> int:
     # CPU is counted from here: lakesink.register (plain sessions) starts Python workers in
     # the background (lakesink.spark.warmup), and their CPU belongs to the query's.
     cpu_ready = tree_cpu_seconds(os.getpid())
-    registered = time.monotonic()
     if spec.session == "plain":
         import lakesink
 
@@ -93,7 +92,6 @@ def main(argv: list[str]) -> int:
     query_seconds = time.monotonic() - started
     cpu_done = tree_cpu_seconds(os.getpid())
     result = measure(spec, progress, started_at, query_seconds, cpu_ready, cpu_done)
-    result["register_to_start_seconds"] = started - registered if spec.session == "plain" else None
     spark.stop()
     Path(spec.result).write_text(json.dumps(result))
     return 0
