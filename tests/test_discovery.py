@@ -69,3 +69,23 @@ def test_the_wheel_ships_the_discovery_module(tmp_path: Path) -> None:
     assert "pyspark_lakesink.py" in names
     assert {"lakesink/__init__.py", "lakesink_reader/__init__.py", "reader/__init__.py"} <= set(names)
     assert not any(n.startswith(("devtools/", "tests/", "bench/")) for n in names)
+
+
+def test_finding_the_data_source_imports_neither_pyarrow_nor_the_commit_protocol() -> None:
+    """Spark's lookup worker imports ``pyspark_lakesink`` on the way to every query's start.
+
+    It needs the class only; pyarrow and the commit protocol (0.25 CPU-s) wait for the hooks.
+    """
+    probe = (
+        "import sys, pyspark_lakesink\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyarrow', 'numpy', 'boto3')"
+        " or m.startswith(('lakesink.commit', 'lakesink.config'))))\n"
+        "from lakesink.spark.datasource import import_hook_modules\n"
+        "import_hook_modules()\n"
+        "print('pyarrow' in sys.modules and 'lakesink.commit.files' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT, check=False
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split("\n")[:2] == ["[]", "True"]

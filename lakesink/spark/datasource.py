@@ -12,33 +12,56 @@ Where each hook runs (pyspark 4.3):
   to the attempt; the task returns a small picklable :class:`EpochCommitMessage`.
 - ``commit`` / ``abort``: a driver worker (reused between epochs): an ``EpochCommitter``
   records the epoch, or deletes what its tasks published.
+
+Importing this module is cheap (no pyarrow, no commit protocol): Spark imports it in a worker of
+its own just to find the class (``pyspark_lakesink``, at the first lookup of any Python data
+source, on the way to the query's start). The hooks import what they use; ``HOOK_MODULES``
+lists it, for the workers that ``lakesink.spark.warmup`` starts early.
 """
 
 from __future__ import annotations
 
+import importlib
 import json
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from lakesink.commit import EpochCommitter, FileWriter
-from lakesink.config import SinkConfig
 from lakesink.errors import CommitError
 from lakesink.format.log import CommittedFile
 from lakesink.format.names import data_file_name, new_attempt_id
-from lakesink.format.table import TableMetadata, ensure_table
-from lakesink.spark.rows import arrow_schema
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import open_storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.commit import EpochCommitter
+    from lakesink.config import SinkConfig
+    from lakesink.format.table import TableMetadata
 
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "lakesink"
+
+#: What the hooks import when they first run: pyarrow and the commit protocol, about 0.25 CPU-s.
+HOOK_MODULES = (
+    "pyarrow",
+    "lakesink.config",
+    "lakesink.commit",
+    "lakesink.format.table",
+    "lakesink.spark.rows",
+)
+
+
+def import_hook_modules() -> None:
+    """Import what the hooks use, ahead of their first call (see ``lakesink.spark.warmup``)."""
+    for module in HOOK_MODULES:
+        importlib.import_module(module)
 
 
 @dataclass(frozen=True)
@@ -68,6 +91,8 @@ class LakeSinkDataSource(DataSource):
         return SOURCE_NAME
 
     def __init__(self, options: dict[str, str]) -> None:
+        from lakesink.config import SinkConfig
+
         super().__init__(options)
         self.config = SinkConfig.from_options(options)
         # One token per instance: Spark creates it once per query start and unpickles it for
@@ -84,6 +109,8 @@ class LakeSinkDataSource(DataSource):
                 f"lakesink tables are append-only: output mode 'complete' cannot write {self.config.path!r}; "
                 "use outputMode('append')"
             )
+        from lakesink.spark.rows import arrow_schema
+
         arrow = arrow_schema(schema)
         checked_table(self.config, arrow, self.run_token)
         return LakeStreamWriter(self.config, arrow, self.run_token)
@@ -107,6 +134,8 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
     metadata created again (keyed by path alone, the second run committed into a lake with no
     ``table.json``, which no reader accepts).
     """
+    from lakesink.format.table import ensure_table
+
     key = (config.storage().url, schema.serialize().to_pybytes(), run_token)
     if key not in _CHECKED:
         _CHECKED[key] = ensure_table(config.storage(), schema, "epoch")
@@ -130,6 +159,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> EpochCommitMessage:  # type: ignore[override]
         """Stage and publish this task's batches as one Parquet file; report it to the driver."""
         from pyspark import TaskContext
+
+        from lakesink.commit import EpochCommitter, FileWriter
 
         freeze_heap_once()
         ctx = TaskContext.get()
@@ -195,6 +226,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     # -------------------------------------------------------------------------------------
 
     def _committer(self, messages: Sequence[EpochCommitMessage]) -> EpochCommitter:
+        from lakesink.commit import EpochCommitter
+
         return EpochCommitter(
             self.config.storage(),
             query_id=next((m.query_id for m in messages if m.query_id), None),

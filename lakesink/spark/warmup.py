@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
 
+from lakesink.spark.datasource import import_hook_modules
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -61,9 +63,12 @@ class WarmUpSource(DataSource):
     def name(cls) -> str:
         return WARM_UP_NAME
 
-    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
-        import lakesink.spark.datasource  # noqa: F401 - importing it is the warm-up
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        import_hook_modules()  # the warm-up itself, in the worker that creates data sources
 
+    def streamWriter(self, schema: Any, overwrite: bool) -> DataSourceStreamWriter:
+        import_hook_modules()  # the same, in the workers that plan and commit
         return _NoWriter()
 
 
