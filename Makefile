@@ -25,14 +25,19 @@ help: ## list the targets and the variables they take
 	@echo "  BENCH_ARGS='...'       extra arguments of bench/run.py (e.g. --rows 2000000 --repeats 1)"
 	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt
+# The Makefile is a prerequisite too: a change of how lakesink is installed reinstalls it.
+$(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	@bash scripts/check-java.sh
 	@# A .venv made with another Python (an older one, say) is made again, not reused.
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || rm -rf $(VENV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	@echo "installing lakesink and its pinned dependencies into $(VENV) (about a minute on a fresh machine)"
-	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,test,dev,bench]'
+	@# editable_mode=compat puts the checkout on sys.path (a .pth entry): pyspark finds
+	@# format("lakesink") by listing modules with pkgutil, which does not see the import hook a
+	@# default (PEP 660) editable install uses, so without it discovery works only from here.
+	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,test,dev,bench]' \
+		--config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so

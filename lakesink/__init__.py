@@ -26,9 +26,12 @@ from lakesink.errors import (
     LakeSinkError,
     ModeMismatchError,
     NotALakeError,
+    OtherQueryError,
     SchemaMismatchError,
     StorageError,
     TableNotFoundError,
+    WorkerPythonError,
+    missing_extra,
 )
 
 if TYPE_CHECKING:
@@ -57,9 +60,11 @@ __all__ = [
     "LakeSinkError",
     "ModeMismatchError",
     "NotALakeError",
+    "OtherQueryError",
     "SchemaMismatchError",
     "StorageError",
     "TableNotFoundError",
+    "WorkerPythonError",
     "WriteOptions",
     "register",
     "write_stream",
@@ -70,4 +75,11 @@ def __getattr__(name: str) -> Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'lakesink' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        # A reader-only install (no extras) has no pyspark: name the extra, not a bare module.
+        if (exc.name or "").split(".")[0] == "pyspark":
+            raise missing_extra("spark", f"lakesink.{name}") from exc
+        raise
+    return getattr(found, name)

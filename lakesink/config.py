@@ -26,8 +26,9 @@ from lakesink.storage.options import check_storage_options
 STORAGE_OPTIONS_KEY = "storage_options"
 #: The option that carries an observer: a pickled object, base64 (see ``lakesink.commit.observer``).
 OBSERVER_KEY = "observer"
-#: Options Spark itself passes to every data source.
-SPARK_KEYS = ("path", "checkpointlocation")
+#: Options Spark itself passes to a streaming sink: ``.start(path)``, ``checkpointLocation``, and
+#: ``.queryName(...)`` (Spark keeps the name among the writer's options and hands it on).
+SPARK_KEYS = ("path", "checkpointlocation", "queryname")
 
 
 @dataclass(frozen=True)
@@ -127,13 +128,7 @@ class SinkConfig:
         storage_options: Any = {}
         raw = opts.get(STORAGE_OPTIONS_KEY)
         if raw:
-            try:
-                storage_options = json.loads(raw)
-            except ValueError:
-                storage_options = None
-            if not isinstance(storage_options, dict):
-                # The value is not shown: it may hold credentials.
-                raise ValueError(f"option {STORAGE_OPTIONS_KEY!r} must be a JSON object (value not shown)")
+            storage_options = _parse_storage_options(raw)
         parsed = {k: _parse(k, opts[k], OPTION_TYPES[k]) for k in OPTION_TYPES if k in opts}
         return cls.from_keywords(
             path,
@@ -180,6 +175,31 @@ def _parse(key: str, value: str, kind: Any) -> Any:
         return base(text)
     except ValueError:
         raise ValueError(f"option {key!r} must be {base.__name__}, got {value!r}") from None
+
+
+def _parse_storage_options(text: str) -> dict[str, Any]:
+    """The ``storage_options`` option: a JSON object, or the ``str()`` of a Python dict.
+
+    pyspark turns a non-string option value into ``str(value)`` before Spark sees it, so
+    ``.option("storage_options", {...})`` arrives as a dict's repr; a literal is parsed back
+    (``ast.literal_eval`` evaluates no code), anything else is refused.
+    """
+    import ast
+
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            parsed = None
+    if not isinstance(parsed, dict):
+        # The value is not shown: it may hold credentials.
+        raise ValueError(
+            f"option {STORAGE_OPTIONS_KEY!r} must be a JSON object such as json.dumps(opts), or a dict "
+            "(value not shown)"
+        )
+    return parsed
 
 
 def _decode_observer(text: str) -> Observer:

@@ -42,6 +42,14 @@ class CommitError(LakeSinkError):
     """An epoch or file could not be committed; nothing of it is visible to ``read_committed``."""
 
 
+class OtherQueryError(CommitError):
+    """Another streaming query (another checkpoint) writes the lake: refused, before it writes."""
+
+
+class WorkerPythonError(LakeSinkError):
+    """Spark would start its Python workers with an interpreter that cannot run lakesink."""
+
+
 class StorageError(LakeSinkError):
     """The storage backend failed in a way no builtin exception describes well."""
 

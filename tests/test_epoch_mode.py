@@ -301,17 +301,6 @@ def test_a_bad_trigger_is_refused_before_anything_is_written(spark, tmp_path: Pa
     assert not os.path.exists(lake)  # no table.json fixing schema and mode of an empty lake
 
 
-def test_register_warns_when_workers_would_run_another_python(spark, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Spark's workers run python3 from PATH unless PYSPARK_PYTHON says otherwise."""
-    from lakesink import register
-
-    monkeypatch.delenv("PYSPARK_PYTHON", raising=False)
-    monkeypatch.setattr(spark.sparkContext, "pythonExec", "python3")  # what Spark uses without it
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # where python3 is not this virtualenv's
-    with pytest.warns(RuntimeWarning, match=r"PYSPARK_PYTHON=\S+python"):
-        register(spark)
-
-
 def test_a_lake_deleted_and_written_again_in_the_same_session_is_readable(
     spark, tmp_path: Path, lake: str
 ) -> None:

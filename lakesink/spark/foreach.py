@@ -17,6 +17,7 @@ Where each hook runs: ``__init__`` on the driver (the object is then pickled to 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -91,8 +92,10 @@ class LakeForeachWriter:
         self.write_options = write_options or WriteOptions()
         self.allow_other_queries = allow_other_queries
         self.observer = observer
-        # Fail on the driver for a bad URL or bad storage options, not in every task.
+        # Fail on the driver for a bad URL or bad storage options, not in every task; and for
+        # workers that cannot import lakesink, which would fail every task with a module error.
         open_storage(path, self.storage_options)
+        _check_active_session()
         self._reset()
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold secrets
@@ -204,6 +207,23 @@ class LakeForeachWriter:
                 "write to a new lake path; if this query writes different rows, pass "
                 "LakeForeachWriter(..., allow_other_queries=True)."
             )
+
+
+def _check_active_session() -> None:
+    """Check the workers' Python of the session this writer is built in, if there is one.
+
+    ``__init__`` runs on the driver, before the query starts; pyspark is not imported for it.
+    (After ``lakesink.register``, ``start()`` also checks the lake: ``lakesink.spark.guard``.)
+    """
+    if "pyspark.sql" not in sys.modules:
+        return
+    from pyspark.sql import SparkSession
+
+    spark = SparkSession.getActiveSession()
+    if spark is not None:
+        from lakesink.spark.preflight import check_worker_python
+
+        check_worker_python(spark)
 
 
 def query_tag() -> str | None:

@@ -22,11 +22,13 @@ from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config import SinkConfig
-from lakesink.format.table import check_compatible, find_table
+from lakesink.spark import preflight
 from lakesink.spark.rows import arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+    from lakesink.spark.foreach import LakeForeachWriter
 
 log = logging.getLogger(__name__)
 
@@ -34,36 +36,12 @@ SOURCE_NAME = "lakesink"
 _installed = False
 
 
-def check_worker_python(spark: SparkSession) -> None:
-    """Warn when Spark will start its Python workers with another interpreter than this one.
-
-    Spark runs ``python3`` from PATH unless ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``)
-    says otherwise; outside an activated virtualenv that Python usually has no lakesink and
-    no pyarrow, and the query fails at its first micro-batch with "No module named ...".
-    """
-    import os
-    import sys
-
-    executable = getattr(spark.sparkContext, "pythonExec", None) or "python3"
-    if os.path.isabs(executable) or os.environ.get("PYSPARK_PYTHON"):
-        return
-    import shutil
-    import warnings
-
-    found = shutil.which(executable)
-    if found is not None and os.path.realpath(found) == os.path.realpath(sys.executable):
-        return
-    warnings.warn(
-        f"Spark will start its Python workers with {executable!r} from PATH"
-        f"{f' ({found})' if found else ''}, not with this Python ({sys.executable}), which has lakesink: "
-        f"set PYSPARK_PYTHON={sys.executable} before the SparkSession starts, or activate the virtualenv",
-        RuntimeWarning,
-        stacklevel=3,
-    )
-
-
 def install() -> None:
-    """Wrap pyspark's classic ``DataStreamWriter.start`` and ``DataFrameWriter.save`` (once)."""
+    """Wrap pyspark's classic ``DataStreamWriter.start``/``foreach`` and ``DataFrameWriter.save`` (once).
+
+    The wrappers are process-wide, as pyspark's classes are, and stateless: whatever they
+    learn about a write lives on that writer object.
+    """
     global _installed
     if _installed:
         return
@@ -71,11 +49,28 @@ def install() -> None:
     from pyspark.sql.streaming.readwriter import DataStreamWriter
 
     DataStreamWriter.start = _checked_start(DataStreamWriter.start)  # type: ignore[method-assign]
+    DataStreamWriter.foreach = _remembered_foreach(DataStreamWriter.foreach)  # type: ignore[method-assign]
     DataFrameWriter.save = _checked_save(DataFrameWriter.save)  # type: ignore[method-assign]
     _installed = True
 
 
-def _field(obj: Any, name: str) -> Any:
+#: The attribute under which a DataStreamWriter keeps the LakeForeachWriter it was given.
+_FOREACH_ATTR = "_lakesink_foreach_writer"
+
+
+def _remembered_foreach(foreach: Any) -> Any:
+    @functools.wraps(foreach)
+    def remembered(self: Any, f: Any) -> Any:
+        from lakesink.spark.foreach import LakeForeachWriter
+
+        result = foreach(self, f)
+        setattr(self, _FOREACH_ATTR, f if isinstance(f, LakeForeachWriter) else None)
+        return result
+
+    return remembered
+
+
+def jvm_field(obj: Any, name: str) -> Any:
     """A private field of a JVM object (searched up its class hierarchy), or None."""
     cls = obj.getClass()
     while cls is not None:
@@ -91,7 +86,7 @@ def _field(obj: Any, name: str) -> Any:
 
 def _options(jwriter: Any) -> dict[str, str]:
     found: dict[str, str] = {}
-    extra = _field(jwriter, "extraOptions")
+    extra = jvm_field(jwriter, "extraOptions")
     if extra is None:
         return found
     entries = extra.originalMap().iterator()
@@ -103,7 +98,7 @@ def _options(jwriter: Any) -> dict[str, str]:
 
 def _is_lakesink(jwriter: Any) -> bool:
     try:
-        source = _field(jwriter, "source")
+        source = jvm_field(jwriter, "source")
     except Exception:  # noqa: BLE001 - a JVM object of another layout: not ours to judge
         return False
     return source is not None and str(source).lower() == SOURCE_NAME
@@ -122,38 +117,62 @@ def _checked_start(start: Any) -> Any:
             self.options(**options)
         if outputMode is not None:
             self.outputMode(outputMode)
+        foreach_writer = getattr(self, _FOREACH_ATTR, None)
+        if foreach_writer is not None:
+            check_foreach_stream(self, foreach_writer, queryName)
+            return start(self, path, queryName=queryName)
         if not _is_lakesink(self._jwrite):
             return start(self, path, queryName=queryName)
-        check_stream(self, path)
+        check_stream(self, path, queryName)
         with query_conf(self._df.sparkSession, STREAM_CONF):
             return start(self, path, queryName=queryName)
 
     return checked
 
 
-def check_stream(writer: Any, path: str | None) -> None:
+def check_stream(writer: Any, path: str | None, query_name: str | None = None) -> None:
     """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
     jwrite = writer._jwrite
-    partitioning = _field(jwrite, "partitioningColumns")
+    spark = writer._df.sparkSession
+    preflight.check_worker_python(spark)
+    partitioning = jvm_field(jwrite, "partitioningColumns")
     if partitioning is not None and partitioning.isDefined():
         columns = str(partitioning.get().mkString("\x00")).split("\x00")  # a Scala Seq of names
         raise ValueError(
             f'format("lakesink") does not partition files (yet): remove .partitionBy({columns}); '
             "every file holds all columns, and readers filter on them (filters are pushed down)"
         )
-    mode = _field(jwrite, "outputMode")
-    if mode is not None and str(mode).lower() != "append":
-        raise ValueError(
-            f'format("lakesink") appends every epoch: output mode {str(mode).lower()!r} would write the '
-            "whole result again each time; use outputMode('append')"
-        )
+    _check_append(jwrite, 'format("lakesink")')
     options = _options(jwrite)
     if path is not None:
         options["path"] = path
+    if query_name:
+        options["queryName"] = query_name
     config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
-    existing = find_table(config.storage())
-    if existing is not None:
-        check_compatible(existing, arrow_schema(writer._df.schema), "epoch", config.storage().url)
+    query = preflight.query_identity(spark, options, config.storage_options)
+    preflight.check_epoch_start(config, arrow_schema(writer._df.schema), query)
+
+
+def check_foreach_stream(writer: Any, foreach_writer: LakeForeachWriter, query_name: str | None) -> None:
+    """What :func:`check_stream` checks, for a ``foreach(LakeForeachWriter(...))`` write."""
+    jwrite = writer._jwrite
+    spark = writer._df.sparkSession
+    preflight.check_worker_python(spark)
+    _check_append(jwrite, "LakeForeachWriter")
+    options = _options(jwrite)
+    if query_name:
+        options["queryName"] = query_name
+    query = preflight.query_identity(spark, options, foreach_writer.storage_options)
+    preflight.check_foreach_start(foreach_writer, foreach_writer.schema, query)
+
+
+def _check_append(jwrite: Any, what: str) -> None:
+    mode = jvm_field(jwrite, "outputMode")
+    if mode is not None and str(mode).lower() != "append":
+        raise ValueError(
+            f"{what} appends every epoch: output mode {str(mode).lower()!r} would write the "
+            "whole result again each time; use outputMode('append')"
+        )
 
 
 def _checked_save(save: Any) -> Any:

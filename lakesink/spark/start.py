@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from lakesink.commit import Observer
 from lakesink.config import SinkConfig
-from lakesink.format.table import check_compatible, find_table
-from lakesink.spark import guard, warmup
+from lakesink.spark import guard, preflight, warmup
 from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
-from lakesink.spark.rows import arrow_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -24,19 +23,63 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     top-level module ``pyspark_lakesink``); registering is for environments where lakesink is
     shipped with ``--py-files`` instead. Either way, after ``register`` a
     ``df.writeStream.format("lakesink")...start()`` is checked on the driver before it starts
-    (unknown options, ``partitionBy``, output mode, schema) and gets lakesink's per-query
-    settings, as ``write_stream`` does (``lakesink.spark.guard``). Idempotent.
+    (unknown options, ``partitionBy``, output mode, schema, another query's lake) and gets
+    lakesink's per-query settings, as ``write_stream`` does (``lakesink.spark.guard``); so is a
+    ``foreach(LakeForeachWriter(...))`` write. Idempotent.
+
+    Raises :class:`lakesink.WorkerPythonError`, before registering anything, when Spark would
+    start its Python workers with an interpreter that cannot import lakesink (local masters;
+    on a cluster it warns when ``PYSPARK_PYTHON`` is not set).
 
     With ``warm_up`` (the default), the Python workers a lakesink query runs on the driver are
     started in the background, once per Spark application, so that the first query's first
     epoch does not wait for them (``lakesink.spark.warmup`` says what runs, and why it is safe).
     Call ``register`` right after building the session to give them the most time.
     """
-    spark.dataSource.register(LakeSinkDataSource)
+    preflight.check_worker_python(spark)  # before anything of lakesink reaches Spark
+    _register_data_source(spark)
     guard.install()
-    guard.check_worker_python(spark)
     if warm_up:
         warmup.start_driver_workers(spark)
+
+
+def _register_data_source(spark: SparkSession) -> None:
+    """Register lakesink's data source with ``spark``, once per session, without Spark's WARN.
+
+    Registered even where pyspark found it installed (``pyspark_lakesink``): Spark runs a
+    registered source's Python in the environment of this session's SparkContext -- the one
+    the warm-up's workers are started in (``lakesink.spark.warmup``) -- and an installed one
+    in another, so the query would start workers of its own. Spark logs a WARN when a
+    registration replaces another ("replaced a statically registered data source"), which is
+    what is meant here: that logger is quieted around the call, and a second ``register``
+    in the same session registers nothing.
+    """
+    try:
+        manager = spark._jsparkSession.sessionState().dataSourceManager()
+        registered = guard.jvm_field(manager, "runtimeDataSourceBuilders")
+        if registered is not None and registered.containsKey(SOURCE_NAME):
+            return
+    except Exception:  # noqa: BLE001 - another Spark, or no JVM here: register, as always
+        pass
+    with _quiet_jvm_logger(spark, "org.apache.spark.sql.execution.datasources.DataSourceManager"):
+        spark.dataSource.register(LakeSinkDataSource)
+
+
+@contextlib.contextmanager
+def _quiet_jvm_logger(spark: SparkSession, name: str) -> Iterator[None]:
+    """Only errors from the JVM logger ``name`` inside (log4j 2, as Spark 4 has); best effort."""
+    try:
+        jvm: Any = spark.sparkContext._jvm
+        level = jvm.org.apache.logging.log4j.LogManager.getLogger(name).getLevel()
+        configurator = jvm.org.apache.logging.log4j.core.config.Configurator
+        configurator.setLevel(name, jvm.org.apache.logging.log4j.Level.ERROR)
+    except Exception:  # noqa: BLE001 - another logging setup: leave it as it is
+        yield
+        return
+    try:
+        yield
+    finally:
+        configurator.setLevel(name, level)
 
 
 def write_stream(
@@ -70,7 +113,8 @@ def write_stream(
         Keyword arguments of ``DataStreamWriter.trigger``, e.g. ``{"availableNow": True}`` or
         ``{"processingTime": "10 seconds"}``; Spark's default when None.
     query_name
-        ``DataStreamWriter.queryName``.
+        ``DataStreamWriter.queryName``: the name Spark shows for the query (and, with
+        ``spark.sql.streaming.checkpointLocation`` set, the folder of its checkpoint).
     observer
         Told of each step of the commit protocol (``lakesink.commit.observer``); pickled.
     **options
@@ -89,6 +133,10 @@ def write_stream(
         An unknown option, a bad value, a bad trigger: nothing is started or written.
     SchemaMismatchError, ModeMismatchError
         The lake exists with another schema, or in foreach mode.
+    OtherQueryError
+        Another streaming query (another checkpoint) writes the lake.
+    WorkerPythonError
+        Spark's Python workers would run an interpreter without lakesink.
     """
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise ValueError(f"checkpoint_location must be a non-empty path, got {checkpoint_location!r}")
@@ -104,11 +152,9 @@ def write_stream(
         observer=observer,
         **options,
     )
-    # Fail before starting on a table of another schema or mode; a new table is created by
-    # the query's first epoch, so a query that never starts leaves no table behind.
-    existing = find_table(config.storage())
-    if existing is not None:
-        check_compatible(existing, arrow_schema(df.schema), "epoch", config.storage().url)
+    # Fail before starting on a table of another schema, mode or query (register's start()
+    # checks it again, with the rest); a new table is created by the query's first epoch, so
+    # a query that never starts leaves no table behind.
     register(df.sparkSession)
     writer = df.writeStream.format(SOURCE_NAME).options(**config.to_options())
     if trigger:

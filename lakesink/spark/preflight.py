@@ -1,0 +1,266 @@
+"""Checks a lakesink query gets on the driver before it starts, so that a mistake is one message.
+
+Spark runs a streaming sink's code in tasks and in Python workers, after ``start()`` has
+returned: a mistake found there reaches the user as a failed query, among tens of lines of
+Spark's task errors, repeated once per task attempt. What can be known on the driver is
+checked here instead, once, before anything starts:
+
+- :func:`check_worker_python`: the interpreter Spark will start its Python workers with can
+  import lakesink and pyarrow (local masters; on a cluster the executors' Python cannot be
+  seen from the driver, so only a missing ``PYSPARK_PYTHON`` is warned about);
+- :func:`check_epoch_start` and :func:`check_foreach_start`: the lake fits the stream (a folder,
+  not a file; the same mode and schema; the store answers) and belongs to this query, which is
+  known before it starts from the ``metadata`` file in its checkpoint folder (:class:`QueryIdentity`).
+
+The writers keep their own checks (in tasks, at commit): these only move the usual failures
+to the front.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakesink.errors import OtherQueryError, WorkerPythonError
+from lakesink.format.log import EpochLog
+from lakesink.format.table import check_compatible, find_table
+from lakesink.storage import open_storage
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from lakesink.config import SinkConfig
+    from lakesink.spark.foreach import LakeForeachWriter
+
+#: What the workers of a lakesink query import first (pyspark itself comes with Spark's own path).
+WORKER_MODULES = ("lakesink", "pyarrow")
+
+_PROBE = (
+    "import importlib.util, sys\n"
+    "missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n"
+    "print('%d.%d' % sys.version_info[:2], ' '.join(missing))\n"
+)
+
+
+# The workers' Python ------------------------------------------------------------------------
+
+
+def worker_executable(spark: SparkSession) -> str:
+    """The interpreter Spark starts its Python workers with (``PYSPARK_PYTHON``, else python3)."""
+    try:
+        executable = spark.sparkContext.pythonExec
+    except Exception:  # noqa: BLE001 - a Connect session has no SparkContext: the server decides
+        executable = None
+    return str(executable or os.environ.get("PYSPARK_PYTHON") or "python3")
+
+
+def check_worker_python(spark: SparkSession) -> None:
+    """Refuse (local master) or warn (cluster) when Spark's workers would run a Python without lakesink.
+
+    Spark starts its Python workers with ``python3`` from PATH unless ``PYSPARK_PYTHON`` says
+    otherwise; outside an activated virtualenv that Python has no lakesink, and every task of
+    the query would fail with "No module named ...". In local mode the workers run on this
+    machine, so the interpreter is asked (one ``python -c`` of ~30 ms, and only when it is not
+    this interpreter). Raises :class:`lakesink.WorkerPythonError`.
+    """
+    executable = worker_executable(spark)
+    if not _is_local(spark):
+        if not os.path.isabs(executable) and not os.environ.get("PYSPARK_PYTHON"):
+            warn_at_caller(
+                f"Spark will start its Python workers with {executable!r} from each executor's PATH; "
+                "if that Python has no lakesink and pyarrow, every task fails with 'No module named ...'. "
+                "Set spark.pyspark.python (or PYSPARK_PYTHON) to the executors' Python that has them "
+                "(README, 'Running on a cluster').",
+                RuntimeWarning,
+            )
+        return
+    problem = _local_worker_problem(executable, spark)
+    if problem is not None:
+        raise WorkerPythonError(
+            f'{problem}. Every task of a lakesink query would fail with "No module named ...". '
+            f"Set PYSPARK_PYTHON={sys.executable} before the SparkSession starts (in the script: "
+            "os.environ['PYSPARK_PYTHON'] = sys.executable, before SparkSession.builder), or activate "
+            "the virtualenv that has lakesink and run the script with its python."
+        )
+
+
+def _is_local(spark: SparkSession) -> bool:
+    try:
+        master = spark.conf.get("spark.master", "") or ""
+    except Exception:  # noqa: BLE001 - no master to read: not ours to judge
+        return False
+    return master.startswith("local")
+
+
+def _local_worker_problem(executable: str, spark: SparkSession) -> str | None:
+    """What is wrong with ``executable`` as the workers' Python on this machine, or None."""
+    why = "" if os.environ.get("PYSPARK_PYTHON") else " (from PATH: PYSPARK_PYTHON is not set)"
+    found = executable if os.path.isabs(executable) else shutil.which(executable)
+    if found is None:
+        return f"Spark will start its Python workers with {executable!r}{why}, which is not on PATH"
+    if os.path.abspath(found) == os.path.abspath(sys.executable):
+        return None  # this very interpreter, which has imported lakesink
+    prefix = f"Spark will start its Python workers with {found}{why}, which"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(_worker_paths(spark))}
+    try:
+        done = subprocess.run(
+            [found, "-c", _PROBE, *WORKER_MODULES],
+            capture_output=True, text=True, env=env, timeout=60, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"{prefix} cannot be run ({exc})"
+    if done.returncode != 0:
+        return f"{prefix} fails to start: {done.stderr.strip()[-300:]}"
+    version, _, missing = done.stdout.strip().partition(" ")
+    if missing:
+        return f"{prefix} cannot import {', '.join(missing.split())}"
+    ours = "{}.{}".format(*sys.version_info[:2])
+    if version != ours:
+        return f"{prefix} is Python {version}; the driver runs {ours}, and pyspark refuses other versions"
+    return None
+
+
+def _worker_paths(spark: SparkSession) -> list[str]:
+    """What Spark adds to a local worker's import path that this process may not have: --py-files."""
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    try:
+        from pyspark import SparkFiles
+
+        context = spark.sparkContext
+        root = SparkFiles.getRootDirectory()
+        paths.append(root)
+        paths.extend(os.path.join(root, name) for name in getattr(context, "_python_includes", []) or [])
+        submitted = context.getConf().get("spark.submit.pyFiles", "") or ""
+        paths.extend(p.split("://", 1)[-1] for p in submitted.split(",") if p)
+    except Exception:  # noqa: BLE001 - best effort: a Connect session has none of these
+        pass
+    return paths
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first caller outside lakesink: the user's line."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    level, frame = 1, sys._getframe(0)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    warnings.warn(message, category, stacklevel=level)
+
+
+# Which query is starting --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueryIdentity:
+    """The streaming query about to start, as far as its checkpoint folder tells before it does.
+
+    ``query_id`` is Spark's id, kept in ``<checkpoint>/metadata`` and stable across restarts
+    from that checkpoint; ``new`` means the checkpoint has none yet (a new query, which will
+    read its input from the start). Neither when the checkpoint cannot be read from here.
+    """
+
+    checkpoint: str | None
+    query_id: str | None = None
+    new: bool = False
+
+    @property
+    def known(self) -> bool:
+        return self.new or self.query_id is not None
+
+    def describe(self) -> str:
+        if self.new:
+            where = f"at {self.checkpoint}" if self.checkpoint else "(none given: a temporary one)"
+            return f"this query is a new one: its checkpoint location {where} holds no query yet"
+        return f"this query is {self.query_id} (checkpoint {self.checkpoint})"
+
+
+def query_identity(
+    spark: SparkSession,
+    options: Mapping[str, str],
+    storage_options: Mapping[str, Any] | None = None,
+) -> QueryIdentity:
+    """Find out, from its checkpoint folder, which query ``options`` (a stream writer's) will start."""
+    lowered = {k.lower(): v for k, v in options.items()}
+    location = lowered.get("checkpointlocation")
+    if not location:
+        default = spark.conf.get("spark.sql.streaming.checkpointLocation", None)
+        name = lowered.get("queryname")
+        if not default or not name:
+            return QueryIdentity(None, new=True)  # Spark makes a fresh (temporary) checkpoint
+        location = f"{default.rstrip('/')}/{name}"
+    scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
+    if scheme not in ("file", "s3", "s3a"):
+        return QueryIdentity(location)  # a store lakesink cannot read: the writers check later
+    try:
+        checkpoint = open_storage(location, storage_options if scheme != "file" else None)
+        text = checkpoint.read_bytes("metadata").decode()
+    except FileNotFoundError:
+        return QueryIdentity(location, new=True)
+    except Exception:  # noqa: BLE001 - unreadable from here: leave the judgement to the writers
+        return QueryIdentity(location)
+    import json
+
+    try:
+        query_id = json.loads(text.splitlines()[0])["id"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        return QueryIdentity(location)
+    return QueryIdentity(location, query_id=str(query_id))
+
+
+# The lake -----------------------------------------------------------------------------------
+
+
+def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentity) -> None:
+    """Refuse an epoch-mode start on a lake of another mode or schema, or written by another query."""
+    storage = config.storage()
+    existing = find_table(storage)
+    if existing is None:
+        return
+    check_compatible(existing, schema, "epoch", storage.url)
+    if not query.known:
+        return
+    log = EpochLog(storage)
+    latest = log.latest_epoch()
+    record = log.record(latest) if latest is not None else None
+    owner = record.query_id if record is not None else None
+    if owner and owner != query.query_id:
+        raise OtherQueryError(
+            f"the lake at {storage.url} is written by streaming query {owner} (its last committed epoch "
+            f"is {latest}), and {query.describe()}. A new checkpoint re-reads its input from the start: "
+            "every row would be written again. Restart from the original checkpoint location, or "
+            "write to a new lake path. One lake takes one streaming query."
+        )
+
+
+def check_foreach_start(writer: LakeForeachWriter, schema: pa.Schema | None, query: QueryIdentity) -> None:
+    """The foreach writer's table checks, made on the driver before the query starts.
+
+    ``schema`` is the writer's own; None when it infers one from the rows (then only the mode
+    and the owner are checked: an inferred schema is known only in the tasks).
+    """
+    storage = open_storage(writer.path, writer.storage_options)
+    existing = find_table(storage)
+    if existing is None:
+        return
+    if schema is not None:
+        check_compatible(existing, schema, "foreach", storage.url)
+    elif existing.mode != "foreach":
+        check_compatible(existing, existing.schema, "foreach", storage.url)  # raises the mode error
+    owner = existing.owner_query
+    if writer.allow_other_queries or not owner or not query.known:
+        return
+    tag = query.query_id.replace("-", "")[:16] if query.query_id else None
+    if owner != tag:
+        raise OtherQueryError(
+            f"the lake at {storage.url} belongs to streaming query {owner}, and {query.describe()}. "
+            "A new checkpoint re-reads the input from the start: every row would be written again. "
+            "Restart from the original checkpoint, or write to a new lake path; if this query writes "
+            "different rows, pass LakeForeachWriter(..., allow_other_queries=True)."
+        )
