@@ -1,6 +1,6 @@
 """The ``lakesink`` command: maintenance of a lake (the writers run inside Spark).
 
-lakesink orphans PATH --older-than 1h [--delete] [--storage-option k=v ...] [--json]
+lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
 lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
 lakesink --version
 """
@@ -43,6 +43,14 @@ def _age(seconds: float | None) -> str:
     return f"{seconds:.0f}s"
 
 
+def _duration(seconds: float) -> str:
+    """``3600`` -> ``"1h"``: an age as it would be typed after --older-than."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds // size:.0f}{unit}"
+    return f"{seconds:g}s"
+
+
 def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
     """A ``progress(done, total)`` printer for long runs, on a terminal only."""
     if not stream.isatty():
@@ -58,11 +66,22 @@ def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
 
 
 def _orphans(args: argparse.Namespace) -> int:
-    from lakesink.maintenance.sweep import sweep
+    from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, sweep
 
+    if args.older_than is None and args.delete:
+        # Staged data younger than the age may be a live task's: removing it fails the task
+        # (Spark retries it, and a task that always takes longer than the age never succeeds).
+        # How long a task of this job keeps a file staged is for the operator to say.
+        raise ValueError(
+            "--delete needs --older-than: staged data younger than that may belong to a task "
+            "still writing, and removing it fails the task. Pick an age longer than any task of "
+            "the job keeps a file staged (the writers' own sweep uses their staged_cleanup_age, "
+            f"{_duration(DEFAULT_STAGED_AGE)} by default); run without --delete to see what is there"
+        )
+    older_than = DEFAULT_STAGED_AGE if args.older_than is None else parse_duration(args.older_than)
     report = sweep(
         args.path,
-        older_than=parse_duration(args.older_than),
+        older_than=older_than,
         delete=args.delete,
         storage_options=parse_storage_options(args.storage_option),
         progress=_progress(sys.stderr, "removing"),
@@ -81,6 +100,11 @@ def _orphans(args: argparse.Namespace) -> int:
         return 0 if report.ok else 1
     verb = "removed" if args.delete else "found (dry run; --delete removes them)"
     print(f"{len(report.findings)} orphan(s) in {report.path}, {verb}")
+    if args.older_than is None:
+        print(
+            f"staged data of epochs not yet committed is listed when older than {_duration(older_than)} "
+            "(the default --older-than): younger, it may be a live task's; --older-than 0 lists all of it"
+        )
     failed = {id(o) for o, _ in report.failed}
     for o in report.findings:
         status = ("  FAILED" if id(o) in failed else "  removed") if args.delete else ""
@@ -167,7 +191,13 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     orphans.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
-    orphans.add_argument("--older-than", required=True, help="minimum age, e.g. 3600, 90m, 1h, 2d")
+    orphans.add_argument(
+        "--older-than",
+        metavar="AGE",
+        help="the age from which staged data of an epoch not committed yet counts as a dead task's, "
+        "e.g. 3600, 90m, 1h, 2d (default for a dry run: 1h, the writers' own staged_cleanup_age; "
+        "--delete needs it given, chosen longer than any task keeps a file staged)",
+    )
     orphans.add_argument("--delete", action="store_true", help="remove what is found (default: dry run)")
     _storage_option_argument(orphans)
     orphans.add_argument("--json", action="store_true", help="print the report as JSON")

@@ -113,7 +113,10 @@ class Lake:
     # Which files --------------------------------------------------------------------------
 
     def epochs(self) -> list[EpochInfo]:
-        """The committed epochs of an epoch-mode table, oldest first (empty in foreach mode)."""
+        """The committed epochs of an epoch-mode table, oldest first.
+
+        Empty in foreach mode, which has no epoch log (and so refuses ``as_of_epoch`` / ``epochs``).
+        """
         return self._log.epochs() if self._log is not None else []
 
     def files(
@@ -126,12 +129,24 @@ class Lake:
         """The data files visible at ``isolation``, ordered by (epoch, partition, name).
 
         ``as_of_epoch`` (time travel) and ``epochs=(first, last)`` (incremental read, both
-        ends included) select committed epochs; they apply to ``read_committed`` only.
+        ends included) select committed epochs; they apply to ``read_committed`` of an
+        epoch-mode lake only (ValueError otherwise).
         """
         if isolation not in ("read_committed", "read_all"):
             raise ValueError(f"isolation must be 'read_committed' or 'read_all', got {isolation!r}")
         if (as_of_epoch is not None or epochs is not None) and isolation != "read_committed":
             raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
+        if self._log is None and (as_of_epoch is not None or epochs is not None):
+            given = f"as_of_epoch={as_of_epoch!r}" if as_of_epoch is not None else f"epochs={epochs!r}"
+            # Selecting the files by the epoch in their names would look like time travel but
+            # is not: nothing says that every partition of an epoch is there.
+            raise ValueError(
+                f"{given} selects committed epochs, but {self.path} is a foreach-mode lake, which "
+                "has no epoch log: each (partition, epoch) file commits on its own, so no record "
+                "says which files make up an epoch (Lake.epochs() is empty). Read it without "
+                "as_of_epoch / epochs, or write the stream in epoch mode (lakesink.write_stream or "
+                'format("lakesink")), whose lakes can be read as of an epoch'
+            )
         if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
             raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
         # Epoch-mode read_committed needs no listing of the table root: the log names the files.
@@ -147,14 +162,10 @@ class Lake:
                 for c in r.files
             ]
         else:
-            published = [(n, size, p) for n, size, p in listed if p.state == "published"]
-            if as_of_epoch is not None:
-                self._check_as_of(as_of_epoch, max((p.epoch for _, _, p in published), default=None))
             found = [
                 LakeFile(name, self._path(name), p.partition, p.epoch, "committed", size)
-                for name, size, p in published
-                if (as_of_epoch is None or p.epoch <= as_of_epoch)
-                and (epochs is None or epochs[0] <= p.epoch <= epochs[1])
+                for name, size, p in listed
+                if p.state == "published"
             ]
         if isolation == "read_all":
             # Everything else: files published by an epoch with no record (epoch mode), and
@@ -359,7 +370,8 @@ def read_committed(
 
     ``filter`` is a ``pyarrow.compute`` expression, pushed down to row groups; ``columns``
     projects. ``as_of_epoch=N`` reads the table as of epoch N; ``epochs=(a, b)`` reads only
-    epochs a..b (epoch-mode tables; on foreach tables they select files by epoch).
+    epochs a..b (epoch-mode tables only: a foreach-mode table has no epoch log, and refuses
+    them with a ValueError).
     ``on_error="skip"`` reads around committed files that are missing or damaged, reporting
     them in a :class:`SkippedFilesWarning` (``lakesink verify`` lists them too).
     """

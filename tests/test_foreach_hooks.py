@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lakesink import LakeForeachWriter, SchemaMismatchError, WriteOptions
+from lakesink import LakeForeachWriter, ModeMismatchError, SchemaMismatchError, WriteOptions
 from lakesink_reader import Lake, read_committed
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.string())])
@@ -103,6 +103,17 @@ def test_schema_change_between_epochs_names_columns(lake: str) -> None:
         run_task(LakeForeachWriter(lake, schema=other), 0, 1, [("1", "a", 1)])
     assert sorted(read_committed(lake).column("id").to_pylist()) == [1]
     assert leftovers(lake) == []
+
+
+def test_a_lake_of_the_other_mode_is_named_in_plain_english(lake: str) -> None:
+    from lakesink.format.table import ensure_table
+    from lakesink.storage import open_storage
+
+    ensure_table(open_storage(lake), SCHEMA, "epoch")
+    with pytest.raises(
+        ModeMismatchError, match=r"is an epoch-mode lake; refusing to write to it in foreach mode"
+    ):
+        run_task(LakeForeachWriter(lake, schema=SCHEMA), 0, 0, [(1, "a")])
 
 
 def test_inferred_schema_and_timestamps(lake: str) -> None:

@@ -226,6 +226,25 @@ def test_cli_lists_then_deletes(foreach_table, capsys: pytest.CaptureFixture[str
     assert len(doc["removed"]) == 2 and doc["failed"] == [] and not any(p.exists() for p in old)
 
 
+def test_cli_dry_run_needs_no_age_but_delete_does(foreach_table, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    lake, old, young = foreach_table
+    assert main(["orphans", lake]) == 0  # a dry run: staged data older than 1h, the writers' default
+    out = capsys.readouterr().out
+    assert "2 orphan(s) in" in out and "dry run" in out and data_file_name(1, 0) in out
+    assert (
+        "older than 1h (the default --older-than)" in out and data_file_name(2, 0) not in out
+    )  # young: not listed
+    assert main(["orphans", lake, "--older-than", "0", "--json"]) == 0  # everything staged, with its age
+    assert len(json.loads(capsys.readouterr().out)["findings"]) == 3
+    assert main(["orphans", lake, "--delete"]) == 2  # removing needs the operator's own age
+    assert "--delete needs --older-than" in capsys.readouterr().err
+    assert all(p.exists() for p in old + young)
+    with pytest.raises(SystemExit) as exited:
+        main(["orphans", "--help"])
+    assert exited.value.code == 0
+    assert "default for a dry run: 1h" in " ".join(capsys.readouterr().out.split())
+
+
 def test_cli_verify_version_and_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     lake = str(tmp_path / "lake")
     foreach_lake(lake, epochs=1, partitions=2)

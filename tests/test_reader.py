@@ -143,10 +143,24 @@ def test_bad_arguments_are_named(lake: str) -> None:
         read_committed("ftp://host/lake")
 
 
-def test_time_travel_on_foreach_lake_selects_epochs(lake: str) -> None:
-    foreach_lake(lake, epochs=3, partitions=1, rows_per_file=10)
+def test_time_travel_on_an_epoch_lake_selects_epochs(lake: str) -> None:
+    epoch_lake(lake, epochs=3, partitions=1, rows_per_file=10)
+    assert [e.epoch for e in Lake(lake).epochs()] == [0, 1, 2]
     assert ids(read_committed(lake, as_of_epoch=1)) == list(range(20))
     assert ids(read_committed(lake, epochs=(1, 2))) == list(range(10, 30))
+
+
+def test_time_travel_on_a_foreach_lake_is_refused_saying_why(lake: str) -> None:
+    """A foreach lake has no epoch log (``Lake.epochs()`` is empty): "as of epoch N" names no
+    state the table was ever in, since each (partition, epoch) file commits on its own."""
+    foreach_lake(lake, epochs=3, partitions=2, rows_per_file=10)
+    assert Lake(lake).epochs() == []
+    for select in ({"as_of_epoch": 0}, {"epochs": (0, 1)}):
+        with pytest.raises(ValueError, match=r"foreach-mode lake.*no epoch log.*without as_of_epoch"):
+            read_committed(lake, **select)  # type: ignore[arg-type]
+        with pytest.raises(ValueError, match=next(iter(select))):
+            Lake(lake).dataset(**select)  # type: ignore[arg-type]
+    assert ids(read_committed(lake)) == list(range(60))  # the way out the error names
 
 
 def test_reader_imports_and_reads_without_pyspark(lake: str) -> None:
@@ -193,7 +207,7 @@ def test_paths_urls_and_files_in_the_way(tmp_path: Path) -> None:
 
 
 def test_as_of_epoch_beyond_the_newest_epoch_is_refused(lake: str) -> None:
-    foreach_lake(lake, epochs=3, partitions=1, rows_per_file=2)
+    epoch_lake(lake, epochs=3, partitions=1, rows_per_file=2)
     assert ids(read_committed(lake, as_of_epoch=2)) == list(range(6))
     with pytest.raises(ValueError, match=r"as_of_epoch=7 is beyond the newest committed epoch .* \(2\)"):
         read_committed(lake, as_of_epoch=7)

@@ -9,9 +9,10 @@ import json
 import logging
 import os
 import pickle
+import time
 import traceback
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +23,11 @@ from s3server import BUCKET, S3Server
 
 from devtools.moto import free_port, start_moto, stop_moto
 from lakesink import CommitError, LakeForeachWriter, StorageError, TableNotFoundError
+from lakesink.cli import main
 from lakesink.commit import FileWriter, WriteOptions
 from lakesink.format.names import data_file_name
-from lakesink.format.table import ensure_table
-from lakesink.maintenance import sweep
+from lakesink.format.table import ensure_table, find_table
+from lakesink.maintenance import sweep, verify
 from lakesink.storage import open_storage
 from lakesink.storage.options import MIN_PART_SIZE
 from lakesink.storage.s3 import S3Storage
@@ -314,6 +316,7 @@ def test_missing_prefix_is_table_not_found(s3: S3Server) -> None:
 
 
 def test_unreachable_endpoint_fails_after_bounded_retries_naming_it() -> None:
+    """The requests of a running query retry a refused connection (the store may be restarting)."""
     endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     options = {
         "endpoint_url": endpoint,
@@ -322,11 +325,58 @@ def test_unreachable_endpoint_fails_after_bounded_retries_naming_it() -> None:
         "config_kwargs": {"connect_timeout": 1, "retries": {"max_attempts": 2}},
     }
     storage = open_storage(URL, options)
-    with pytest.raises(StorageError, match="cannot reach the S3 endpoint") as info:
-        storage.list("")
-    assert endpoint in str(info.value) and "after 2 attempt(s)" in str(info.value)
-    assert info.value.__cause__ is not None  # botocore's error is kept
-    assert open_storage(URL, {}).attempts == 5  # the default bound
+    # max_attempts counts retries, as in botocore: 2 of them make 3 attempts.
+    for request in (lambda: storage.list(""), lambda: ensure_table(storage, SCHEMA, "epoch")):
+        with pytest.raises(StorageError, match="cannot reach the S3 endpoint") as info:
+            request()
+        assert endpoint in str(info.value) and "after 3 attempt(s)" in str(info.value)
+        assert info.value.__cause__ is not None  # botocore's error is kept
+    assert open_storage(URL, {}).attempts == 6  # the default bound: 5 retries
+
+
+def test_an_unreachable_endpoint_fails_at_once_when_a_lake_is_opened(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused connection on the first request of a reader, a maintenance command or a
+    starting query is a configuration error: it fails on that request, naming the endpoint,
+    not after botocore's retries (13-22 s with the default options). The time bound is coarse
+    on purpose; bench/ is where timing targets belong."""
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
+    options = {"endpoint_url": endpoint, "key": "k", "secret": "s"}  # default retries and timeouts
+    openers: dict[str, Callable[[], object]] = {
+        "read_committed": lambda: read_committed(URL, storage_options=options),
+        "read_all": lambda: read_all(URL, storage_options=options),
+        "Lake": lambda: Lake(URL, storage_options=options),
+        "verify": lambda: verify(URL, storage_options=options),
+        "sweep": lambda: sweep(URL, older_than=3600, storage_options=options),
+        # How write_stream's start() and the foreach checks on the driver first reach a lake.
+        "find_table": lambda: find_table(open_storage(URL, options)),
+    }
+    for name, open_lake in openers.items():
+        started = time.monotonic()
+        with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}") as info:
+            open_lake()
+        elapsed = time.monotonic() - started
+        assert "not retried" in str(info.value) and elapsed < 8, f"{name}: {elapsed:.1f} s, {info.value}"
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "k")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s")
+    started = time.monotonic()
+    assert main(["verify", URL, f"--storage-option=endpoint_url={endpoint}"]) == 2
+    assert f"cannot reach the S3 endpoint {endpoint}" in capsys.readouterr().err
+    assert time.monotonic() - started < 8
+
+
+def test_opening_a_lake_still_retries_a_store_that_answers_with_errors(
+    s3: S3Server, proxy: FaultProxy
+) -> None:
+    """Only a connection that cannot be made at all ends the first request: a reset or a 503
+    (the store is there, and busy) is retried as every request is."""
+    options = {**s3.storage_options, "endpoint_url": proxy.endpoint_url}
+    ensure_table(open_storage(URL, options), SCHEMA, "foreach")
+    reset = proxy.add_rule(Rule(Action.RESET, operation="GetObject", key="table.json$", times=1))
+    busy = proxy.add_rule(Rule(Action.ERROR_503, operation="GetObject", key="table.json$", times=2))
+    assert Lake(URL, storage_options=options).mode == "foreach"
+    assert (reset.fired, busy.fired) == (1, 2)
 
 
 def test_non_s3_scheme_is_a_clear_value_error() -> None:
@@ -459,6 +509,21 @@ def test_secrets_never_appear_in_reprs_errors_or_logs(s3: S3Server, caplog: pyte
 
 
 # Spark end to end -------------------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_write_stream_to_an_unreachable_endpoint_fails_at_once_before_starting(spark, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    import lakesink
+
+    endpoint = f"http://127.0.0.1:{free_port()}"  # nothing listens there: connection refused
+    options = {"endpoint_url": endpoint, "key": "k", "secret": "s"}
+    df = spark.readStream.format("rate").load()
+    started = time.monotonic()
+    with pytest.raises(StorageError, match=f"cannot reach the S3 endpoint {endpoint}.*not retried"):
+        lakesink.write_stream(df, URL, checkpoint_location=str(tmp_path / "chk"), storage_options=options)
+    elapsed = time.monotonic() - started
+    assert elapsed < 8, f"write_stream took {elapsed:.1f} s to fail"
+    assert spark.streams.active == []
 
 
 @pytest.mark.spark

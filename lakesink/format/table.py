@@ -108,10 +108,16 @@ def _where(storage: Storage) -> str:
     return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
 
 
-def find_table(storage: Storage) -> TableMetadata | None:
-    """The table's metadata, or None when there is none yet (the path may not exist either)."""
+def find_table(storage: Storage, *, first_contact: bool = True) -> TableMetadata | None:
+    """The table's metadata, or None when there is none yet (the path may not exist either).
+
+    This is how readers, the maintenance commands and a starting query first reach a lake, so
+    by default a storage that cannot be connected to at all fails at once, as the configuration
+    error it is then (``Storage.read_bytes``'s ``first_contact``). The writers of a running
+    query pass ``first_contact=False``: a store restarting under them is retried.
+    """
     try:
-        data = storage.read_bytes(TABLE_FILE)
+        data = storage.read_bytes(TABLE_FILE, first_contact=first_contact)
     except NotADirectoryError:
         raise NotADirectoryError(
             f"{storage.url!r} cannot be a lake folder: {_file_in_the_way(storage.url)!r} is a file"
@@ -121,9 +127,12 @@ def find_table(storage: Storage) -> TableMetadata | None:
     return TableMetadata.from_json(data, _where(storage))
 
 
-def read_table_metadata(storage: Storage) -> TableMetadata:
-    """The table's metadata; TableNotFoundError / NotALakeError naming the path otherwise."""
-    found = find_table(storage)
+def read_table_metadata(storage: Storage, *, first_contact: bool = True) -> TableMetadata:
+    """The table's metadata; TableNotFoundError / NotALakeError naming the path otherwise.
+
+    ``first_contact`` as for :func:`find_table`.
+    """
+    found = find_table(storage, first_contact=first_contact)
     if found is not None:
         return found
     if not storage.root_exists():
@@ -158,7 +167,8 @@ def check_compatible(existing: TableMetadata, schema: pa.Schema, mode: WriterMod
     """Raise ModeMismatchError / SchemaMismatchError when a writer does not fit the table."""
     if existing.mode != mode:
         raise ModeMismatchError(
-            f"{url!r} is a {existing.mode}-mode lake; refusing to write to it in {mode} mode"
+            f"{url!r} is {'an' if existing.mode == 'epoch' else 'a'} {existing.mode}-mode lake; "
+            f"refusing to write to it in {mode} mode"
         )
     diffs = schema_differences(existing.schema, schema)
     if diffs:
@@ -177,13 +187,16 @@ def ensure_table(
     Creating a table first checks that the storage honours create-if-absent writes
     (``Storage.check_conditional_writes``): on one that silently overwrites, exactly-once
     cannot hold, and the writer is refused before anything is written.
+
+    Called by the writers of a running query (each task, each Python worker): their requests
+    keep every retry, unlike the opening ones of :func:`find_table`.
     """
-    existing = find_table(storage)
+    existing = find_table(storage, first_contact=False)
     if existing is None:
         fresh = TableMetadata.new(mode, schema, owner_query=owner_query)
         storage.check_conditional_writes()
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
             return fresh
-        existing = read_table_metadata(storage)  # a concurrent first writer created it
+        existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
     return existing

@@ -200,7 +200,7 @@ def query_identity(
         return QueryIdentity(location)  # a store lakesink cannot read: the writers check later
     try:
         checkpoint = open_storage(location, storage_options if scheme != "file" else None)
-        text = checkpoint.read_bytes("metadata").decode()
+        text = checkpoint.read_bytes("metadata", first_contact=True).decode()
     except FileNotFoundError:
         return QueryIdentity(location, new=True)
     except Exception:  # noqa: BLE001 - unreadable from here: leave the judgement to the writers

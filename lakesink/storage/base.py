@@ -129,8 +129,15 @@ class Storage(Protocol):
         """The files directly in ``folder`` (not recursive), all pages of them."""
         ...
 
-    def read_bytes(self, name: str) -> bytes:
-        """The whole content of a small file; FileNotFoundError if it does not exist."""
+    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+        """The whole content of a small file; FileNotFoundError if it does not exist.
+
+        ``first_contact``: this read opens a lake -- a reader, a maintenance command, a query
+        starting -- and is the first request that reaches the storage. A storage that cannot
+        be connected to at all then fails at once: at start-up that is a configuration error,
+        and retrying it only delays the message. The requests of a running query keep every
+        retry (a store restarting refuses connections for a while too).
+        """
         ...
 
     def put_if_absent(self, name: str, data: bytes) -> bool:

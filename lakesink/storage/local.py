@@ -278,7 +278,7 @@ class LocalStorage:
                 continue
         return found
 
-    def read_bytes(self, name: str) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
         with open(self.path_of(name), "rb") as f:
             return f.read()
 

@@ -137,10 +137,16 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
     }
     if endpoint:
         client_kwargs["endpoint_url"] = endpoint
-    attempts = retries.get("total_max_attempts") or retries.get("max_attempts") or 1
+    # botocore's max_attempts counts the retries; total_max_attempts (which wins) the first
+    # attempt too. The count is named in errors: "after 6 attempt(s)" with the defaults.
+    attempts = retries.get("total_max_attempts")
+    if attempts is None:
+        retried = retries.get("max_attempts")
+        attempts = retried + 1 if isinstance(retried, int) and not isinstance(retried, bool) else retried
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         raise ValueError(
-            f"storage_options config_kwargs['retries'] max_attempts must be an int >= 1 for {url}"
+            f"storage_options config_kwargs['retries'] for {url}: max_attempts must be an int >= 0 "
+            "(retries), total_max_attempts an int >= 1 (attempts)"
         )
     # Publishing many files at once (epoch commits, sweeps) runs requests in parallel.
     config = {"max_pool_connections": 32, **_DEFAULT_CONFIG, **config_kwargs, "retries": retries}

@@ -8,7 +8,7 @@ existing object. So of several attempts at one key exactly one completes; the ot
 supersedes a truncated file: ``If-Match`` on the complete).
 
 This module is ``S3Storage``: the whole storage seam for S3, one short method per operation
-(about 450 lines, over the usual 400 because the seam has that many operations); the upload
+(about 480 lines, over the usual 400 because the seam has that many operations); the upload
 writer is ``s3_upload``, error translation ``s3errors``, option checks ``options``.
 
 Answers get lost, and botocore retries. Each upload carries the attempt's id as object
@@ -45,7 +45,7 @@ from lakesink.format.names import META_DIR, STAGING_DIR
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 from lakesink.storage.options import s3_client_settings
 from lakesink.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
-from lakesink.storage.s3errors import error_code, s3_errors
+from lakesink.storage.s3errors import end_unreachable_first_attempt, error_code, s3_errors
 
 if TYPE_CHECKING:
     import boto3.session
@@ -89,6 +89,7 @@ class S3Storage:
         self.attempts: int = settings.attempts
         self._settings = settings
         self._client: Any = None
+        self._opening_client: Any = None
         self._session: boto3.session.Session | None = None
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
@@ -98,7 +99,7 @@ class S3Storage:
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state.update(_client=None, _session=None, _pool=None, _lock=None)
+        state.update(_client=None, _opening_client=None, _session=None, _pool=None, _lock=None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -124,6 +125,28 @@ class S3Storage:
         return self._client
 
     @property
+    def opening_client(self) -> Any:
+        """A client like :attr:`client` whose first attempt at a request ends it if it cannot connect.
+
+        Used for the request that opens a lake (``read_bytes(..., first_contact=True)``); see
+        ``s3errors.end_unreachable_first_attempt``. A client of its own, so that the running
+        writers' requests keep every retry. Cheap: the session's parsed service model is shared.
+        """
+        if self._opening_client is None:
+            self.client  # noqa: B018 - builds the session first (taking the lock itself)
+            with self._lock:
+                if self._opening_client is None:
+                    from botocore.config import Config
+
+                    assert self._session is not None
+                    opening = self._session.client(
+                        "s3", config=Config(**self._settings.config_kwargs), **self._settings.client_kwargs
+                    )
+                    opening.meta.events.register_first("needs-retry.s3", end_unreachable_first_attempt)
+                    self._opening_client = opening
+        return self._opening_client
+
+    @property
     def pool(self) -> ThreadPoolExecutor:
         """Threads that upload parts in the background (shared by this storage's staged files)."""
         if self._pool is None:
@@ -139,9 +162,15 @@ class S3Storage:
         """The endpoint URL the client talks to (after AWS_ENDPOINT_URL etc. are applied)."""
         return str(self.client.meta.endpoint_url)
 
-    def errors(self, key: str | None) -> Any:
+    def errors(self, key: str | None, *, first_contact: bool = False) -> Any:
         """Context manager translating botocore errors on ``key`` (see ``s3errors``)."""
-        return s3_errors(bucket=self.bucket, key=key, endpoint=self.endpoint, attempts=self.attempts)
+        return s3_errors(
+            bucket=self.bucket,
+            key=key,
+            endpoint=self.endpoint,
+            attempts=self.attempts,
+            first_contact=first_contact,
+        )
 
     def key_of(self, name: str) -> str:
         if name.startswith("/") or "//" in name:
@@ -303,10 +332,11 @@ class S3Storage:
     def exists(self, name: str) -> bool:
         return self.version(name) is not None
 
-    def read_bytes(self, name: str) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
         key = self.key_of(name)
-        with self.errors(key):
-            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"]
+        client = self.opening_client if first_contact else self.client
+        with self.errors(key, first_contact=first_contact):
+            body = client.get_object(Bucket=self.bucket, Key=key)["Body"]
             try:
                 return bytes(body.read())
             finally:

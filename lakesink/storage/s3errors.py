@@ -48,7 +48,9 @@ def http_status(exc: ClientError) -> int:
     return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
 
 
-def translate(exc: Exception, *, bucket: str, key: str | None, endpoint: str, attempts: int) -> Exception:
+def translate(
+    exc: Exception, *, bucket: str, key: str | None, endpoint: str, attempts: int, first_contact: bool = False
+) -> Exception:
     """The lakesink/builtin exception for a botocore error on ``s3://bucket/key``.
 
     Parameters
@@ -61,6 +63,9 @@ def translate(exc: Exception, *, bucket: str, key: str | None, endpoint: str, at
         The endpoint URL the client talks to (named when it cannot be reached).
     attempts
         How many attempts the client makes before giving up (named in connection errors).
+    first_contact
+        The request was a lake's opening one, which a connection error ends at once
+        (:func:`end_unreachable_first_attempt`): the message says it was not retried.
     """
     where = f"s3://{bucket}/{key}" if key else f"s3://{bucket}"
     if isinstance(exc, ClientError):
@@ -82,6 +87,12 @@ def translate(exc: Exception, *, bucket: str, key: str | None, endpoint: str, at
             f"no usable AWS credentials for {where}: pass storage_options key/secret (and token), "
             "or set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
         )
+    if first_contact and isinstance(exc, BotoConnectionError):
+        return StorageError(
+            f"cannot reach the S3 endpoint {endpoint} for {where}: {type(exc).__name__} when opening "
+            "the lake (not retried: a store that cannot be connected to at all is misconfigured or "
+            "down). Check endpoint_url / AWS_ENDPOINT_URL and the network"
+        )
     if isinstance(exc, BotoConnectionError | HTTPClientError):
         return StorageError(
             f"cannot reach the S3 endpoint {endpoint} for {where} after {attempts} attempt(s): "
@@ -94,12 +105,16 @@ def translate(exc: Exception, *, bucket: str, key: str | None, endpoint: str, at
 
 
 @contextmanager
-def s3_errors(*, bucket: str, key: str | None, endpoint: str, attempts: int) -> Iterator[None]:
+def s3_errors(
+    *, bucket: str, key: str | None, endpoint: str, attempts: int, first_contact: bool = False
+) -> Iterator[None]:
     """Translate botocore errors raised in the block (see :func:`translate`), cause kept."""
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
-        translated = translate(exc, bucket=bucket, key=key, endpoint=endpoint, attempts=attempts)
+        translated = translate(
+            exc, bucket=bucket, key=key, endpoint=endpoint, attempts=attempts, first_contact=first_contact
+        )
         if translated is exc:
             raise
         raise translated from exc
@@ -110,3 +125,20 @@ def describe(exc: Any) -> str:
     if isinstance(exc, ClientError):
         return f"{error_code(exc)} (HTTP {http_status(exc)})"
     return type(exc).__name__
+
+
+def end_unreachable_first_attempt(
+    caught_exception: Exception | None = None, attempts: int = 0, **_: Any
+) -> None:
+    """A botocore ``needs-retry`` handler: a first attempt that could not connect ends the call.
+
+    For the client that opens lakes (``S3Storage.read_bytes(..., first_contact=True)``). A
+    connection refused, an unknown host, a connect timeout or a TLS failure on the very first
+    request is a configuration error (a wrong endpoint_url, a store that is down), which
+    botocore's retries only delay: 13-22 s with the default options. Raising here, before
+    botocore sleeps, ends the call with the connection error itself. Anything else -- an
+    answer, even a 503, or a connection reset after it was made -- is retried as usual, and
+    so is a connection error after an attempt that reached the store.
+    """
+    if attempts == 1 and isinstance(caught_exception, BotoConnectionError):
+        raise caught_exception
