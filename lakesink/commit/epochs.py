@@ -191,7 +191,8 @@ class EpochCommitter:
             quietly(lambda: self._sweep(sweep_older_than), f"sweep {self.storage.url} after epoch {epoch}")
 
     def _sweep(self, older_than: float) -> None:
-        report = sweep(self.storage, older_than=older_than, delete=True)
+        # The store was checked when this run of the query started (``ensure_table``).
+        report = sweep(self.storage, older_than=older_than, delete=True, check_store=False)
         if report.removed:
             log.warning(
                 "the sweep of %s removed %d orphan(s) left by earlier runs: %s",

@@ -180,7 +180,12 @@ def check_compatible(existing: TableMetadata, schema: pa.Schema, mode: WriterMod
 
 
 def ensure_table(
-    storage: Storage, schema: pa.Schema, mode: WriterMode, *, owner_query: str | None = None
+    storage: Storage,
+    schema: pa.Schema,
+    mode: WriterMode,
+    *,
+    owner_query: str | None = None,
+    check_store: bool = False,
 ) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
 
@@ -190,6 +195,11 @@ def ensure_table(
 
     Called by the writers of a running query (each task, each Python worker): their requests
     keep every retry, unlike the opening ones of :func:`find_table`.
+
+    ``check_store`` runs that check on an existing table too: a lake outlives the endpoint it
+    was created through (a gateway, a proxy, a migration to another store), so each run of a
+    query checks it once, when it starts (the epoch writer's driver; the foreach writer's
+    constructor).
     """
     existing = find_table(storage, first_contact=False)
     if existing is None:
@@ -199,4 +209,6 @@ def ensure_table(
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
+    if check_store:
+        storage.check_conditional_writes()
     return existing

@@ -112,6 +112,7 @@ def sweep(
     storage_options: Mapping[str, Any] | None = None,
     now: float | None = None,
     progress: Progress | None = None,
+    check_store: bool = True,
 ) -> SweepReport:
     """List (and with ``delete=True`` remove) the orphans of the table at ``path``.
 
@@ -131,6 +132,10 @@ def sweep(
         The clock for ages (tests pass their own).
     progress
         Called as ``progress(done, total)`` while removing.
+    check_store
+        With ``delete``, first check that the store still honours create-if-absent writes
+        (``Storage.check_conditional_writes``: six requests on S3), and remove nothing if it
+        does not. The writers' own sweep skips it: their run was checked when it started.
 
     Raises
     ------
@@ -147,6 +152,8 @@ def sweep(
         else path_or_storage
     )
     metadata = read_table_metadata(storage)  # refuses a folder that is not a lake
+    if delete and check_store:
+        storage.check_conditional_writes()  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
     report = SweepReport(storage.url, float(older_than), delete)
 

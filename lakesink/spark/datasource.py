@@ -138,7 +138,8 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
 
     key = (config.storage().url, schema.serialize().to_pybytes(), run_token)
     if key not in _CHECKED:
-        _CHECKED[key] = ensure_table(config.storage(), schema, "epoch")
+        # check_store: once per run, the store must still honour create-if-absent writes.
+        _CHECKED[key] = ensure_table(config.storage(), schema, "epoch", check_store=True)
     return _CHECKED[key]
 
 

@@ -26,7 +26,7 @@ import pyarrow as pa
 from lakesink.commit import FileWriter, Observer, WriteOptions
 from lakesink.errors import CommitError
 from lakesink.format.names import data_file_name
-from lakesink.format.table import TableMetadata, check_compatible, ensure_table
+from lakesink.format.table import TableMetadata, check_compatible, ensure_table, find_table
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import Storage, open_storage
@@ -94,8 +94,13 @@ class LakeForeachWriter:
         self.observer = observer
         # Fail on the driver for a bad URL or bad storage options, not in every task; and for
         # workers that cannot import lakesink, which would fail every task with a module error.
-        open_storage(path, self.storage_options)
+        storage = open_storage(path, self.storage_options)
         _check_active_session()
+        # Each run of a query builds its writer here, on the driver: the one place to check,
+        # once per run, that the store of an existing lake still refuses to overwrite (a new
+        # lake is checked when its first task creates it).
+        if find_table(storage) is not None:
+            storage.check_conditional_writes()
         self._reset()
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold secrets

@@ -18,12 +18,13 @@ import errno
 import os
 import re
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakesink.errors import quietly
-from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink.errors import StorageError, quietly
+from lakesink.format.names import META_DIR, STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 
 if TYPE_CHECKING:
@@ -320,7 +321,27 @@ class LocalStorage:
         return os.path.isdir(self.root)
 
     def check_conditional_writes(self) -> None:
-        """POSIX ``link(2)`` never replaces a file: nothing to check."""
+        """Check that a no-clobber publish refuses an existing name, as POSIX ``link(2)`` does.
+
+        A POSIX file system never replaces a file through ``link`` or ``renameat2(NOREPLACE)``,
+        but some mounts only emulate them (FUSE file systems, SMB/CIFS shares): one that
+        replaced an existing name would let a retried or concurrent write replace committed
+        data. The probe is a temporary file under ``_lakesink/``, published twice: a few local
+        file operations.
+        """
+        name = f"{META_DIR}/probe-{uuid.uuid4().hex}"
+        try:
+            if not self.put_if_absent(name, b"1"):
+                raise StorageError(f"probe file {self.path_of(name)} existed before it was written")
+            if self.put_if_absent(name, b"2") or self.read_bytes(name) != b"1":
+                raise StorageError(
+                    f"the file system at {self.root} replaced an existing file on a no-clobber publish "
+                    "(link(2) / renameat2(RENAME_NOREPLACE) was not honoured), so a retried or concurrent "
+                    "write could silently replace committed data; lakesink cannot write exactly once "
+                    "there. Put the lake on a POSIX file system (ext4, xfs, ...), HDFS or S3."
+                )
+        finally:
+            quietly(lambda: self.delete(name), f"delete probe file {self.path_of(name)}")
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
         import pyarrow.fs
