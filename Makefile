@@ -36,7 +36,7 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	@# editable_mode=compat puts the checkout on sys.path (a .pth entry): pyspark finds
 	@# format("lakesink") by listing modules with pkgutil, which does not see the import hook a
 	@# default (PEP 660) editable install uses, so without it discovery works only from here.
-	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,test,dev,bench]' \
+	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,connect,test,dev,bench]' \
 		--config-settings editable_mode=compat
 	touch $(STAMP)
 

@@ -3,6 +3,7 @@
     python jobs/stream_to_lake.py --source rate --rows-per-second 1000 --duration 30 \\
         --lake /tmp/lake --checkpoint /tmp/chk
     spark-submit jobs/stream_to_lake.py --source files --input /data/in --available-now ...
+    python jobs/stream_to_lake.py --remote sc://127.0.0.1:15002 ...   # through Spark Connect
 
 Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one
 line naming the cause (``--verbose`` prints Spark's whole error).
@@ -42,6 +43,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
     p.add_argument("--partitions", type=int, default=0, help="repartition the stream (0: keep)")
     p.add_argument("--master", default=None, help="Spark master when run with plain python (local[2,4])")
+    p.add_argument(
+        "--remote",
+        metavar="sc://HOST:PORT",
+        help="run through a Spark Connect server instead of a local Spark (its Python needs lakesink)",
+    )
     p.add_argument(
         "--storage-option",
         action="append",
@@ -185,10 +191,12 @@ class EpochLogger:
             return f"? ({type(exc).__name__})"
 
     def log(self, progress: Any) -> None:
+        # A Connect client's progress object has the row count as an attribute only.
+        rows = getattr(progress, "numInputRows", None)
         log.info(
             "epoch %s: rows=%s files=%s seconds=%.2f",
             progress["batchId"],
-            progress["numInputRows"],
+            progress["numInputRows"] if rows is None else rows,
             self.files_of(progress["batchId"]),
             progress["durationMs"].get("triggerExecution", 0) / 1000,
         )
@@ -226,9 +234,12 @@ def stop_between_epochs(query: Any, patience: float = 60.0) -> None:
 
 
 def session(args: argparse.Namespace) -> Any:
-    """The SparkSession: spark-submit's, or a plain local one -- what any user would build."""
+    """The SparkSession: spark-submit's, a Connect client's, or a plain local one, as a user builds it."""
     from pyspark.sql import SparkSession
 
+    if args.remote:
+        # A Spark Connect client: the server runs the query, its workers and its logging.
+        return SparkSession.builder.appName("stream_to_lake").remote(args.remote).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:
         # Under spark-submit the JVM is already up and configured (master, confs): join it.
         return SparkSession.builder.appName("stream_to_lake").getOrCreate()

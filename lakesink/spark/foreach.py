@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakesink.commit import FileWriter, Observer, WriteOptions
-from lakesink.errors import CommitError
+from lakesink.errors import CommitError, StorageError
 from lakesink.format.names import data_file_name
 from lakesink.format.table import TableMetadata, check_compatible, ensure_table, find_table
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
@@ -95,11 +95,17 @@ class LakeForeachWriter:
         # Fail on the driver for a bad URL or bad storage options, not in every task; and for
         # workers that cannot import lakesink, which would fail every task with a module error.
         storage = open_storage(path, self.storage_options)
-        _check_active_session()
+        connect = _check_active_session()
         # Each run of a query builds its writer here, on the driver: the one place to check,
         # once per run, that the store of an existing lake still refuses to overwrite (a new
         # lake is checked when its first task creates it).
-        if find_table(storage) is not None:
+        try:
+            existing = find_table(storage)
+        except (StorageError, PermissionError):
+            if not connect:
+                raise
+            existing = None  # a Spark Connect client need not reach the lake: its server's tasks check it
+        if existing is not None:
             storage.check_conditional_writes()
         self._reset()
 
@@ -214,21 +220,24 @@ class LakeForeachWriter:
             )
 
 
-def _check_active_session() -> None:
-    """Check the workers' Python of the session this writer is built in, if there is one.
+def _check_active_session() -> bool:
+    """Check the workers' Python of the session this writer is built in; True for a Connect client.
 
-    ``__init__`` runs on the driver, before the query starts; pyspark is not imported for it.
-    (After ``lakesink.register``, ``start()`` also checks the lake: ``lakesink.spark.guard``.)
+    ``__init__`` runs on the driver (or a Spark Connect client), before the query starts;
+    pyspark is not imported for it. (After ``lakesink.register``, ``start()`` also checks the
+    lake: ``lakesink.spark.guard``.)
     """
     if "pyspark.sql" not in sys.modules:
-        return
+        return False
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.getActiveSession()
-    if spark is not None:
-        from lakesink.spark.preflight import check_worker_python
+    from lakesink.spark.preflight import check_worker_python, is_connect
 
-        check_worker_python(spark)
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        return False
+    check_worker_python(spark)
+    return is_connect(spark)
 
 
 def query_tag() -> str | None:

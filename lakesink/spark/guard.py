@@ -1,16 +1,22 @@
-"""What happens on the driver when pyspark's own writers start a ``format("lakesink")`` write.
+"""What happens on the driver (or the Connect client) when pyspark's writers start a lakesink write.
 
 A Python data source sees its options only when its query's first micro-batch runs, never sees
 ``partitionBy``, and cannot set SQL options for its query: so a misspelt option, a
 ``partitionBy`` it would ignore, a non-append output mode or a batch ``df.write`` would fail
 late, or silently do the wrong thing. ``install()`` (called by ``lakesink.register``) wraps
-``DataStreamWriter.start`` and ``DataFrameWriter.save`` of pyspark's classic API so that, for a
-lakesink write -- and for nothing else -- the wrapper reads the writer's format, options and
-partitioning from its JVM object (by reflection: they are private fields), refuses before
-anything starts what lakesink would refuse or ignore, and starts the query with lakesink's
-per-query settings (``STREAM_CONF`` below, applied only around ``start()``). Every other write
-goes through unchanged; if the JVM object is not laid out as expected (another Spark), the
-wrapper steps aside and the data source's own checks apply at the first micro-batch.
+``DataStreamWriter.start``/``foreach`` and ``DataFrameWriter.save`` so that, for a lakesink
+write -- ``format("lakesink")`` or ``foreach(LakeForeachWriter(...))``, and nothing else -- the
+wrapper reads what the writer was told (:class:`PendingWrite`), refuses before anything starts
+what lakesink would refuse or ignore (``lakesink.spark.preflight`` checks the lake and the
+workers' Python), and starts the query with lakesink's per-query settings (``STREAM_CONF``
+below, applied only around ``start()``).
+
+Both of pyspark's APIs are covered. The classic one keeps a writer's settings in its JVM
+object, read by reflection (private fields; if they are not laid out as expected -- another
+Spark -- the wrapper steps aside and the data source's own checks apply at the first
+micro-batch). Spark Connect keeps them in the client's plan (``_write_proto``), and its
+server runs the query: there the lake is checked from the client where the client can reach
+it, and the workers' Python is the server's business.
 """
 
 from __future__ import annotations
@@ -18,10 +24,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator, Mapping
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config import SinkConfig
+from lakesink.errors import StorageError
 from lakesink.spark import preflight
 from lakesink.spark.rows import arrow_schema
 
@@ -33,25 +42,52 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "lakesink"
-_installed = False
+_installed: set[str] = set()
 
 
-def install() -> None:
-    """Wrap pyspark's classic ``DataStreamWriter.start``/``foreach`` and ``DataFrameWriter.save`` (once).
+def install(*, connect: bool = False) -> None:
+    """Wrap the writers of pyspark's classic API, or of its Connect client (once each).
 
     The wrappers are process-wide, as pyspark's classes are, and stateless: whatever they
-    learn about a write lives on that writer object.
+    learn about a write lives on that writer object. The Connect classes are wrapped only for
+    a Connect session: importing them needs the ``connect`` extra.
     """
-    global _installed
-    if _installed:
+    api = "connect" if connect else "classic"
+    if api in _installed:
         return
-    from pyspark.sql.readwriter import DataFrameWriter
-    from pyspark.sql.streaming.readwriter import DataStreamWriter
+    if connect:
+        from pyspark.sql.connect.readwriter import DataFrameWriter
+        from pyspark.sql.connect.streaming.readwriter import DataStreamWriter
 
-    DataStreamWriter.start = _checked_start(DataStreamWriter.start)  # type: ignore[method-assign]
+        read: Callable[[Any], PendingWrite | None] = _connect_pending
+        source_of: Callable[[Any], str | None] = lambda writer: writer._write.source or None  # noqa: E731
+    else:
+        from pyspark.sql.readwriter import DataFrameWriter  # type: ignore[assignment]
+        from pyspark.sql.streaming.readwriter import DataStreamWriter  # type: ignore[assignment]
+
+        read = _classic_pending
+        source_of = lambda writer: _jvm_source(writer._jwrite)  # noqa: E731
+    DataStreamWriter.start = _checked_start(DataStreamWriter.start, read)  # type: ignore[method-assign]
     DataStreamWriter.foreach = _remembered_foreach(DataStreamWriter.foreach)  # type: ignore[method-assign]
-    DataFrameWriter.save = _checked_save(DataFrameWriter.save)  # type: ignore[method-assign]
-    _installed = True
+    DataFrameWriter.save = _checked_save(DataFrameWriter.save, source_of)  # type: ignore[method-assign]
+    _installed.add(api)
+
+
+@dataclass
+class PendingWrite:
+    """What a stream writer was told, read before it starts."""
+
+    spark: Any
+    source: str | None
+    options: dict[str, str]
+    partitioning: list[str]
+    output_mode: str | None
+    schema: Callable[[], Any] = field(repr=False)  # the stream's StructType, computed when needed
+    connect: bool = False
+
+    @property
+    def is_lakesink(self) -> bool:
+        return (self.source or "").lower() == SOURCE_NAME
 
 
 #: The attribute under which a DataStreamWriter keeps the LakeForeachWriter it was given.
@@ -70,41 +106,90 @@ def _remembered_foreach(foreach: Any) -> Any:
     return remembered
 
 
+# Reading a writer ---------------------------------------------------------------------------
+
+
 def jvm_field(obj: Any, name: str) -> Any:
     """A private field of a JVM object (searched up its class hierarchy), or None."""
     cls = obj.getClass()
     while cls is not None:
         try:
-            field = cls.getDeclaredField(name)
+            found = cls.getDeclaredField(name)
         except Exception:  # noqa: BLE001 - py4j wraps NoSuchFieldException: try the superclass
             cls = cls.getSuperclass()
             continue
-        field.setAccessible(True)
-        return field.get(obj)
+        found.setAccessible(True)
+        return found.get(obj)
     return None
 
 
-def _options(jwriter: Any) -> dict[str, str]:
-    found: dict[str, str] = {}
-    extra = jvm_field(jwriter, "extraOptions")
-    if extra is None:
-        return found
-    entries = extra.originalMap().iterator()
-    while entries.hasNext():
-        entry = entries.next()
-        found[str(entry._1())] = str(entry._2())
-    return found
-
-
-def _is_lakesink(jwriter: Any) -> bool:
+def _jvm_source(jwriter: Any) -> str | None:
     try:
         source = jvm_field(jwriter, "source")
     except Exception:  # noqa: BLE001 - a JVM object of another layout: not ours to judge
-        return False
-    return source is not None and str(source).lower() == SOURCE_NAME
+        return None
+    return None if source is None else str(source)
 
 
-def _checked_start(start: Any) -> Any:
+def _classic_pending(writer: Any) -> PendingWrite | None:
+    """From the writer's JVM object; None when it is not laid out as expected."""
+    jwrite = writer._jwrite
+    try:
+        options: dict[str, str] = {}
+        extra = jvm_field(jwrite, "extraOptions")
+        if extra is not None:
+            entries = extra.originalMap().iterator()
+            while entries.hasNext():
+                entry = entries.next()
+                options[str(entry._1())] = str(entry._2())
+        partitioning = jvm_field(jwrite, "partitioningColumns")
+        columns = (
+            str(partitioning.get().mkString("\x00")).split("\x00")  # a Scala Seq of names
+            if partitioning is not None and partitioning.isDefined()
+            else []
+        )
+        mode = jvm_field(jwrite, "outputMode")
+    except Exception:  # noqa: BLE001 - another Spark's layout: step aside
+        return None
+    df = writer._df
+    return PendingWrite(
+        df.sparkSession,
+        _jvm_source(jwrite),
+        options,
+        columns,
+        None if mode is None else str(mode).lower(),
+        lambda: df.schema,
+    )
+
+
+def _connect_pending(writer: Any) -> PendingWrite:
+    """From the Connect client's plan of the write (what the server will be sent)."""
+    proto = writer._write_proto
+    session = writer._session
+
+    def schema() -> Any:
+        from pyspark.sql.connect.dataframe import DataFrame
+
+        return DataFrame(writer._write_stream._child, session).schema  # one analyze round trip
+
+    options = dict(proto.options)
+    if proto.query_name:
+        options["queryName"] = proto.query_name
+    return PendingWrite(
+        session,
+        proto.format or None,
+        options,
+        list(proto.partitioning_column_names),
+        proto.output_mode.lower() or None,
+        schema,
+        connect=True,
+    )
+
+
+# Judging it ---------------------------------------------------------------------------------
+
+
+def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> Any:
     @functools.wraps(start)
     def checked(self: Any, path: str | None = None, format: str | None = None, outputMode: str | None = None,
                 partitionBy: Any = None, queryName: str | None = None, **options: Any) -> Any:  # fmt: skip
@@ -117,72 +202,106 @@ def _checked_start(start: Any) -> Any:
             self.options(**options)
         if outputMode is not None:
             self.outputMode(outputMode)
+        if queryName is not None:
+            self.queryName(queryName)
         foreach_writer = getattr(self, _FOREACH_ATTR, None)
+        if foreach_writer is None and not _may_be_lakesink(self):
+            return start(self, path)
+        pending = read(self)
+        if pending is None:
+            return start(self, path)
         if foreach_writer is not None:
-            check_foreach_stream(self, foreach_writer, queryName)
-            return start(self, path, queryName=queryName)
-        if not _is_lakesink(self._jwrite):
-            return start(self, path, queryName=queryName)
-        check_stream(self, path, queryName)
-        with query_conf(self._df.sparkSession, STREAM_CONF):
-            return start(self, path, queryName=queryName)
+            check_foreach_stream(pending, foreach_writer)
+            return start(self, path)
+        if not pending.is_lakesink:
+            return start(self, path)
+        check_stream(pending, path)
+        with query_conf(pending.spark, STREAM_CONF):
+            return start(self, path)
 
     return checked
 
 
-def check_stream(writer: Any, path: str | None, query_name: str | None = None) -> None:
+def _may_be_lakesink(writer: Any) -> bool:
+    """A cheap first look, so that other formats' starts pay for no reflection."""
+    proto = getattr(writer, "_write_proto", None)
+    if proto is not None:
+        return bool(proto.format) and proto.format.lower() == SOURCE_NAME
+    return (_jvm_source(writer._jwrite) or "").lower() == SOURCE_NAME
+
+
+def check_stream(pending: PendingWrite, path: str | None) -> None:
     """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
-    jwrite = writer._jwrite
-    spark = writer._df.sparkSession
-    preflight.check_worker_python(spark)
-    partitioning = jvm_field(jwrite, "partitioningColumns")
-    if partitioning is not None and partitioning.isDefined():
-        columns = str(partitioning.get().mkString("\x00")).split("\x00")  # a Scala Seq of names
+    if not pending.connect:
+        preflight.check_worker_python(pending.spark)
+    if pending.partitioning:
         raise ValueError(
-            f'format("lakesink") does not partition files (yet): remove .partitionBy({columns}); '
-            "every file holds all columns, and readers filter on them (filters are pushed down)"
+            f'format("lakesink") does not partition files (yet): remove .partitionBy({pending.partitioning});'
+            " every file holds all columns, and readers filter on them (filters are pushed down)"
         )
-    _check_append(jwrite, 'format("lakesink")')
-    options = _options(jwrite)
+    _check_append(pending, 'format("lakesink")')
+    options = dict(pending.options)
     if path is not None:
         options["path"] = path
-    if query_name:
-        options["queryName"] = query_name
     config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
-    query = preflight.query_identity(spark, options, config.storage_options)
-    preflight.check_epoch_start(config, arrow_schema(writer._df.schema), query)
+    query = _query_identity(pending, config.storage_options)
+    _lake_check(pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query))
 
 
-def check_foreach_stream(writer: Any, foreach_writer: LakeForeachWriter, query_name: str | None) -> None:
+def check_foreach_stream(pending: PendingWrite, foreach_writer: LakeForeachWriter) -> None:
     """What :func:`check_stream` checks, for a ``foreach(LakeForeachWriter(...))`` write."""
-    jwrite = writer._jwrite
-    spark = writer._df.sparkSession
-    preflight.check_worker_python(spark)
-    _check_append(jwrite, "LakeForeachWriter")
-    options = _options(jwrite)
-    if query_name:
-        options["queryName"] = query_name
-    query = preflight.query_identity(spark, options, foreach_writer.storage_options)
-    preflight.check_foreach_start(foreach_writer, foreach_writer.schema, query)
+    if not pending.connect:
+        preflight.check_worker_python(pending.spark)
+    _check_append(pending, "LakeForeachWriter")
+    query = _query_identity(pending, foreach_writer.storage_options)
+    _lake_check(pending, lambda: preflight.check_foreach_start(foreach_writer, foreach_writer.schema, query))
 
 
-def _check_append(jwrite: Any, what: str) -> None:
-    mode = jvm_field(jwrite, "outputMode")
-    if mode is not None and str(mode).lower() != "append":
+def _query_identity(pending: PendingWrite, storage_options: Mapping[str, Any]) -> preflight.QueryIdentity:
+    query = preflight.query_identity(pending.spark, pending.options, storage_options)
+    unseen = query.checkpoint is not None and not _shared_folder(query.checkpoint)
+    if pending.connect and query.new and unseen:
+        # The server writes the checkpoint: a client that does not see the server's disk cannot
+        # tell a new query from one whose checkpoint it cannot see. The commit checks it then.
+        return preflight.QueryIdentity(query.checkpoint)
+    return query
+
+
+def _shared_folder(location: str) -> bool:
+    """Whether a Connect client sees the folder a checkpoint is (to be) in: a store, or a local parent."""
+    if "://" in location and not location.lower().startswith("file://"):
+        return True
+    local = location.split("://", 1)[-1]
+    return os.path.isdir(os.path.dirname(os.path.abspath(local.rstrip("/"))))
+
+
+def _lake_check(pending: PendingWrite, check: Callable[[], None]) -> None:
+    """Run a lake check; over Connect a lake the client cannot reach is left to the server's writer."""
+    try:
+        check()
+    except (StorageError, PermissionError) as exc:
+        if not pending.connect:
+            raise
+        log.info("the lake is not reachable from this Spark Connect client (%s): the server checks it", exc)
+
+
+def _check_append(pending: PendingWrite, what: str) -> None:
+    mode = pending.output_mode
+    if mode is not None and mode != "append":
         raise ValueError(
-            f"{what} appends every epoch: output mode {str(mode).lower()!r} would write the "
+            f"{what} appends every epoch: output mode {mode!r} would write the "
             "whole result again each time; use outputMode('append')"
         )
 
 
-def _checked_save(save: Any) -> Any:
+def _checked_save(save: Any, source_of: Callable[[Any], str | None]) -> Any:
     @functools.wraps(save)
     def checked(
         self: Any, path: str | None = None, format: str | None = None, *args: Any, **kwargs: Any
     ) -> Any:
         if format is not None:
             self.format(format)
-        if _is_lakesink(self._jwrite):
+        if (source_of(self) or "").lower() == SOURCE_NAME:
             raise NotImplementedError(
                 "lakesink tables take streaming writes only (df.writeStream.format('lakesink')): a batch "
                 "df.write cannot append to one. For a backfill, stream the data with "

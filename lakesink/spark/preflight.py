@@ -50,6 +50,11 @@ _PROBE = (
 )
 
 
+def is_connect(spark: Any) -> bool:
+    """Whether ``spark`` is a Spark Connect session (a client; the server runs the queries)."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
 # The workers' Python ------------------------------------------------------------------------
 
 
@@ -69,8 +74,11 @@ def check_worker_python(spark: SparkSession) -> None:
     otherwise; outside an activated virtualenv that Python has no lakesink, and every task of
     the query would fail with "No module named ...". In local mode the workers run on this
     machine, so the interpreter is asked (one ``python -c`` of ~30 ms, and only when it is not
-    this interpreter). Raises :class:`lakesink.WorkerPythonError`.
+    this interpreter). Raises :class:`lakesink.WorkerPythonError`. A Spark Connect session is
+    not checked: its workers are the server's, whose Python the client cannot see.
     """
+    if is_connect(spark):
+        return
     executable = worker_executable(spark)
     if not _is_local(spark):
         if not os.path.isabs(executable) and not os.environ.get("PYSPARK_PYTHON"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -10,6 +11,8 @@ from lakesink.commit import Observer
 from lakesink.config import SinkConfig
 from lakesink.spark import guard, preflight, warmup
 from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -31,16 +34,40 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     start its Python workers with an interpreter that cannot import lakesink (local masters;
     on a cluster it warns when ``PYSPARK_PYTHON`` is not set).
 
+    On a Spark Connect session (``SparkSession.builder.remote(...)``, ``spark.api.mode=connect``)
+    the data source is registered on the server and writes are checked from the client (the
+    lake where the client can reach it); the workers' Python and their warm-up are the
+    server's (README, "Spark Connect").
+
     With ``warm_up`` (the default), the Python workers a lakesink query runs on the driver are
     started in the background, once per Spark application, so that the first query's first
     epoch does not wait for them (``lakesink.spark.warmup`` says what runs, and why it is safe).
     Call ``register`` right after building the session to give them the most time.
     """
+    if preflight.is_connect(spark):
+        # The server runs the queries, and the client has no JVM: register the data source
+        # there (the server's Python imports lakesink by name), check writes from the client.
+        # Once per session: the session object remembers it (nothing process-wide).
+        if getattr(spark, _REGISTERED_ATTR, False):
+            return
+        spark.dataSource.register(LakeSinkDataSource)
+        guard.install(connect=True)
+        setattr(spark, _REGISTERED_ATTR, True)
+        log.info(
+            "Spark Connect session: lakesink checks its writes here and leaves two things to the "
+            "server: its Python workers' lakesink (not checked from the client) and their warm-up "
+            "(skipped: the first epoch starts them)"
+        )
+        return
     preflight.check_worker_python(spark)  # before anything of lakesink reaches Spark
     _register_data_source(spark)
     guard.install()
     if warm_up:
         warmup.start_driver_workers(spark)
+
+
+#: Set on a Spark Connect session that ``register`` has seen.
+_REGISTERED_ATTR = "_lakesink_registered"
 
 
 def _register_data_source(spark: SparkSession) -> None:

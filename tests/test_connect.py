@@ -1,0 +1,160 @@
+"""Every lakesink door from a Spark Connect client, and exactly once when the server dies.
+
+A real Connect server (``devtools.connect``: pyspark's own, on a free loopback port, its workers
+running this venv's Python) is shared by the module. Clients are separate processes that run
+``tests/connect_client.py`` from a folder outside the checkout, with nothing on PYTHONPATH,
+as a user's would.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from devtools.connect import ConnectServer
+from devtools.procs import wait_until
+from lakesink_reader import Lake, read_committed
+
+pytestmark = [pytest.mark.spark, pytest.mark.connect]
+
+CLIENT = Path(__file__).resolve().parent / "connect_client.py"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    started = ConnectServer(tmp_path_factory.mktemp("connect-server")).start()
+    try:
+        yield started
+    finally:
+        started.stop()
+
+
+def make_input(folder: Path, files: int, rows: int) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for i in range(files):
+        ids = pa.array(range(i * rows, (i + 1) * rows), pa.int64())
+        pq.write_table(pa.table({"id": ids, "label": pa.array([f"r{v % 7}" for v in range(len(ids))])}),
+                       folder / f"in-{i:04d}.parquet")  # fmt: skip
+        os.utime(folder / f"in-{i:04d}.parquet", (1_700_000_000 + i, 1_700_000_000 + i))
+
+
+def client(work: Path, *args: str, timeout: float = 600) -> subprocess.Popen[str]:
+    """Start the client script, copied outside the checkout, as a user's process."""
+    script = work / "client.py"
+    shutil.copy(CLIENT, script)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    return subprocess.Popen(
+        [sys.executable, str(script), *args], cwd=work, env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
+    )  # fmt: skip
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 600) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=timeout)
+    lines = [line for line in out.splitlines() if line.startswith("{")]
+    assert lines, f"no result from the client (exit {proc.returncode}):\n{err[-3000:]}"
+    result: dict[str, Any] = json.loads(lines[-1])
+    assert "crashed" not in result, result["crashed"] + err[-3000:]
+    return result
+
+
+def ids(lake: Path) -> list[int]:
+    return sorted(read_committed(str(lake)).column("id").to_pylist())
+
+
+def check_doors(work: Path, seen: dict[str, Any]) -> None:
+    expected = list(range(300))
+    lakes = {"format-no-register": "epoch", "format-register": "epoch", "write-stream": "epoch",
+             "foreach": "foreach", "datasource-register": "epoch"}  # fmt: skip
+    for name, mode in lakes.items():
+        assert ids(work / name) == expected, name
+        assert Lake(str(work / name)).mode == mode, name
+    assert seen["unknown_option"].startswith("ValueError: unknown option(s) ['compresion']")
+    assert seen["partition_by"].startswith('ValueError: format("lakesink") does not partition files')
+    assert "output mode 'complete'" in seen["complete_mode"]
+    assert seen["other_schema"].startswith("SchemaMismatchError") and "'extra'" in seen["other_schema"]
+    assert (
+        seen["second_query"].startswith("OtherQueryError")
+        and "written by streaming query" in seen["second_query"]
+    )
+    assert "output mode 'complete'" in seen["foreach_complete"]
+    assert seen["active_after_mistakes"] == 0
+    assert not (work / "format-register-agg").exists() and not (work / "agg-foreach").exists()
+
+
+def test_every_door_from_a_remote_connect_client(server: ConnectServer, tmp_path: Path) -> None:
+    make_input(tmp_path / "in", files=3, rows=100)
+    seen = finish(client(tmp_path, "doors", server.url, str(tmp_path)))
+    assert seen["session"] == "pyspark.sql.connect.session"
+    check_doors(tmp_path, seen)
+
+
+def test_every_door_with_spark_api_mode_connect(tmp_path: Path) -> None:
+    make_input(tmp_path / "in", files=3, rows=100)
+    env_python = os.environ.get("PYSPARK_PYTHON")
+    assert env_python, "conftest points PYSPARK_PYTHON at this venv"
+    seen = finish(client(tmp_path, "doors", "api-mode", str(tmp_path)))
+    assert seen["session"] == "pyspark.sql.connect.session"
+    check_doors(tmp_path, seen)
+
+
+def committed_rows(lake: Path) -> int:
+    try:
+        return len(read_committed(str(lake)))
+    except Exception:  # noqa: BLE001 - no lake yet
+        return 0
+
+
+@pytest.mark.parametrize("mode", ["epoch", "foreach"])
+def test_a_killed_server_loses_and_duplicates_nothing(
+    server: ConnectServer, tmp_path: Path, mode: str
+) -> None:
+    files, rows = 12, 500
+    make_input(tmp_path / "in", files=files, rows=rows)
+    lake, checkpoint = tmp_path / "lake", tmp_path / "chk"
+    args = ("stream", server.url, mode, str(lake), str(checkpoint), str(tmp_path / "in"))
+    running = client(tmp_path, *args, "continuous")
+    try:
+        # Some epochs committed, more to come: then the server dies mid-stream (kill -9).
+        assert wait_until(
+            lambda: committed_rows(lake) >= 2 * rows, 300, give_up=lambda: running.poll() is not None
+        ), running.communicate()[1][-3000:] if running.poll() is not None else "no epoch committed in 300 s"
+        server.kill()
+        killed_at = committed_rows(lake)
+    finally:
+        # A Connect client whose server died blocks for minutes (reattachable execution).
+        os.killpg(running.pid, 9)
+        running.wait(timeout=30)
+    assert killed_at < files * rows, "the stream had finished before the kill: nothing was tested"
+    server.start()
+    time.sleep(1)
+    result = finish(client(tmp_path, *args, "available-now"))
+    assert result["error"] is None, result["error"]
+    assert ids(lake) == list(range(files * rows))  # every row once
+
+
+def test_the_job_runs_through_a_connect_server(server: ConnectServer, tmp_path: Path) -> None:
+    make_input(tmp_path / "in", files=3, rows=100)
+    job = Path(__file__).resolve().parent.parent / "jobs" / "stream_to_lake.py"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
+    done = subprocess.run(
+        [sys.executable, str(job), "--remote", server.url, "--source", "files",
+         "--input", str(tmp_path / "in"), "--available-now", "--mode", "epoch",
+         "--lake", str(tmp_path / "lake"), "--checkpoint", str(tmp_path / "chk")],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert ids(tmp_path / "lake") == list(range(300))
+    assert re.search(r"epoch 0: rows=100 files=1 ", done.stdout), done.stdout[-2000:]  # the job's line per epoch
