@@ -10,14 +10,15 @@ it unchanged; they differ only in the name they give the file (docs/FORMAT.md).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import TracebackType
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakesink.commit.observer import Observer, notify
+from lakesink.commit.stats import count_nans, file_stats, nan_columns
 from lakesink.errors import SchemaMismatchError, quietly
 from lakesink.format.table import schema_differences
 from lakesink.storage import Sealed, StagedFile, Storage
@@ -97,6 +98,8 @@ class Published:
     ``won`` is False when another attempt's file, with as many rows or more, stood there
     (foreach mode: a replay, or a speculative or truncated attempt): ours was discarded.
     ``superseded`` is True when ours replaced a file with fewer rows (see ``FileWriter.publish``).
+    ``stats`` is the file's Delta stats object (:mod:`lakesink.commit.stats`) when ours is the
+    file that stands, else None (also when they could not be taken).
     """
 
     name: str
@@ -104,6 +107,7 @@ class Published:
     rows: int
     won: bool
     superseded: bool = False
+    stats: dict[str, Any] | None = field(default=None, hash=False)
 
 
 class FileWriter:
@@ -122,6 +126,10 @@ class FileWriter:
         Where, under which published name, with which Arrow schema, laid out how.
     observer, epoch, partition
         Told of the protocol steps (see :mod:`lakesink.commit.observer`).
+
+    Once sealed, ``stats`` holds the file's Delta stats (:func:`lakesink.commit.stats.file_stats`
+    of the footer just written, None if they could not be taken); ``nan_counts`` the NaNs
+    counted while writing, per float column that gets statistics.
     """
 
     def __init__(
@@ -145,6 +153,9 @@ class FileWriter:
         self._pending_bytes = 0
         self._staged: StagedFile | None = None
         self._writer: pq.ParquetWriter | None = None
+        self._nan_columns = nan_columns(schema)
+        self.nan_counts: dict[str, int] = {}
+        self.stats: dict[str, Any] | None = None
 
     def __enter__(self) -> FileWriter:
         return self
@@ -162,6 +173,7 @@ class FileWriter:
             return
         if batch.schema != self.schema:
             batch = conform(batch, self.schema)
+        count_nans(self.nan_counts, batch, self._nan_columns)
         self._pending.append(batch)
         self._pending_bytes += batch.nbytes
         self.rows += batch.num_rows
@@ -202,7 +214,16 @@ class FileWriter:
         assert self._writer is not None and self._staged is not None
         writer, self._writer = self._writer, None
         writer.close()
+        self.stats = self._stats(writer)
         return self._staged.seal()
+
+    def _stats(self, writer: pq.ParquetWriter) -> dict[str, Any] | None:
+        """Stats of the footer ``writer`` has just written; None, logged, if taking them fails."""
+        try:
+            return file_stats(writer.writer.metadata, self.nan_counts)
+        except Exception:  # stats are optional: never fail a file for them
+            log.warning("no statistics for %s", self.name, exc_info=True)
+            return None
 
     def publish(self) -> Published | None:
         """Seal and publish without clobbering; None when there were no rows. Discards on error.
@@ -246,7 +267,7 @@ class FileWriter:
             self.discard()
             raise
         notify(self._observer, "after_publish", self._epoch, self._partition)
-        return Published(self.name, sealed.size, self.rows, won, superseded)
+        return Published(self.name, sealed.size, self.rows, won, superseded, self.stats if won else None)
 
     def discard(self) -> None:
         """Drop the staged file. Safe at any point, and more than once; never raises."""
