@@ -157,4 +157,5 @@ def test_the_job_runs_through_a_connect_server(server: ConnectServer, tmp_path: 
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert ids(tmp_path / "lake") == list(range(300))
-    assert re.search(r"epoch 0: rows=100 files=1 ", done.stdout), done.stdout[-2000:]  # the job's line per epoch
+    # The job's line per epoch, with the row count from a Connect client's progress.
+    assert re.search(r"epoch 0: rows=100 files=1 ", done.stdout), done.stdout[-2000:]
