@@ -54,6 +54,23 @@ class StorageError(LakeSinkError):
     """The storage backend failed in a way no builtin exception describes well."""
 
 
+class CommitConflictError(CommitError):
+    """Nothing was committed: concurrent commits won (too many lost races, or a compaction
+    whose input another commit removed). Retrying -- a fresh call, from the lake's new state --
+    is safe."""
+
+
+class CommitStateUnknownError(CommitError):
+    """The commit may have landed: the answer to its create stayed unknown. Unlike its parent
+    class, this says nothing about visibility. Keep its files and let the replay of the batch
+    decide (it finds the commit, or makes it)."""
+
+
+class CommitRefusedError(CommitError):
+    """A rule of the log says no (a stale checkpoint, missing batches, another writer). Nothing
+    was committed; retrying without changing something is pointless -- the message says what."""
+
+
 def quietly(cleanup: Callable[[], Any], what: str) -> None:
     """Run a cleanup step, logging (never raising) its failure: the caller's own outcome wins.
 
