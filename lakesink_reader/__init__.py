@@ -25,6 +25,7 @@ from lakesink_reader.lake import (
     read_all,
     read_committed,
 )
+from lakesink_reader.v3 import VersionInfo
 
 __all__ = [
     "CorruptFileError",
@@ -39,6 +40,7 @@ __all__ = [
     "SkippedFile",
     "SkippedFilesWarning",
     "TableNotFoundError",
+    "VersionInfo",
     "read_all",
     "read_committed",
 ]

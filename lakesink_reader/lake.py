@@ -11,11 +11,15 @@ Isolation levels:
 
 A committed file that cannot be read is an error (``CorruptFileError``, naming the file) for
 ``read_committed``, unless ``on_error="skip"`` asks to read around it and report it.
+Format-3 (epoch-mode) lakes are read through a pinned snapshot of their versioned log
+(``lakesink_reader.v3``): versions, writers and their offsets, ``as_of_version`` and
+``versions=(a, b)``; format 1 and 2 lakes keep the epoch log's code path.
 This module never imports pyspark, nor any writer module of lakesink.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -23,14 +27,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakesink.errors import CorruptFileError, missing_extra
 from lakesink.format.log import EpochInfo, EpochLog
+from lakesink.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink.format.names import FileState as FileState
-from lakesink.format.names import parse_data_file
 from lakesink.format.table import TableMetadata, read_table_metadata
+from lakesink.format.v3.state import WriterState
 from lakesink.storage import Storage, open_storage
+from lakesink_reader.v3 import LogView, VersionInfo
 
 if TYPE_CHECKING:
     import pandas
@@ -45,15 +50,24 @@ _READ_ATTEMPTS = 3
 
 @dataclass(frozen=True)
 class LakeFile:
-    """A data file of the table as a reader sees it."""
+    """A data file of the table as a reader sees it.
+
+    Format 3 (epoch mode): ``version`` is the version that added the file, ``writer`` and
+    ``batch`` the writer and batch of that append; ``epoch`` is the batch; compaction output
+    has neither (None), nor a ``partition``. Files that are not committed have none of them
+    unless their name says.
+    """
 
     name: str  # relative to the table root; for staged data, the name it would publish as
     path: str  # full path / URL
-    partition: int
-    epoch: int
+    partition: int | None
+    epoch: int | None
     state: FileState
     size: int | None
-    rows: int | None = None  # known from the epoch record in epoch mode
+    rows: int | None = None  # known from the log in epoch mode
+    version: int | None = None
+    writer: str | None = None
+    batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -95,9 +109,15 @@ class Lake:
     ) -> None:
         self.path = os.fspath(path)
         self._storage: Storage = open_storage(self.path, storage_options)
-        self.metadata: TableMetadata = read_table_metadata(self._storage)
+        doc, self.metadata = _read_table_json(self._storage)
         self._fs, self._base = self._storage.arrow_filesystem()
-        self._log = EpochLog(self._storage) if self.metadata.mode == "epoch" else None
+        #: Format-3 epoch-mode lakes: the pinned snapshot of the versioned log.
+        self._v3: LogView | None = None
+        self._log: EpochLog | None = None
+        if self.metadata.mode == "epoch" and self.metadata.format_version >= 3:
+            self._v3 = LogView(self._storage, self.metadata.table_id, doc, _where(self._storage))
+        elif self.metadata.mode == "epoch":
+            self._log = EpochLog(self._storage)
 
     def __repr__(self) -> str:
         return f"Lake({self.path!r}, mode={self.metadata.mode!r})"
@@ -110,13 +130,63 @@ class Lake:
     def mode(self) -> str:
         return self.metadata.mode
 
+    # The versioned log (format 3) -----------------------------------------------------------
+
+    @property
+    def version(self) -> int | None:
+        """The version this object reads (format-3 epoch-mode lakes; -1 before the first commit).
+        None for other lakes, which have no versioned log."""
+        return self._v3.version if self._v3 is not None else None
+
+    def refresh(self) -> None:
+        """Move a format-3 lake's pinned snapshot to the newest version (other lakes: nothing to do)."""
+        if self._v3 is not None:
+            self._v3.refresh()
+
+    def _view(self, what: str) -> LogView:
+        if self._v3 is None:
+            raise ValueError(
+                f"{what} needs a versioned log, which {self.path} has not: it is a format-"
+                f"{self.metadata.format_version} {self.metadata.mode}-mode lake"
+                + (" (its history is in epochs: Lake.epochs())" if self._log is not None else "")
+            )
+        return self._v3
+
+    def versions(self) -> list[VersionInfo]:
+        """The retained versions of a format-3 lake, oldest first (from commit headers)."""
+        return self._view("Lake.versions()").versions()
+
+    def writers(self) -> list[WriterState]:
+        """The writers (streaming queries) of a format-3 lake, in the order they first committed."""
+        return self._view("Lake.writers()").writers()
+
+    def offsets(self, writer: str | None = None) -> Any:
+        """The source offsets of the end of ``writer``'s last batch (one entry per source, Spark's
+        offset JSON; None when unknown). ``writer``: an id or 16-hex tag; None: the lake's one
+        writer that is not retired (ValueError naming them when there are several)."""
+        return self._view("Lake.offsets()").offsets(writer)
+
     # Which files --------------------------------------------------------------------------
 
     def epochs(self) -> list[EpochInfo]:
         """The committed epochs of an epoch-mode table, oldest first.
 
         Empty in foreach mode, which has no epoch log (and so refuses ``as_of_epoch`` / ``epochs``).
+        A format-3 lake has epochs when one writer lineage wrote it (ValueError naming its
+        writers otherwise): the appends of that lineage.
         """
+        if self._v3 is not None:
+            return [
+                EpochInfo(
+                    epoch,
+                    h.committed_at,
+                    h.counts.add_files,
+                    h.counts.add_rows,
+                    h.counts.add_bytes,
+                    h.source_offsets,
+                )
+                for epoch, h in self._v3.epochs("Lake.epochs()")
+            ]
         return self._log.epochs() if self._log is not None else []
 
     def files(
@@ -125,15 +195,25 @@ class Lake:
         *,
         as_of_epoch: int | None = None,
         epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
     ) -> list[LakeFile]:
-        """The data files visible at ``isolation``, ordered by (epoch, partition, name).
+        """The data files visible at ``isolation``, ordered by (epoch, partition, name) --
+        format 3: by (version, partition, name).
 
         ``as_of_epoch`` (time travel) and ``epochs=(first, last)`` (incremental read, both
         ends included) select committed epochs; they apply to ``read_committed`` of an
-        epoch-mode lake only (ValueError otherwise).
+        epoch-mode lake only (ValueError otherwise). Format-3 lakes also take
+        ``as_of_version=v`` (the files live at version v) and ``versions=(a, b)`` (the files
+        added by the append commits of versions a..b: the rows they added; compactions change
+        no rows).
         """
         if isolation not in ("read_committed", "read_all"):
             raise ValueError(f"isolation must be 'read_committed' or 'read_all', got {isolation!r}")
+        if as_of_version is not None or versions is not None:
+            self._view("as_of_version=" if as_of_version is not None else "versions=")
+        if self._v3 is not None:
+            return self._v3_files(isolation, as_of_epoch, epochs, as_of_version, versions)
         if (as_of_epoch is not None or epochs is not None) and isolation != "read_committed":
             raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
         if self._log is None and (as_of_epoch is not None or epochs is not None):
@@ -184,7 +264,95 @@ class Lake:
                         LakeFile(staged.name, self._path(staged.handle or staged.name), parsed.partition,
                                  parsed.epoch, "staged", staged.size)
                     )  # fmt: skip
-        found.sort(key=lambda f: (f.epoch, f.partition, f.name))
+        found.sort(key=lambda f: (f.epoch or 0, f.partition or 0, f.name))
+        return found
+
+    def _v3_files(
+        self,
+        isolation: Isolation,
+        as_of_epoch: int | None,
+        epochs: tuple[int, int] | None,
+        as_of_version: int | None,
+        versions: tuple[int, int] | None,
+    ) -> list[LakeFile]:
+        view = self._v3
+        assert view is not None
+        given = [
+            f"{k}={v!r}"
+            for k, v in (("as_of_epoch", as_of_epoch), ("epochs", epochs), ("as_of_version", as_of_version),
+                         ("versions", versions))
+            if v is not None
+        ]  # fmt: skip
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: select by one of them")
+        if given and isolation != "read_committed":
+            raise ValueError(f"{given[0]} selects committed versions: use isolation='read_committed'")
+        for name, pair in (("epochs", epochs), ("versions", versions)):
+            if pair is not None and (len(pair) != 2 or pair[0] > pair[1]):
+                raise ValueError(f"{name} must be a (first, last) pair with first <= last, got {pair!r}")
+        if epochs is not None or versions is not None:
+            if epochs is not None:
+                lineage = view.epochs(f"epochs={epochs!r}")
+                picked = [h.version for e, h in lineage if epochs[0] <= e <= epochs[1]]
+                commits = view.commits(picked)
+            else:
+                assert versions is not None
+                commits = view.added_by_appends(versions[0], versions[1])
+            found = [
+                LakeFile(a.path, self._path(a.path), a.partition, a.batch, "committed", a.size, a.rows,
+                         c.version, c.header.writer.id if c.header.writer else None, a.batch)
+                for c in commits
+                for a in c.adds
+            ]  # fmt: skip
+        else:
+            if as_of_epoch is not None:
+                lineage = view.epochs(f"as_of_epoch={as_of_epoch}")
+                at = [h.version for e, h in lineage if e == as_of_epoch]
+                if not at:
+                    newest = lineage[-1][0] if lineage else None
+                    if newest is None or as_of_epoch > newest:
+                        self._check_as_of(as_of_epoch, newest)
+                    raise ValueError(
+                        f"as_of_epoch={as_of_epoch} is below the retained range of {self.path}: its epochs "
+                        f"are {lineage[0][0]}..{newest} (versions {view.oldest()}..{view.version})"
+                    )
+                as_of_version = at[0]
+            version = view.version if as_of_version is None else as_of_version
+            empty = version < 0 and as_of_version is None  # nothing committed yet
+            found = [] if empty else self._from_list(view.live_files(version))
+        if isolation == "read_all":
+            committed = {f.name for f in found}
+            for entry in self._storage.list(""):
+                name = entry.name
+                if name in committed or not name.endswith(DATA_SUFFIX) or name.startswith((".", "_")):
+                    continue
+                parsed = parse_data_file(name)
+                found.append(
+                    LakeFile(name, self._path(name), parsed.partition if parsed else None,
+                             parsed.epoch if parsed else None, "published", entry.size)
+                )  # fmt: skip
+            listed = {f.name for f in found}
+            for staged in self._storage.staged(""):
+                if staged.handle in listed or not staged.name.endswith(DATA_SUFFIX):
+                    continue
+                parsed = parse_data_file(staged.name)
+                found.append(
+                    LakeFile(staged.name, self._path(staged.handle or staged.name),
+                             parsed.partition if parsed else None, parsed.epoch if parsed else None,
+                             "staged", staged.size)
+                )  # fmt: skip
+        found.sort(key=_v3_order)
+        return found
+
+    def _from_list(self, table: pa.Table) -> list[LakeFile]:
+        cols = table.select(["path", "bytes", "rows", "added_version", "writer", "batch", "partition"])
+        found = []
+        for row in cols.to_pylist():
+            name = row["path"]
+            found.append(
+                LakeFile(name, self._path(name), row["partition"], row["batch"], "committed", row["bytes"],
+                         row["rows"], row["added_version"], row["writer"], row["batch"])
+            )  # fmt: skip
         return found
 
     def _check_as_of(self, as_of_epoch: int, newest: int | None) -> None:
@@ -208,13 +376,17 @@ class Lake:
         *,
         as_of_epoch: int | None = None,
         epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
     ) -> ds.Dataset:
         """A ``pyarrow.dataset.Dataset`` over the visible files (DuckDB and polars read it).
 
         Files that are not committed are checked first, and left out (and reported in a
         :class:`SkippedFilesWarning`) when they cannot be read.
         """
-        files = self.files(isolation, as_of_epoch=as_of_epoch, epochs=epochs)
+        files = self.files(
+            isolation, as_of_epoch=as_of_epoch, epochs=epochs, as_of_version=as_of_version, versions=versions
+        )
         readable, skipped = self._readable(files)
         if skipped:
             warnings.warn(SkippedFilesWarning(skipped), stacklevel=2)
@@ -245,6 +417,8 @@ class Lake:
         """Why ``f`` cannot be read, or None. ``deep`` reads every page, not only the footer."""
         if f.state == "staged" and not f.path.endswith(".uncommitted"):
             return "multipart upload in flight: not readable until it is completed"
+        import pyarrow.parquet as pq
+
         path = self._arrow_path(f)
         try:
             meta = pq.read_metadata(path, filesystem=self._fs)
@@ -270,6 +444,8 @@ class Lake:
         filter: ds.Expression | None = None,
         as_of_epoch: int | None = None,
         epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> ReadResult:
         """Read the visible data, and say which files were skipped.
@@ -284,7 +460,15 @@ class Lake:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         _check_columns(columns, self.schema)
-        files, skipped = self._readable(self.files(isolation, as_of_epoch=as_of_epoch, epochs=epochs))
+        files, skipped = self._readable(
+            self.files(
+                isolation,
+                as_of_epoch=as_of_epoch,
+                epochs=epochs,
+                as_of_version=as_of_version,
+                versions=versions,
+            )
+        )
         projection = list(columns) if columns is not None else None
         for _ in range(_READ_ATTEMPTS):
             try:
@@ -311,6 +495,8 @@ class Lake:
         isolation: Isolation = "read_committed",
         as_of_epoch: int | None = None,
         epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> pa.Table:
         result = self.read(
@@ -319,6 +505,8 @@ class Lake:
             filter=filter,
             as_of_epoch=as_of_epoch,
             epochs=epochs,
+            as_of_version=as_of_version,
+            versions=versions,
             on_error=on_error,
         )
         if result.skipped:
@@ -333,6 +521,8 @@ class Lake:
         isolation: Isolation = "read_committed",
         as_of_epoch: int | None = None,
         epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> pandas.DataFrame:
         """The data as a pandas DataFrame (needs pandas: ``pip install 'lakesink[pandas]'``)."""
@@ -341,9 +531,37 @@ class Lake:
         except ImportError as exc:
             raise missing_extra("pandas", "Lake.to_pandas") from exc
         table = self.to_table(
-            columns, filter, isolation=isolation, as_of_epoch=as_of_epoch, epochs=epochs, on_error=on_error
+            columns,
+            filter,
+            isolation=isolation,
+            as_of_epoch=as_of_epoch,
+            epochs=epochs,
+            as_of_version=as_of_version,
+            versions=versions,
+            on_error=on_error,
         )
         return table.to_pandas()
+
+
+def _v3_order(f: LakeFile) -> tuple[int, int, str]:
+    return (-1 if f.version is None else f.version, -1 if f.partition is None else f.partition, f.name)
+
+
+def _where(storage: Storage) -> str:
+    return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
+
+
+def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
+    """table.json's document and metadata, read once (a v3 lake's has fields the metadata
+    does not keep: ``checkpoint_interval``, ``upgraded_from``)."""
+    try:
+        data = storage.read_bytes(TABLE_FILE, first_contact=True)
+    except (FileNotFoundError, NotADirectoryError):
+        read_table_metadata(storage)  # raises the error that names the path
+        raise
+    metadata = TableMetadata.from_json(data, _where(storage))
+    doc = json.loads(data)  # from_json parsed it: a JSON object
+    return (doc if isinstance(doc, dict) else {}), metadata
 
 
 def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> None:
@@ -364,6 +582,8 @@ def read_committed(
     storage_options: Mapping[str, Any] | None = None,
     as_of_epoch: int | None = None,
     epochs: tuple[int, int] | None = None,
+    as_of_version: int | None = None,
+    versions: tuple[int, int] | None = None,
     on_error: OnError = "raise",
 ) -> pa.Table:
     """Exactly the committed data of the lake at ``path``, each committed file once.
@@ -376,7 +596,15 @@ def read_committed(
     them in a :class:`SkippedFilesWarning` (``lakesink verify`` lists them too).
     """
     lake = Lake(path, storage_options)
-    return lake.to_table(columns, filter, as_of_epoch=as_of_epoch, epochs=epochs, on_error=on_error)
+    return lake.to_table(
+        columns,
+        filter,
+        as_of_epoch=as_of_epoch,
+        epochs=epochs,
+        as_of_version=as_of_version,
+        versions=versions,
+        on_error=on_error,
+    )
 
 
 def read_all(

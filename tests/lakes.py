@@ -7,6 +7,7 @@ import pyarrow as pa
 from lakesink.commit import FileWriter, WriteOptions
 from lakesink.format.names import data_file_name
 from lakesink.format.table import ensure_table
+from lakesink.format.v3.commits import AddFile
 from lakesink.storage import Sealed, Storage, open_storage
 
 SCHEMA = pa.schema([("id", pa.int64()), ("bucket", pa.int32()), ("label", pa.string())])
@@ -71,3 +72,45 @@ def epoch_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file
             n += rows_per_file
         committer.commit(epoch, files)
     return storage
+
+
+# Format 3 (docs/design/format-v3.md): table.json, data files and commits, built by hand until the
+# epoch writer writes them (its landing step 5).
+
+
+def v3_table(path: str, *, checkpoint_interval: int = 100, mode: str = "epoch") -> tuple[Storage, str]:
+    """An empty format-3 lake: its table.json (with ``checkpoint_interval``); returns the storage
+    and the table id (what a ``VersionedLog`` of it needs)."""
+    import json
+    import time
+    import uuid
+
+    from lakesink.format.names import TABLE_FILE
+    from lakesink.format.table import TableMetadata
+
+    storage = open_storage(path)
+    metadata = TableMetadata(3, mode, SCHEMA, time.time(), uuid.uuid4().hex)  # type: ignore[arg-type]
+    doc = json.loads(metadata.to_json())
+    doc["checkpoint_interval"] = checkpoint_interval
+    assert storage.put_if_absent(TABLE_FILE, json.dumps(doc, indent=2).encode())
+    assert metadata.table_id is not None
+    return storage, metadata.table_id
+
+
+def v3_file(storage: Storage, name: str, start: int, count: int, *, batch: int | None = None,
+            partition: int | None = None) -> AddFile:  # fmt: skip
+    """Write and publish one data file of ids ``start..start+count-1``; returns its ``AddFile``
+    (rows, size and stats from the writer), for a commit of a ``VersionedLog``."""
+    writer = FileWriter(storage, name, SCHEMA)
+    writer.write(rows(start, count))
+    published = writer.publish()
+    assert published is not None and published.won
+    return AddFile(name, published.rows, published.size, partition, batch, published.stats)
+
+
+def v3_name(writer_id: str, batch: int, partition: int) -> str:
+    """A writer's data file name under format 3: ``w<tag>-b<batch>-p<partition>-<attempt>.parquet``."""
+    from lakesink.format.names import new_attempt_id
+    from lakesink.format.v3.commits import writer_tag
+
+    return f"w{writer_tag(writer_id)}-b{batch:012d}-p{partition:05d}-{new_attempt_id()}.parquet"

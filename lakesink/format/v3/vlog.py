@@ -18,10 +18,11 @@ the retry answers True for our own earlier create and False only for another com
 Our bytes for ``v`` can therefore land only at ``v``, once. An answer that stays unknown raises
 CommitStateUnknownError; every other exception of a commit call means that it committed nothing.
 
-No checkpoints yet (the design's landing step 2); a state is folded from version 0. The seams
-they plug into: :meth:`VersionedLog.refresh` takes a state from anywhere -- a checkpoint, or one
-kept across calls by a commit worker (the design's cursor) -- checks it against the log and folds
-it forward; ``after_commit`` runs derived work (a checkpoint) after the commit point.
+Checkpoints (``checkpoint``, the design's section 5): :meth:`VersionedLog.open` starts from the
+newest usable checkpoint and folds the commit headers after it, and a commit at a multiple of
+the checkpoint interval writes one, after its commit point, as derived work that never raises.
+:meth:`VersionedLog.refresh` takes a state from anywhere -- a checkpoint, or one kept across
+calls by a commit worker (the design's cursor) -- checks it against the log and folds it forward.
 """
 
 from __future__ import annotations
@@ -30,10 +31,10 @@ import logging
 import random
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
 
 from lakesink.errors import CommitConflictError, CommitStateUnknownError, CorruptFileError, StorageError
 from lakesink.format.names import META_DIR
@@ -49,6 +50,9 @@ from lakesink.format.v3.commits import (
 from lakesink.format.v3.state import Decision, TableState, check_commit, removed_paths
 from lakesink.storage.base import Storage
 
+if TYPE_CHECKING:
+    from lakesink.format.v3.checkpoint import Checkpoint
+
 log = logging.getLogger(__name__)
 
 LOG_DIR = f"{META_DIR}/log"
@@ -58,6 +62,9 @@ READ_BATCH = 16
 HEADER_READ_BYTES = 64 * 1024
 
 _COMMIT_NAME = re.compile(r"^(?P<version>\d{20})\.json$")
+
+#: Default of table.json's ``checkpoint_interval``: a checkpoint at every version ``c % N == 0``.
+DEFAULT_CHECKPOINT_INTERVAL = 100
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -146,6 +153,20 @@ class CommitResult:
 AfterCommit = Callable[[Commit, TableState], None]
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The log read at one version: the checkpoint it started from (None: from the oldest
+    commit), the headers of the commits after it, and the state they fold to."""
+
+    checkpoint: Checkpoint | None
+    headers: tuple[CommitHeader, ...]
+    state: TableState
+
+    @property
+    def version(self) -> int:
+        return self.state.version
+
+
 def _may_be_lost_answer(exc: Exception) -> bool:
     """Whether a failed request may have been applied: an I/O or storage failure (a timeout, a
     reset, a 5xx), but not a refusal (denied, missing) nor a bug, which a retry cannot fix."""
@@ -166,8 +187,13 @@ class VersionedLog:
     retry
         How long a commit call keeps trying (:class:`RetryPolicy`).
     after_commit
-        Derived work after each commit point of this object's calls (a checkpoint). Its
-        failures are logged, never raised: the commit stands whatever it does.
+        More derived work after each commit point of this object's calls (after the
+        checkpoint). Its failures are logged, never raised: the commit stands whatever it does.
+    checkpoint_interval
+        table.json's ``checkpoint_interval`` N: a commit at a version ``c % N == 0`` (c > 0)
+        writes the checkpoint at ``c``, and so does the first commit of this object past a
+        ``c`` whose checkpoint is missing. None: no checkpoints are written, nor probed for
+        (the hint and the listing still find them).
     sleep, rng
         For the backoff; tests pass their own.
     """
@@ -179,6 +205,7 @@ class VersionedLog:
         *,
         retry: RetryPolicy | None = None,
         after_commit: AfterCommit | None = None,
+        checkpoint_interval: int | None = DEFAULT_CHECKPOINT_INTERVAL,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
@@ -188,24 +215,58 @@ class VersionedLog:
         self.table_id = table_id
         self.retry = retry or RetryPolicy()
         self.after_commit = after_commit
+        if checkpoint_interval is not None and checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be >= 1, got {checkpoint_interval}")
+        self.checkpoint_interval = checkpoint_interval
+        #: The newest checkpoint this object knows to exist (0: none): one probe per interval.
+        self._checkpointed = 0
         self._sleep = sleep
         self._rng = rng or random.Random()
 
     # Reading -----------------------------------------------------------------------------------
 
     def open(self) -> TableState:
-        """The state at the latest version: every commit's header, folded from version 0."""
-        headers = self.read_headers(0)
-        if not headers:
+        """The state at the latest version: the newest usable checkpoint's, with the commit
+        headers after it folded in (every header from the oldest commit without one)."""
+        return self.snapshot().state
+
+    def snapshot(self, at_most: int | None = None, *, also: Iterable[int] = ()) -> Snapshot:
+        """The log read up to its latest version, or up to ``at_most``: the newest usable
+        checkpoint at or below it and the commit headers after it, folded.
+
+        Reads one checkpoint's small part (never its file list) and the headers after it.
+        ``also``: more checkpoint versions to try (table.json's upgrade version).
+        CorruptFileError when neither a checkpoint nor the commits from version 0 are there.
+        """
+        from lakesink.format.v3.checkpoint import find_checkpoint
+
+        also = tuple(also)
+        found = find_checkpoint(
+            self.storage, self.table_id, interval=self.checkpoint_interval, at_most=at_most, also=also
+        )
+        if found is None and self.read_header(0) is None:
             oldest = self._oldest_listed()
-            if oldest == 0:  # the first commit landed since version 0 was read
-                headers = self.read_headers(0)
-            elif oldest is not None:
-                raise CorruptFileError(
-                    f"{self._log_url()} has no version 0 but has versions from {oldest}: its oldest "
-                    "commits were removed, and reading it needs a checkpoint, which this lakesink cannot read"
+            if oldest is not None and oldest > 0:
+                found = find_checkpoint(
+                    self.storage,
+                    self.table_id,
+                    interval=self.checkpoint_interval,
+                    at_most=at_most,
+                    also=also,
+                    listing=True,
                 )
-        return self._fold(TableState.empty(self.table_id), headers)
+                if found is None:
+                    raise CorruptFileError(
+                        f"{self._log_url()} has no version 0 but has versions from {oldest}: its "
+                        "oldest commits were removed, and it has no usable checkpoint"
+                        + ("" if at_most is None else f" at or below version {at_most}")
+                        + " to start from"
+                    )
+        state = TableState.empty(self.table_id) if found is None else found.state
+        if found is not None:
+            self._checkpointed = max(self._checkpointed, found.version)
+        headers = self.read_headers(state.version + 1, at_most)
+        return Snapshot(found, tuple(headers), self._fold(state, headers))
 
     def refresh(self, state: TableState) -> TableState:
         """``state`` brought to the latest version, once the log proves it still describes it.
@@ -267,7 +328,7 @@ class VersionedLog:
         version = start
         while stop is None or version <= stop:
             end = version + READ_BATCH if stop is None else min(version + READ_BATCH, stop + 1)
-            for header in _parallel(self.read_header, range(version, end)):
+            for header in parallel(self.read_header, range(version, end)):
                 if header is None:
                     return found  # later versions read meanwhile may exist; the log ends here
                 found.append(header)
@@ -421,13 +482,24 @@ class VersionedLog:
     def _whole(self, headers: Sequence[CommitHeader]) -> list[Commit]:
         """The whole commits of those ``headers`` that remove files (the others cannot conflict)."""
         wanted = [h.version for h in headers if h.counts.remove_files]
-        commits = _parallel(self.read_commit, wanted)
+        commits = parallel(self.read_commit, wanted)
         missing = [v for v, c in zip(wanted, commits, strict=True) if c is None]
         if missing:
             raise CorruptFileError(f"{self._where(missing[0])} vanished while the log was read")
         return [c for c in commits if c is not None]
 
     def _after_commit(self, commit: Commit, state: TableState) -> None:
+        """Derived work after a commit point: the checkpoint, then ``after_commit``. Never raises."""
+        try:
+            self.checkpoint_if_due(commit.version, state)
+        except Exception:
+            log.warning(
+                "writing the checkpoint due after version %d of %s failed; the commit stands, and a "
+                "later commit or reader uses an older checkpoint or the commits",
+                commit.version,
+                self._log_url(),
+                exc_info=True,
+            )
         if self.after_commit is None:
             return
         try:
@@ -439,6 +511,33 @@ class VersionedLog:
                 self._log_url(),
                 exc_info=True,
             )
+
+    def checkpoint_if_due(self, version: int, state: TableState | None = None) -> Checkpoint | None:
+        """After committing ``version``: write the newest checkpoint due at or below it, when it
+        is ``version`` itself or a missing older one (probed once per interval per object).
+        ``state``: the state at ``version``, checked against the one the checkpoint derives.
+        Returns the checkpoint written or found; None when none is due. May raise (its caller,
+        the commit, logs it)."""
+        from lakesink.format.v3.checkpoint import checkpoint_name, due_checkpoint, write_checkpoint
+
+        if self.checkpoint_interval is None:
+            return None
+        due = due_checkpoint(version, self.checkpoint_interval)
+        if due is None or due <= self._checkpointed:
+            return None
+        if due != version and self.storage.exists(checkpoint_name(due)):
+            self._checkpointed = due
+            return None
+        written = write_checkpoint(
+            self.storage,
+            self.table_id,
+            due,
+            interval=self.checkpoint_interval,
+            expected=state if due == version else None,
+            read_commit=self.read_commit,
+        )
+        self._checkpointed = due
+        return written
 
     # Helpers -----------------------------------------------------------------------------------
 
@@ -482,7 +581,8 @@ def _what(commit: PendingCommit | CommitHeader) -> str:
     return f"{commit.kind} op {commit.op.token if commit.op else '?'}"
 
 
-def _parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items``, :data:`READ_BATCH` at a time in threads, results in order."""
     if len(items) <= 1:
         return [fn(item) for item in items]
     with ThreadPoolExecutor(min(READ_BATCH, len(items))) as pool:
