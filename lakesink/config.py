@@ -22,6 +22,9 @@ from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE
 from lakesink.storage import Storage, open_storage
 from lakesink.storage.options import check_storage_options
 
+#: The lake formats an epoch writer can create.
+WRITABLE_FORMATS = (2, 3)
+
 #: The option that carries storage options: a JSON object (it may hold credentials).
 STORAGE_OPTIONS_KEY = "storage_options"
 #: The option that carries an observer: a pickled object, base64 (see ``lakesink.commit.observer``).
@@ -42,10 +45,15 @@ class SinkOptions:
     staged_cleanup_age
         Seconds after which staged data of an epoch not yet committed counts as a dead task's,
         for the sweep a writer runs after the first commit of each run.
+    format_version
+        The lake format of a lake this writer creates: 2, or 3 (the versioned log of
+        docs/design/format-v3.md, landing step by step: see README). None: 2 for a new lake;
+        an existing lake is written in its own format (asking for another one is refused).
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
     staged_cleanup_age: float = DEFAULT_STAGED_AGE
+    format_version: int | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
@@ -55,6 +63,13 @@ class SinkOptions:
         age = self.staged_cleanup_age
         if isinstance(age, bool) or not isinstance(age, int | float) or not age >= 0:
             raise ValueError(f"staged_cleanup_age must be a number of seconds >= 0, got {age!r}")
+        if self.format_version is not None and (
+            isinstance(self.format_version, bool) or self.format_version not in WRITABLE_FORMATS
+        ):
+            raise ValueError(
+                f"format_version must be one of {list(WRITABLE_FORMATS)} (or None: the lake's own, 2 for a "
+                f"new lake), got {self.format_version!r}"
+            )
 
 
 def _option_types() -> dict[str, Any]:

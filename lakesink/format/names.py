@@ -14,6 +14,10 @@ from typing import Literal
 #: 2: epoch records carry a commit id; log checkpoints hold one segment of epochs each;
 #: table.json carries a table id (and, in foreach mode, the owning query).
 FORMAT_VERSION = 2
+#: The newest lake format this code reads -- and writes, where a writer asks for it: format 3
+#: (docs/design/format-v3.md, the versioned log) is written by the epoch writer with
+#: ``format_version=3`` while it lands; new lakes are format 2 until then.
+READABLE_FORMAT_VERSION = 3
 
 #: Hidden folder at the table root holding table metadata and the epoch log. Spark, pyarrow
 #: and DuckDB skip names starting with "_" or "." -- and no file in it ends in ".parquet".

@@ -24,7 +24,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.format.names import FORMAT_VERSION, TABLE_FILE
+from lakesink.format.names import FORMAT_VERSION, READABLE_FORMAT_VERSION, TABLE_FILE
 from lakesink.storage.base import Storage
 
 WriterMode = Literal["foreach", "epoch"]
@@ -49,8 +49,15 @@ class TableMetadata:
     owner_query: str | None = None
 
     @classmethod
-    def new(cls, mode: WriterMode, schema: pa.Schema, *, owner_query: str | None = None) -> TableMetadata:
-        return cls(FORMAT_VERSION, mode, schema, time.time(), uuid.uuid4().hex, owner_query)
+    def new(
+        cls,
+        mode: WriterMode,
+        schema: pa.Schema,
+        *,
+        owner_query: str | None = None,
+        format_version: int = FORMAT_VERSION,
+    ) -> TableMetadata:
+        return cls(format_version, mode, schema, time.time(), uuid.uuid4().hex, owner_query)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -73,10 +80,10 @@ class TableMetadata:
             version = int(doc["format_version"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptFileError(f"{where}: table metadata is not valid lakesink JSON: {exc}") from exc
-        if version > FORMAT_VERSION:
+        if version > READABLE_FORMAT_VERSION:
             raise FormatVersionError(
                 f"{where}: lake format version {version} is newer than this lakesink "
-                f"understands ({FORMAT_VERSION}); upgrade lakesink"
+                f"understands ({READABLE_FORMAT_VERSION}); upgrade lakesink"
             )
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow_schema"])))
@@ -186,6 +193,7 @@ def ensure_table(
     *,
     owner_query: str | None = None,
     check_store: bool = False,
+    format_version: int | None = None,
 ) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
 
@@ -196,19 +204,28 @@ def ensure_table(
     Called by the writers of a running query (each task, each Python worker): their requests
     keep every retry, unlike the opening ones of :func:`find_table`.
 
-    ``check_store`` runs that check on an existing table too: a lake outlives the endpoint it
+    ``format_version``: the format of a table this call creates (None: ``FORMAT_VERSION``); an
+    existing table of another format is refused (FormatVersionError), as a writer cannot
+    convert one. ``check_store`` runs that check on an existing table too: a lake outlives the endpoint it
     was created through (a gateway, a proxy, a migration to another store), so each run of a
     query checks it once, when it starts (the epoch writer's driver; the foreach writer's
     constructor).
     """
     existing = find_table(storage, first_contact=False)
     if existing is None:
-        fresh = TableMetadata.new(mode, schema, owner_query=owner_query)
+        version = FORMAT_VERSION if format_version is None else format_version
+        fresh = TableMetadata.new(mode, schema, owner_query=owner_query, format_version=version)
         storage.check_conditional_writes()
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
+    if format_version is not None and existing.format_version != format_version:
+        raise FormatVersionError(
+            f"{storage.url!r} is a lake of format {existing.format_version}, and this writer was asked "
+            f"for format {format_version}: the option applies to new lakes. Drop it to write this lake "
+            "in its own format, or write to a new lake path."
+        )
     if check_store:
         storage.check_conditional_writes()
     return existing

@@ -41,8 +41,10 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lakesink.commit import EpochCommitter
+    from lakesink.commit.batches import BatchCommitter
     from lakesink.config import SinkConfig
     from lakesink.format.table import TableMetadata
+    from lakesink.format.v3.commits import AddFile
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +79,8 @@ class EpochCommitMessage(WriterCommitMessage):
     query_id: str | None
     files: tuple[CommittedFile, ...]
     skipped: bool = False
+    #: Per file of ``files``: its Delta stats (``lakesink.commit.stats``), for format-3 lakes.
+    stats: tuple[Any, ...] = ()
 
 
 class LakeSinkDataSource(DataSource):
@@ -112,8 +116,8 @@ class LakeSinkDataSource(DataSource):
         from lakesink.spark.rows import arrow_schema
 
         arrow = arrow_schema(schema)
-        checked_table(self.config, arrow, self.run_token)
-        return LakeStreamWriter(self.config, arrow, self.run_token)
+        table = checked_table(self.config, arrow, self.run_token)
+        return LakeStreamWriter(self.config, arrow, self.run_token, table.format_version, table.table_id)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         raise NotImplementedError(
@@ -139,17 +143,28 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
     key = (config.storage().url, schema.serialize().to_pybytes(), run_token)
     if key not in _CHECKED:
         # check_store: once per run, the store must still honour create-if-absent writes.
-        _CHECKED[key] = ensure_table(config.storage(), schema, "epoch", check_store=True)
+        _CHECKED[key] = ensure_table(
+            config.storage(), schema, "epoch", check_store=True, format_version=config.sink.format_version
+        )
     return _CHECKED[key]
 
 
 class LakeStreamWriter(DataSourceStreamArrowWriter):
     """Stages and publishes files on executors (``write``), commits whole epochs on the driver."""
 
-    def __init__(self, config: SinkConfig, schema: pa.Schema, run_token: str) -> None:
+    def __init__(
+        self,
+        config: SinkConfig,
+        schema: pa.Schema,
+        run_token: str,
+        format_version: int = 2,
+        table_id: str | None = None,
+    ) -> None:
         self.config = config
         self.schema = schema
         self.run_token = run_token
+        self.format_version = format_version  # 3: the versioned log (``lakesink.commit.batches``)
+        self.table_id = table_id
 
     def __repr__(self) -> str:
         return f"LakeStreamWriter({self.config.path!r})"
@@ -170,8 +185,9 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         partition, epoch = ctx.partitionId(), batch_id(ctx)
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         storage = self.config.storage()
-        committer = EpochCommitter(storage, query_id=query_id)
-        if committer.committed(epoch):
+        # Format 2: a replay of a recorded epoch writes nothing. Format 3 leaves replays to the
+        # driver's commit (it skips them whole); a replay's task writes its file once more.
+        if self.format_version < 3 and EpochCommitter(storage, query_id=query_id).committed(epoch):
             # A replay of a committed epoch: the driver will skip it whole, so write nothing.
             for _ in iterator:
                 pass
@@ -202,6 +218,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             epoch,
             query_id,
             (CommittedFile(name, partition, epoch, published.rows, published.size),),
+            stats=(published.stats,),
         )
 
     # Driver ------------------------------------------------------------------------------
@@ -210,6 +227,9 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         """Record the epoch (the commit point); see ``lakesink.commit.epochs``."""
         freeze_heap_once()
         ours = _messages(messages, batchId)
+        if self.format_version >= 3:
+            self._batches(ours).commit(batchId, _adds(ours), source_offsets=self._source_offsets(batchId))
+            return
         sweep = self.run_token not in _SWEPT  # once per run of the query, after its first commit
         self._committer(ours).commit(
             batchId,
@@ -222,6 +242,9 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""
         ours = _messages(messages, batchId)
+        if self.format_version >= 3:
+            self._batches(ours).abort(batchId, _adds(ours))
+            return
         self._committer(ours).abort(batchId, [f for m in ours for f in m.files])
 
     # -------------------------------------------------------------------------------------
@@ -235,6 +258,44 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             checkpoint_interval=self.config.sink.checkpoint_interval,
             observer=self.config.observer,
         )
+
+    def _batches(self, messages: Sequence[EpochCommitMessage]) -> BatchCommitter:
+        from lakesink.commit.batches import BatchCommitter
+
+        if not self.table_id:
+            raise CommitError(f"{self.config.path}: a format-3 lake without a table id in its table.json")
+        return BatchCommitter(
+            self.config.storage(),
+            table_id=self.table_id,
+            writer_id=self._writer_id(messages),
+            run=self.run_token,
+            observer=self.config.observer,
+        )
+
+    def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:
+        """The writer: Spark's query id, from the checkpoint's ``metadata`` (or the tasks' messages).
+
+        Every batch needs it, empty ones included (they keep the writer's batches contiguous):
+        a commit without one would escape every ownership rule, so it is refused instead.
+        """
+        location = self.config.checkpoint_location
+        if location:
+            try:
+                remote = location.split("://", 1)[0].lower() in ("s3", "s3a")
+                checkpoint = open_storage(location, self.config.storage_options if remote else None)
+                return str(json.loads(checkpoint.read_bytes("metadata").decode().splitlines()[0])["id"])
+            except Exception:  # no metadata (yet): fall back to the tasks' query id
+                log.debug("no query id in the checkpoint's metadata at %s", location, exc_info=True)
+        found = next((m.query_id for m in messages if m.query_id), None)
+        if found is None:
+            from lakesink.errors import CommitRefusedError
+
+            raise CommitRefusedError(
+                f"{self.config.path}: cannot tell which streaming query commits this batch (no "
+                "checkpointLocation option to read its id from, and no task reported it): pass "
+                ".option('checkpointLocation', ...) to the writer"
+            )
+        return found
 
     def _source_offsets(self, epoch: int) -> Any:
         """The epoch's source offsets, read from Spark's offset log ``<checkpoint>/offsets/<epoch>``.
@@ -277,6 +338,18 @@ def batch_id(ctx: Any) -> int:
             "supports micro-batch streaming queries only"
         )
     return int(value)
+
+
+def _adds(messages: Sequence[EpochCommitMessage]) -> list[AddFile]:
+    """The files of a batch's messages, as the versioned log records them."""
+    from lakesink.format.v3.commits import AddFile
+
+    adds = []
+    for m in messages:
+        stats = m.stats if len(m.stats) == len(m.files) else (None,) * len(m.files)
+        for f, s in zip(m.files, stats, strict=True):
+            adds.append(AddFile(f.name, f.rows, f.size, partition=f.partition, batch=f.epoch, stats=s))
+    return adds
 
 
 def _messages(messages: Sequence[WriterCommitMessage | None], epoch: int) -> list[EpochCommitMessage]:

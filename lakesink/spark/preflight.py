@@ -29,9 +29,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink.errors import OtherQueryError, WorkerPythonError
+from lakesink.errors import FormatVersionError, OtherQueryError, WorkerPythonError
 from lakesink.format.log import EpochLog
 from lakesink.format.table import check_compatible, find_table
+from lakesink.format.v3.state import TableState
+from lakesink.format.v3.vlog import VersionedLog
 from lakesink.storage import open_storage
 
 if TYPE_CHECKING:
@@ -204,10 +206,12 @@ def query_identity(
             return QueryIdentity(None, new=True)  # Spark makes a fresh (temporary) checkpoint
         location = f"{default.rstrip('/')}/{name}"
     scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
-    if scheme not in ("file", "s3", "s3a"):
+    if scheme not in ("file", "s3", "s3a", "hdfs", "viewfs"):
         return QueryIdentity(location)  # a store lakesink cannot read: the writers check later
     try:
-        checkpoint = open_storage(location, storage_options if scheme != "file" else None)
+        # The lake's storage options fit a checkpoint on the same kind of store (S3 credentials).
+        same_kind = scheme in ("s3", "s3a")
+        checkpoint = open_storage(location, storage_options if same_kind else None)
         text = checkpoint.read_bytes("metadata", first_contact=True).decode()
     except FileNotFoundError:
         return QueryIdentity(location, new=True)
@@ -232,7 +236,17 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     if existing is None:
         return
     check_compatible(existing, schema, "epoch", storage.url)
+    asked = config.sink.format_version
+    if asked is not None and asked != existing.format_version:
+        raise FormatVersionError(
+            f"{storage.url!r} is a lake of format {existing.format_version}, and this writer was asked "
+            f"for format {asked}: format_version applies to new lakes. Drop the option to write this "
+            "lake in its own format, or write to a new lake path."
+        )
     if not query.known:
+        return
+    if existing.format_version >= 3:
+        _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
         return
     log = EpochLog(storage)
     latest = log.latest_epoch()
@@ -245,6 +259,19 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
             "every row would be written again. Restart from the original checkpoint location, or "
             "write to a new lake path. One lake takes one streaming query."
         )
+
+
+def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:
+    """A format-3 lake: refuse a query that is none of its (unretired) writers."""
+    writers = [w for w in state.writers.values() if not w.retired]
+    if not writers or any(w.id == query.query_id for w in writers):
+        return
+    named = "; ".join(w.describe() for w in writers)
+    raise OtherQueryError(
+        f"the lake at {url} is written by streaming query {named}, and {query.describe()}. A new "
+        "checkpoint re-reads its input from the start: every row would be written again. Restart from "
+        "the original checkpoint location, or write to a new lake path."
+    )
 
 
 def check_foreach_start(writer: LakeForeachWriter, schema: pa.Schema | None, query: QueryIdentity) -> None:

@@ -1,0 +1,128 @@
+"""The batch commit of a format-3 lake: the driver turns one writer's batch into a lake version.
+
+A writer is one streaming query (Spark's query id, kept in its checkpoint); a batch is Spark's
+batch id of that query. Tasks publish their files under names unique to the attempt, as in
+format 2 (``FileWriter``); the driver then commits the batch as one ``append`` of the
+versioned log (``lakesink.format.v3.vlog``), whose rules decide (docs/design/format-v3.md,
+section 8): the writer's next batch commits; a batch it committed before is a replay, skipped
+whole; a new writer at batch > 0 (a lake deleted and recreated under an old checkpoint), a
+gap, or a second query without ``allow_other_queries`` is refused before anything is
+created. The log entry is the commit point.
+
+What happens to this attempt's published files:
+
+- committed: they are the batch's;
+- replayed / lost to a twin (a second driver of the same query): deleted, unless the log lists
+  them (it cannot, as their names are this attempt's, but the rule is "never delete a listed
+  file");
+- refused: deleted, and the refusal raised (CommitRefusedError, a CommitError);
+- unknown (the log entry's create was never answered): kept, and CommitStateUnknownError
+  raised: the entry may exist. Spark then aborts the batch, and ``abort`` deletes nothing of a
+  batch the log may hold; the replay of the batch settles it, and the sweep removes the loser.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from lakesink.commit.observer import Observer, notify
+from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
+from lakesink.format.v3.commits import AddFile, PendingCommit
+from lakesink.format.v3.vlog import CommitResult, VersionedLog
+from lakesink.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+class BatchCommitter:
+    """Commits the batches of one writer (one streaming query) into one format-3 lake.
+
+    Parameters
+    ----------
+    storage
+        The table root.
+    table_id
+        table.json's ``table_id``: a log of another table is refused (the lake was recreated).
+    writer_id
+        Spark's query id: stable across restarts from the query's checkpoint.
+    run
+        A token of this run of the query (recorded with each commit, for ``status``).
+    observer
+        Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        *,
+        table_id: str,
+        writer_id: str,
+        run: str,
+        observer: Observer | None = None,
+    ) -> None:
+        self.storage = storage
+        self.writer_id = writer_id
+        self.run = run
+        self.log = VersionedLog(storage, table_id)
+        self.observer = observer
+
+    def commit(self, batch: int, files: Sequence[AddFile], *, source_offsets: Any = None) -> CommitResult:
+        """Commit ``batch`` with this attempt's published ``files`` (see the module docstring)."""
+        pending = PendingCommit.append(
+            writer_id=self.writer_id, batch=batch, run=self.run, adds=files, source_offsets=source_offsets
+        )
+        notify(self.observer, "before_record", batch)
+        try:
+            result = self.log.commit(pending)
+        except CommitStateUnknownError:
+            raise  # the entry may exist: keep every file; the replay settles it
+        except CommitRefusedError:
+            self._drop(files, listed=(), why=f"batch {batch} was refused")
+            raise
+        except BaseException:
+            # Nothing was committed (vlog's contract): this attempt's files are garbage.
+            self._drop(files, listed=(), why=f"the commit of batch {batch} failed")
+            raise
+        if result.status == "committed":
+            notify(self.observer, "after_record", batch)
+            log.info(
+                "committed batch %d of writer %s as version %d of %s: %d file(s), %d row(s)",
+                batch, self.writer_id, result.version, self.storage.url,
+                len(files), sum(f.rows for f in files),
+            )  # fmt: skip
+            return result
+        self._drop(files, listed=self._listed(result), why=f"batch {batch} is already committed")
+        log.info("batch %d of writer %s was committed before (%s): skipped whole", batch, self.writer_id,
+                 result.status)  # fmt: skip
+        return result
+
+    def abort(self, batch: int, files: Iterable[AddFile]) -> None:
+        """The batch will not be committed now: delete this attempt's files, unless the log may hold it."""
+        try:
+            state = self.log.open()
+        except Exception:
+            log.warning("abort of batch %d: cannot read the log, so nothing is deleted", batch, exc_info=True)
+            return
+        writer = state.writers.get(self.writer_id)
+        if writer is not None and writer.last_batch >= batch:
+            # Committed after all (a commit whose answer was lost): its files are the log's now.
+            log.warning(
+                "abort of batch %d of %s: the log holds it, nothing is deleted", batch, self.storage.url
+            )
+            return
+        self._drop(list(files), listed=(), why=f"batch {batch} was aborted")
+
+    def _listed(self, result: CommitResult) -> set[str]:
+        """The files of the commit that holds the batch, when the result names it (else none)."""
+        if result.version is None:
+            return set()
+        commit = self.log.read_commit(result.version)
+        return {a.path for a in commit.adds} if commit is not None else set()
+
+    def _drop(self, files: Sequence[AddFile], *, listed: Iterable[str], why: str) -> None:
+        keep = set(listed)
+        for f in files:
+            if f.path not in keep:
+                quietly(lambda f=f: self.storage.delete(f.path), f"delete {f.path} ({why})")  # type: ignore[misc]

@@ -1,0 +1,169 @@
+"""The epoch writer on a format-3 lake (``format_version=3``): one lake version per batch.
+
+Format 3 lands step by step (docs/design/format-v3.md); these tests drive the writer through
+its public doors and read the lake through its log, as the reader will.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from faults import start_unchecked
+
+import lakesink
+from lakesink import FormatVersionError, OtherQueryError
+from lakesink.format.table import read_table_metadata
+from lakesink.format.v3.state import LiveFiles
+from lakesink.format.v3.vlog import VersionedLog
+from lakesink.maintenance import verify
+from lakesink.storage import open_storage
+from lakesink_reader import Lake, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def add_input(folder: Path, index: int, rows: int = 100) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = pa.array(range(index * rows, (index + 1) * rows), pa.int64())
+    path = folder / f"in-{index:04d}.parquet"
+    pq.write_table(pa.table({"id": ids, "label": pa.array([f"r{i}" for i in ids.to_pylist()])}), path)
+    os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))  # file i is batch i
+
+
+def stream(spark: Any, folder: Path) -> Any:
+    return (
+        spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).parquet(str(folder))
+    )
+
+
+def run(spark: Any, folder: Path, lake: str, checkpoint: Path, **options: Any) -> Any:
+    query = lakesink.write_stream(
+        stream(spark, folder).repartition(2), lake, checkpoint_location=str(checkpoint),
+        trigger={"availableNow": True}, format_version=3, **options,
+    )  # fmt: skip
+    query.awaitTermination(300)
+    return query
+
+
+def log_of(lake: str) -> VersionedLog:
+    storage = open_storage(lake)
+    return VersionedLog(storage, read_table_metadata(storage).table_id or "")
+
+
+def committed(lake: str) -> tuple[list[int], LiveFiles]:
+    """Every row the log's live files hold, and the files; read_committed must read the same."""
+    log = log_of(lake)
+    live = LiveFiles()
+    for version in range(log.open().version + 1):
+        commit = log.read_commit(version)
+        assert commit is not None, f"version {version} is missing"
+        live.apply(commit)
+    ids = sorted(i for f in live for i in pq.read_table(os.path.join(lake, f.path)).column("id").to_pylist())
+    assert sorted(read_committed(lake).column("id").to_pylist()) == ids  # the reader agrees with the log
+    return ids, live
+
+
+def test_each_batch_is_one_version_and_every_row_lands_once(spark: Any, tmp_path: Path, lake: str) -> None:
+    for i in range(3):
+        add_input(tmp_path / "in", i)
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert query.exception() is None, query.exception()
+    assert read_table_metadata(open_storage(lake)).format_version == 3
+    state = log_of(lake).open()
+    assert state.version == 2  # batches 0, 1, 2: versions 0, 1, 2
+    [writer] = state.writers.values()
+    assert (writer.id, writer.first_batch, writer.last_batch) == (query.id, 0, 2)
+    assert writer.offsets is not None  # the batch's source offsets, from Spark's offset log
+    ids, live = committed(lake)
+    assert ids == list(range(300))
+    assert all(f.stats is not None and f.stats["numRecords"] == f.rows for f in live)  # exact stats
+    assert not [n for n in os.listdir(lake) if n.endswith(".uncommitted")]
+    assert verify(lake).ok
+    opened = Lake(lake)
+    assert [v.version for v in opened.versions()] == [0, 1, 2]
+    assert [w.id for w in opened.writers()] == [query.id]
+    assert sorted(read_committed(lake, as_of_version=0).column("id").to_pylist()) == list(range(100))
+
+
+def test_a_replayed_batch_is_skipped_whole_and_the_lake_keeps_its_format(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    for i in range(2):
+        add_input(tmp_path / "in", i)
+    assert run(spark, tmp_path / "in", lake, tmp_path / "chk").exception() is None
+    # Spark replays the last batch when its commit is missing from the checkpoint (a driver
+    # that died between the lake's commit and Spark's own).
+    commits = tmp_path / "chk" / "commits"
+    last = max((p for p in commits.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    last.unlink()
+    (commits / f".{last.name}.crc").unlink(missing_ok=True)
+    add_input(tmp_path / "in", 2)
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert query.exception() is None, query.exception()
+    ids, _ = committed(lake)
+    assert ids == list(range(300))  # the replayed batch once, the new one once
+    state = log_of(lake).open()
+    assert state.version == 2 and next(iter(state.writers.values())).last_batch == 2
+    leftovers = [n for n in os.listdir(lake) if n.endswith(".parquet")]
+    assert len(leftovers) == len(committed(lake)[1])  # the replay's own files were removed
+    # Asking a format-3 lake for format 2 is refused: a writer does not convert a lake.
+    with pytest.raises(FormatVersionError, match="asked for format 2"):
+        lakesink.write_stream(stream(spark, tmp_path / "in"), lake, checkpoint_location=str(tmp_path / "chk"),
+                              format_version=2)  # fmt: skip
+
+
+def test_a_second_query_is_refused_at_start_and_at_commit(spark: Any, tmp_path: Path, lake: str) -> None:
+    add_input(tmp_path / "in", 0)
+    first = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert first.exception() is None
+    with pytest.raises(OtherQueryError, match=rf"written by streaming query {first.id} .*a new one"):
+        run(spark, tmp_path / "in", lake, tmp_path / "chk-new")
+    # Past the driver's check (two starts racing), the log's own rule refuses it.
+    from lakesink.config import SinkConfig
+
+    config = SinkConfig.from_keywords(lake, checkpoint_location=str(tmp_path / "chk-new"), format_version=3)
+    second = start_unchecked(
+        stream(spark, tmp_path / "in").writeStream.format("lakesink").options(**config.to_options())
+        .trigger(availableNow=True)
+    )  # fmt: skip
+    with pytest.raises(Exception, match="allow_other_queries"):
+        second.awaitTermination(300)
+    assert "CommitRefusedError" in str(second.exception())
+    assert committed(lake)[0] == list(range(100))
+    assert len(log_of(lake).open().writers) == 1
+    assert not [
+        n
+        for n in os.listdir(lake)
+        if n.endswith(".parquet") and n not in {f.path for f in committed(lake)[1]}
+    ]
+
+
+def test_an_old_checkpoint_over_a_recreated_lake_is_refused(spark: Any, tmp_path: Path, lake: str) -> None:
+    """v2's epoch-0 hole: a lake deleted and recreated under an old checkpoint took its epochs."""
+    for i in range(2):
+        add_input(tmp_path / "in", i)
+    assert run(spark, tmp_path / "in", lake, tmp_path / "chk-old").exception() is None
+    shutil.rmtree(lake)
+    other = tmp_path / "other"
+    add_input(other, 50)
+    assert run(spark, other, lake, tmp_path / "chk-new").exception() is None  # the new lake's writer
+    add_input(tmp_path / "in", 2)
+    config = json.loads((tmp_path / "chk-old" / "metadata").read_text())
+    from lakesink.config import SinkConfig
+
+    options = SinkConfig.from_keywords(lake, checkpoint_location=str(tmp_path / "chk-old"), format_version=3)
+    old = start_unchecked(  # past the start() check, which refuses it too
+        stream(spark, tmp_path / "in").writeStream.format("lakesink").options(**options.to_options())
+        .trigger(availableNow=True)
+    )  # fmt: skip
+    with pytest.raises(Exception, match="batch 2"):
+        old.awaitTermination(300)
+    assert config["id"] in str(old.exception())
+    assert committed(lake)[0] == list(range(5000, 5100))  # nothing of the old writer's batch 2
