@@ -108,7 +108,12 @@ def translate(
 def s3_errors(
     *, bucket: str, key: str | None, endpoint: str, attempts: int, first_contact: bool = False
 ) -> Iterator[None]:
-    """Translate botocore errors raised in the block (see :func:`translate`), cause kept."""
+    """Translate botocore errors raised in the block (see :func:`translate`), cause kept.
+
+    Except for a store that cannot be reached: its cause is a chain of four socket-level
+    exceptions (socket, urllib3, botocore) that says nothing the message does not, and a
+    user then reads a hundred lines of traceback for one line of meaning.
+    """
     try:
         yield
     except (ClientError, BotoCoreError) as exc:
@@ -117,6 +122,8 @@ def s3_errors(
         )
         if translated is exc:
             raise
+        if isinstance(exc, BotoConnectionError):
+            raise translated from None
         raise translated from exc
 
 
