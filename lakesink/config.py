@@ -49,11 +49,16 @@ class SinkOptions:
         The lake format of a lake this writer creates: 2, or 3 (the versioned log of
         docs/design/format-v3.md, landing step by step: see README). None: 2 for a new lake;
         an existing lake is written in its own format (asking for another one is refused).
+    allow_other_queries
+        Let this query write to a lake that other streaming queries (other checkpoints) write
+        too: each of them exactly once. Only for queries that write *different* rows: a new
+        checkpoint over the same input writes every row again. Format-3 lakes only.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
     staged_cleanup_age: float = DEFAULT_STAGED_AGE
     format_version: int | None = None
+    allow_other_queries: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
@@ -63,6 +68,8 @@ class SinkOptions:
         age = self.staged_cleanup_age
         if isinstance(age, bool) or not isinstance(age, int | float) or not age >= 0:
             raise ValueError(f"staged_cleanup_age must be a number of seconds >= 0, got {age!r}")
+        if not isinstance(self.allow_other_queries, bool):
+            raise TypeError(f"allow_other_queries must be True or False, got {self.allow_other_queries!r}")
         if self.format_version is not None and (
             isinstance(self.format_version, bool) or self.format_version not in WRITABLE_FORMATS
         ):

@@ -167,3 +167,97 @@ def test_an_old_checkpoint_over_a_recreated_lake_is_refused(spark: Any, tmp_path
         old.awaitTermination(300)
     assert config["id"] in str(old.exception())
     assert committed(lake)[0] == list(range(5000, 5100))  # nothing of the old writer's batch 2
+
+
+# Several writers -------------------------------------------------------------------------------
+
+
+def feed_and_run_two(
+    spark: Any, tmp_path: Path, lake: str, storage_options: dict[str, Any] | None
+) -> tuple[Any, Any]:
+    """Two queries over different input (ids 0.. and 100000..), started together on one lake."""
+    for i in range(4):
+        add_input(tmp_path / "a", i)
+        add_input(tmp_path / "b", 1000 + i)
+    queries = [
+        lakesink.write_stream(
+            stream(spark, tmp_path / name),
+            lake,
+            checkpoint_location=str(tmp_path / f"chk-{name}"),
+            trigger={"availableNow": True},
+            format_version=3,
+            allow_other_queries=True,
+            storage_options=storage_options,
+        )
+        for name in ("a", "b")
+    ]
+    for query in queries:
+        query.awaitTermination(300)
+        assert query.exception() is None, query.exception()
+    return queries[0], queries[1]
+
+
+def interleaved(versions: list[Any], first: str, second: str) -> bool:
+    """Whether ``second`` committed a version between two of ``first``'s: they ran at once."""
+    order = [v.writer for v in versions]
+    firsts = [i for i, w in enumerate(order) if w == first]
+    return any(firsts[0] < i < firsts[-1] for i, w in enumerate(order) if w == second)
+
+
+def test_two_queries_that_allow_each_other_append_at_once_both_exactly_once(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    a, b = feed_and_run_two(spark, tmp_path, lake, None)
+    expected = sorted([*range(400), *range(100_000, 100_400)])
+    assert sorted(read_committed(lake).column("id").to_pylist()) == expected
+    opened = Lake(lake)
+    assert {w.id for w in opened.writers()} == {a.id, b.id}
+    versions = opened.versions()
+    assert len(versions) == 8  # four batches each, one version per batch
+    assert interleaved(versions, a.id, b.id) or interleaved(versions, b.id, a.id), [
+        v.writer for v in versions
+    ]
+    # A restart of either from its checkpoint replays nothing twice.
+    add_input(tmp_path / "a", 4)
+    again = lakesink.write_stream(
+        stream(spark, tmp_path / "a"), lake, checkpoint_location=str(tmp_path / "chk-a"),
+        trigger={"availableNow": True}, allow_other_queries=True,
+    )  # fmt: skip
+    again.awaitTermination(300)
+    assert again.exception() is None
+    assert sorted(read_committed(lake).column("id").to_pylist()) == sorted([*expected, *range(400, 500)])
+
+
+@pytest.mark.s3
+def test_two_queries_on_an_s3_lake(spark: Any, s3: Any, tmp_path: Path) -> None:
+    from s3server import BUCKET
+
+    lake = f"s3://{BUCKET}/two-writers"
+    feed_and_run_two(spark, tmp_path, lake, s3.storage_options)
+    expected = sorted([*range(400), *range(100_000, 100_400)])
+    assert (
+        sorted(read_committed(lake, storage_options=s3.storage_options).column("id").to_pylist()) == expected
+    )
+    assert len(Lake(lake, storage_options=s3.storage_options).writers()) == 2
+
+
+def test_without_the_option_a_second_query_is_refused_and_nothing_is_lost(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    add_input(tmp_path / "a", 0)
+    add_input(tmp_path / "b", 1000)
+    assert run(spark, tmp_path / "a", lake, tmp_path / "chk-a").exception() is None
+    with pytest.raises(OtherQueryError, match="allow_other_queries=True"):
+        run(spark, tmp_path / "b", lake, tmp_path / "chk-b")
+    # allow_other_queries on a format-2 lake is refused: its epoch log takes one query.
+    v2_lake = str(tmp_path / "v2-lake")
+    lakesink.write_stream(
+        stream(spark, tmp_path / "b"), v2_lake, checkpoint_location=str(tmp_path / "chk-v2"),
+        trigger={"availableNow": True},
+    ).awaitTermination(300)  # fmt: skip
+    with pytest.raises(FormatVersionError, match="needs a lake of format 3"):
+        lakesink.write_stream(
+            stream(spark, tmp_path / "b"), v2_lake, checkpoint_location=str(tmp_path / "chk-v2b"),
+            allow_other_queries=True,
+        )  # fmt: skip
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))

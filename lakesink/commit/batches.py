@@ -49,6 +49,8 @@ class BatchCommitter:
         Spark's query id: stable across restarts from the query's checkpoint.
     run
         A token of this run of the query (recorded with each commit, for ``status``).
+    allow_other_queries
+        This writer may start on a lake other writers write (its rows are different).
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
     """
@@ -60,18 +62,25 @@ class BatchCommitter:
         table_id: str,
         writer_id: str,
         run: str,
+        allow_other_queries: bool = False,
         observer: Observer | None = None,
     ) -> None:
         self.storage = storage
         self.writer_id = writer_id
         self.run = run
+        self.allow_other_queries = allow_other_queries
         self.log = VersionedLog(storage, table_id)
         self.observer = observer
 
     def commit(self, batch: int, files: Sequence[AddFile], *, source_offsets: Any = None) -> CommitResult:
         """Commit ``batch`` with this attempt's published ``files`` (see the module docstring)."""
         pending = PendingCommit.append(
-            writer_id=self.writer_id, batch=batch, run=self.run, adds=files, source_offsets=source_offsets
+            writer_id=self.writer_id,
+            batch=batch,
+            run=self.run,
+            adds=files,
+            source_offsets=source_offsets,
+            allow_other_queries=self.allow_other_queries,
         )
         notify(self.observer, "before_record", batch)
         try:

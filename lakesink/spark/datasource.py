@@ -117,6 +117,14 @@ class LakeSinkDataSource(DataSource):
 
         arrow = arrow_schema(schema)
         table = checked_table(self.config, arrow, self.run_token)
+        if self.config.sink.allow_other_queries and table.format_version < 3:
+            from lakesink.errors import FormatVersionError
+
+            raise FormatVersionError(
+                f"allow_other_queries needs a lake of format 3, and {self.config.path!r} is of format "
+                f"{table.format_version}: its epoch log takes one query. Write the other query to a new "
+                "lake created with format_version=3."
+            )
         return LakeStreamWriter(self.config, arrow, self.run_token, table.format_version, table.table_id)
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -269,6 +277,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             table_id=self.table_id,
             writer_id=self._writer_id(messages),
             run=self.run_token,
+            allow_other_queries=self.config.sink.allow_other_queries,
             observer=self.config.observer,
         )
 

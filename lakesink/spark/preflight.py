@@ -243,7 +243,13 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
             f"for format {asked}: format_version applies to new lakes. Drop the option to write this "
             "lake in its own format, or write to a new lake path."
         )
-    if not query.known:
+    if config.sink.allow_other_queries and existing.format_version < 3:
+        raise FormatVersionError(
+            f"allow_other_queries needs a lake of format 3, and {storage.url!r} is of format "
+            f"{existing.format_version}: its epoch log takes one query. Write the other query to a new "
+            "lake created with format_version=3."
+        )
+    if not query.known or config.sink.allow_other_queries:
         return
     if existing.format_version >= 3:
         _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
@@ -270,7 +276,8 @@ def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:
     raise OtherQueryError(
         f"the lake at {url} is written by streaming query {named}, and {query.describe()}. A new "
         "checkpoint re-reads its input from the start: every row would be written again. Restart from "
-        "the original checkpoint location, or write to a new lake path."
+        "the original checkpoint location, or write to a new lake path; if this query writes different "
+        "rows, pass allow_other_queries=True."
     )
 
 
