@@ -53,12 +53,23 @@ class SinkOptions:
         Let this query write to a lake that other streaming queries (other checkpoints) write
         too: each of them exactly once. Only for queries that write *different* rows: a new
         checkpoint over the same input writes every row again. Format-3 lakes only.
+    continue_writer
+        This query (a new checkpoint) takes over from the lake's writer with this id or tag,
+        whose checkpoint was lost: started at the offsets that writer ended at (``lakesink
+        offsets``), it is recorded as its continuation, and refused before it writes when its
+        start offsets overlap or leave a gap. Format-3 lakes only.
+    continue_offsets
+        The start offsets of a continuing query whose sources do not record them in the
+        checkpoint (Kafka's do): JSON, one entry per source, or one object for one source --
+        what ``lakesink offsets`` printed. A list or dict is accepted and turned into JSON.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
     staged_cleanup_age: float = DEFAULT_STAGED_AGE
     format_version: int | None = None
     allow_other_queries: bool = False
+    continue_writer: str | None = None
+    continue_offsets: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
@@ -68,6 +79,12 @@ class SinkOptions:
         age = self.staged_cleanup_age
         if isinstance(age, bool) or not isinstance(age, int | float) or not age >= 0:
             raise ValueError(f"staged_cleanup_age must be a number of seconds >= 0, got {age!r}")
+        if self.continue_offsets is not None and not isinstance(self.continue_offsets, str):
+            object.__setattr__(self, "continue_offsets", json.dumps(self.continue_offsets))
+        if self.continue_writer is not None and (
+            not isinstance(self.continue_writer, str) or not self.continue_writer
+        ):
+            raise ValueError(f"continue_writer must be a writer's id or tag, got {self.continue_writer!r}")
         if not isinstance(self.allow_other_queries, bool):
             raise TypeError(f"allow_other_queries must be True or False, got {self.allow_other_queries!r}")
         if self.format_version is not None and (

@@ -261,3 +261,64 @@ def test_without_the_option_a_second_query_is_refused_and_nothing_is_lost(
             allow_other_queries=True,
         )  # fmt: skip
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))
+
+
+# Restart from the lake ----------------------------------------------------------------------
+
+
+def replayed(spark: Any, limit_file: Path, start: int) -> Any:
+    from replay_source import ReplaySource
+
+    spark.dataSource.register(ReplaySource)
+    source = spark.readStream.format("lakesink_test_replay").option("limit_file", str(limit_file))
+    return source.option("start", str(start)).load()
+
+
+def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
+    spark: Any, tmp_path: Path, lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from lakesink.cli import main
+
+    limit = tmp_path / "limit"
+    limit.write_text("300")
+    first = lakesink.write_stream(
+        replayed(spark, limit, 0), lake, checkpoint_location=str(tmp_path / "chk-1"),
+        trigger={"availableNow": True}, format_version=3,
+    )  # fmt: skip
+    first.awaitTermination(300)
+    assert first.exception() is None, first.exception()
+    capsys.readouterr()
+    assert main(["offsets", lake]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert json.loads(printed) == {"ev": {"0": 300}}  # where a new query starts: the next offset
+    shutil.rmtree(tmp_path / "chk-1")  # the checkpoint is lost (or unusable after an upgrade)
+    limit.write_text("500")
+
+    def continuing(start: int, checkpoint: str, declared: str) -> Any:
+        query = lakesink.write_stream(
+            replayed(spark, limit, start), lake, checkpoint_location=str(tmp_path / checkpoint),
+            trigger={"availableNow": True}, continue_writer=first.id, continue_offsets=declared,
+        )  # fmt: skip
+        try:
+            query.awaitTermination(300)
+        except Exception:  # noqa: BLE001 - refused: the test reads query.exception()
+            pass
+        return query
+
+    before = sorted(os.listdir(lake))
+    overlap = continuing(250, "chk-overlap", '{"ev": {"0": 250}}')
+    assert "starts at 250, before 300 (an overlap" in str(overlap.exception())
+    gap = continuing(350, "chk-gap", '{"ev": {"0": 350}}')
+    assert "starts at 350, after 300 (a gap" in str(gap.exception())
+    assert sorted(os.listdir(lake)) == before  # refused before any task wrote a file
+    # Started where the lake says: every row once, and the old writer is retired.
+    second = continuing(300, "chk-2", printed)
+    assert second.exception() is None, second.exception()
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(500))
+    writers = {w.id: w for w in Lake(lake).writers()}
+    assert writers[first.id].continued_by == second.id and writers[second.id].continues == first.id
+    # The continuing query restarts from its own checkpoint like any other.
+    limit.write_text("600")
+    again = continuing(300, "chk-2", printed)
+    assert again.exception() is None, again.exception()
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(600))

@@ -29,7 +29,7 @@ from typing import Any
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
-from lakesink.format.v3.commits import AddFile, PendingCommit
+from lakesink.format.v3.commits import AddFile, Continuation, PendingCommit
 from lakesink.format.v3.vlog import CommitResult, VersionedLog
 from lakesink.storage import Storage
 
@@ -72,9 +72,21 @@ class BatchCommitter:
         self.log = VersionedLog(storage, table_id)
         self.observer = observer
 
-    def commit(self, batch: int, files: Sequence[AddFile], *, source_offsets: Any = None) -> CommitResult:
-        """Commit ``batch`` with this attempt's published ``files`` (see the module docstring)."""
+    def commit(
+        self,
+        batch: int,
+        files: Sequence[AddFile],
+        *,
+        source_offsets: Any = None,
+        continues: Continuation | None = None,
+    ) -> CommitResult:
+        """Commit ``batch`` with this attempt's published ``files`` (see the module docstring).
+
+        ``continues``: this writer's first batch takes over from another writer (its start
+        offsets are checked against where that one ended).
+        """
         pending = PendingCommit.append(
+            continues=continues,
             writer_id=self.writer_id,
             batch=batch,
             run=self.run,

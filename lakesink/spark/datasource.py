@@ -22,7 +22,6 @@ lists it, for the workers that ``lakesink.spark.warmup`` starts early.
 from __future__ import annotations
 
 import importlib
-import json
 import logging
 import uuid
 from collections.abc import Iterator, Sequence
@@ -35,7 +34,6 @@ from lakesink.errors import CommitError
 from lakesink.format.log import CommittedFile
 from lakesink.format.names import data_file_name, new_attempt_id
 from lakesink.spark.workers import freeze_heap_once
-from lakesink.storage import open_storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -117,6 +115,8 @@ class LakeSinkDataSource(DataSource):
 
         arrow = arrow_schema(schema)
         table = checked_table(self.config, arrow, self.run_token)
+        if self.config.sink.continue_writer:
+            check_continuation(self.config, table)
         if self.config.sink.allow_other_queries and table.format_version < 3:
             from lakesink.errors import FormatVersionError
 
@@ -236,7 +236,13 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         freeze_heap_once()
         ours = _messages(messages, batchId)
         if self.format_version >= 3:
-            self._batches(ours).commit(batchId, _adds(ours), source_offsets=self._source_offsets(batchId))
+            batches = self._batches(ours)
+            continues = (
+                continuation(self.config, batches.log.open(), batches.writer_id) if batchId == 0 else None
+            )
+            batches.commit(
+                batchId, _adds(ours), source_offsets=self._source_offsets(batchId), continues=continues
+            )
             return
         sweep = self.run_token not in _SWEPT  # once per run of the query, after its first commit
         self._committer(ours).commit(
@@ -287,15 +293,15 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         Every batch needs it, empty ones included (they keep the writer's batches contiguous):
         a commit without one would escape every ownership rule, so it is refused instead.
         """
+        from lakesink.spark import checkpoints
+
         location = self.config.checkpoint_location
-        if location:
-            try:
-                remote = location.split("://", 1)[0].lower() in ("s3", "s3a")
-                checkpoint = open_storage(location, self.config.storage_options if remote else None)
-                return str(json.loads(checkpoint.read_bytes("metadata").decode().splitlines()[0])["id"])
-            except Exception:  # no metadata (yet): fall back to the tasks' query id
-                log.debug("no query id in the checkpoint's metadata at %s", location, exc_info=True)
-        found = next((m.query_id for m in messages if m.query_id), None)
+        found = (
+            checkpoints.query_id(checkpoints.open_checkpoint(location, self.config.storage_options))
+            if location
+            else None
+        )
+        found = found or next((m.query_id for m in messages if m.query_id), None)
         if found is None:
             from lakesink.errors import CommitRefusedError
 
@@ -307,31 +313,85 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         return found
 
     def _source_offsets(self, epoch: int) -> Any:
-        """The epoch's source offsets, read from Spark's offset log ``<checkpoint>/offsets/<epoch>``.
+        """The epoch's source offsets, from Spark's offset log ``<checkpoint>/offsets/<epoch>``.
 
         The Python Data Source API does not hand offsets to the sink; Spark writes them to its
-        offset log before the epoch runs, so the driver can read them there when it knows the
-        checkpoint location (it travels as the ``checkpointLocation`` option). The log's
-        format is Spark's: a version line, a metadata line, then one JSON offset per source.
-        None when unavailable -- offsets are informational, never needed for correctness.
+        offset log before the epoch runs (``lakesink.spark.checkpoints``). None when unavailable:
+        they are needed only to continue a writer from the lake (``continue_writer``).
         """
+        from lakesink.spark import checkpoints
+
         location = self.config.checkpoint_location
         if not location:
             return None
-        try:
-            remote = location.split("://", 1)[0].lower() in ("s3", "s3a")
-            checkpoint = open_storage(location, self.config.storage_options if remote else None)
-            text = checkpoint.read_bytes(f"offsets/{epoch}").decode()
-        except Exception:
-            log.debug("no offset log for epoch %d under the checkpoint location", epoch, exc_info=True)
-            return None
-        offsets: list[Any] = []
-        for line in text.splitlines()[2:]:
-            try:
-                offsets.append(None if line.strip() == "-" else json.loads(line))
-            except ValueError:
-                offsets.append(line)
-        return offsets
+        return checkpoints.batch_end_offsets(
+            checkpoints.open_checkpoint(location, self.config.storage_options), epoch
+        )
+
+
+def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
+    """Refuse, before the first batch of a continuing query writes, a continuation that cannot be.
+
+    Run when the driver plans each micro-batch; it decides only for a writer the lake does not
+    know yet (the continuing query's first batch). The commit checks it again, against the
+    state it commits on.
+    """
+    from lakesink.errors import FormatVersionError
+    from lakesink.format.v3.commits import PendingCommit
+    from lakesink.format.v3.state import check_append
+    from lakesink.format.v3.vlog import VersionedLog
+    from lakesink.spark import checkpoints
+
+    if table.format_version < 3:
+        raise FormatVersionError(
+            f"continue_writer needs a lake of format 3, and {config.path!r} is of format "
+            f"{table.format_version}: its epoch log records no writers to continue"
+        )
+    if not config.checkpoint_location:
+        raise ValueError("continue_writer needs the query's checkpointLocation option")
+    writer = checkpoints.query_id(
+        checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+    )
+    if writer is None:
+        return  # Spark writes metadata before planning batch 0: nothing to judge yet
+    state = VersionedLog(config.storage(), table.table_id or "").open()
+    continues = continuation(config, state, writer)
+    if continues is None:
+        return
+    check_append(
+        state, PendingCommit.append(writer_id=writer, batch=0, run=uuid.uuid4().hex, continues=continues)
+    )
+
+
+def continuation(config: SinkConfig, state: Any, writer: str) -> Any:
+    """The ``Continuation`` this writer's first commit carries; None when it continues no one.
+
+    None also once the writer is in the log (a restart of the continuing query). Raises
+    CommitRefusedError naming the writers when ``continue_writer`` names none of them.
+    """
+    from lakesink.errors import CommitRefusedError
+    from lakesink.format.v3.commits import Continuation
+    from lakesink.format.v3.state import offsets_check_kind
+    from lakesink.spark import checkpoints
+
+    name = config.sink.continue_writer
+    if not name or writer in state.writers:
+        return None
+    old = state.writer(name)
+    if old is None:
+        known = ", ".join(w.describe() for w in state.writers.values()) or "none"
+        raise CommitRefusedError(
+            f"continue_writer={name!r} is not a writer of the lake at {config.path} (its writers: {known})"
+        )
+    assert config.checkpoint_location is not None
+    checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+    sources = checkpoints.batch_end_offsets(checkpoint, 0)
+    start, _ = checkpoints.continuation_start(
+        checkpoint, config.sink.continue_offsets, len(sources) if sources is not None else None
+    )
+    return Continuation(
+        old.id, old.last_batch, old.last_version, start, offsets_check_kind(old.offsets, start)
+    )
 
 
 _SWEPT: set[str] = set()

@@ -243,14 +243,19 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
             f"for format {asked}: format_version applies to new lakes. Drop the option to write this "
             "lake in its own format, or write to a new lake path."
         )
+    if config.sink.continue_writer and existing.format_version < 3:
+        raise FormatVersionError(
+            f"continue_writer needs a lake of format 3, and {storage.url!r} is of format "
+            f"{existing.format_version}: its epoch log records no writers to continue"
+        )
     if config.sink.allow_other_queries and existing.format_version < 3:
         raise FormatVersionError(
             f"allow_other_queries needs a lake of format 3, and {storage.url!r} is of format "
             f"{existing.format_version}: its epoch log takes one query. Write the other query to a new "
             "lake created with format_version=3."
         )
-    if not query.known or config.sink.allow_other_queries:
-        return
+    if not query.known or config.sink.allow_other_queries or config.sink.continue_writer:
+        return  # a continuation is judged on its offsets, when the first batch is planned
     if existing.format_version >= 3:
         _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
         return

@@ -1,0 +1,112 @@
+"""What lakesink reads from a streaming query's Spark checkpoint: its id, and its source offsets.
+
+The Python Data Source API hands a sink neither its query's id at commit time nor any offset,
+but Spark keeps both in the checkpoint folder, in formats stable since Spark 2:
+
+- ``metadata``: ``{"id": "<query id>"}``, written before batch 0 (the id survives restarts);
+- ``offsets/<batch>``: a version line, a metadata line, then one line per source with the
+  JSON of the source's offset at the *end* of the batch (``-`` for a source without one);
+- ``sources/<i>/0``: the *initial* offsets of source ``i``, for sources that record them
+  (Kafka's: a NUL byte or not, a version line, then the JSON), written when the query first
+  plans batch 0.
+
+A continuation (``continue_writer``: a new query that takes over from a writer whose
+checkpoint was lost, docs/design/format-v3.md section 9) starts where that writer ended: its
+start offsets are the sources' initial offsets, or, for sources that do not record them, the
+ones the user declares with ``continue_offsets`` (what ``lakesink offsets`` printed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from lakesink.storage import Storage, open_storage
+
+log = logging.getLogger(__name__)
+
+
+def open_checkpoint(location: str, storage_options: Mapping[str, Any] | None) -> Storage:
+    """The checkpoint folder as a storage; the lake's options apply to a checkpoint on S3."""
+    remote = location.split("://", 1)[0].lower() in ("s3", "s3a")
+    return open_storage(location, storage_options if remote else None)
+
+
+def query_id(checkpoint: Storage) -> str | None:
+    """The query id in ``metadata``; None when there is none (yet) or it cannot be read."""
+    try:
+        return str(json.loads(checkpoint.read_bytes("metadata").decode().splitlines()[0])["id"])
+    except Exception:  # absent or unreadable: the caller falls back
+        log.debug("no query id in %s/metadata", checkpoint.url, exc_info=True)
+        return None
+
+
+def batch_end_offsets(checkpoint: Storage, batch: int) -> list[Any] | None:
+    """The sources' offsets at the end of ``batch`` (one entry per source), or None."""
+    try:
+        text = checkpoint.read_bytes(f"offsets/{batch}").decode()
+    except Exception:  # informational: a lake without offsets is still right
+        log.debug("no offset log for batch %d under %s", batch, checkpoint.url, exc_info=True)
+        return None
+    offsets: list[Any] = []
+    for line in text.splitlines()[2:]:
+        try:
+            offsets.append(None if line.strip() == "-" else json.loads(line))
+        except ValueError:
+            offsets.append(line)
+    return offsets
+
+
+def initial_offsets(checkpoint: Storage, sources: int) -> list[Any] | None:
+    """Each source's recorded initial offsets (``sources/<i>/0``); None unless all have them."""
+    found = []
+    for index in range(sources):
+        try:
+            raw = checkpoint.read_bytes(f"sources/{index}/0").decode().lstrip("\x00")
+        except FileNotFoundError:
+            return None
+        lines = [line for line in raw.splitlines() if line.strip()]
+        try:
+            found.append(json.loads(lines[-1]))
+        except (ValueError, IndexError):
+            return None
+    return found
+
+
+def parse_declared_offsets(text: str | None, sources: int | None) -> list[Any] | None:
+    """``continue_offsets`` as one entry per source: a JSON list, or one object for one source."""
+    if text is None:
+        return None
+    try:
+        declared = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"continue_offsets must be JSON (what `lakesink offsets` prints), got {text!r}: {exc}"
+        ) from None
+    if not isinstance(declared, list):
+        declared = [declared]
+    if sources is not None and len(declared) != sources:
+        raise ValueError(f"continue_offsets names {len(declared)} source(s), and the query reads {sources}")
+    return declared
+
+
+def continuation_start(
+    checkpoint: Storage, declared: str | None, sources: int | None
+) -> tuple[list[Any] | None, str]:
+    """A continuing query's start offsets, and where they came from (for messages).
+
+    The sources' own record wins; a declaration that differs from it is refused (the user's
+    ``startingOffsets`` and ``continue_offsets`` disagree).
+    """
+    recorded = initial_offsets(checkpoint, sources) if sources else None
+    stated = parse_declared_offsets(declared, sources)
+    if recorded is not None:
+        if stated is not None and stated != recorded:
+            raise ValueError(
+                f"continue_offsets {json.dumps(stated)} differs from the offsets the source starts at, "
+                f"{json.dumps(recorded)} (its startingOffsets): make them the same, or drop continue_offsets"
+            )
+        return recorded, "the sources' initial offsets in the checkpoint"
+    return stated, "continue_offsets"
