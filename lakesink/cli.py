@@ -2,6 +2,7 @@
 
 lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
 lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
+lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
 lakesink --version
 """
 
@@ -161,6 +162,23 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _offsets(args: argparse.Namespace) -> int:
+    from lakesink_reader import Lake
+
+    lake = Lake(args.path, storage_options=parse_storage_options(args.storage_option))
+    offsets = lake.offsets(args.writer)
+    if offsets is None:
+        print(
+            f"lakesink offsets: {lake.path}: the writer recorded no source offsets (its checkpoint "
+            "location was not readable by the driver)",
+            file=sys.stderr,
+        )
+        return 1
+    # One source: its offsets as the source takes them back (Kafka: startingOffsets).
+    print(json.dumps(offsets[0] if len(offsets) == 1 and not args.all_sources else offsets))
+    return 0
+
+
 def _storage_option_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage-option",
@@ -216,6 +234,22 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(check)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(run=_verify)
+
+    offsets = commands.add_parser(
+        "offsets",
+        help="print where a writer's last committed batch ended, as its source takes offsets back",
+        description=(
+            "Print the source offsets at the end of a writer's last committed batch (format-3 lakes): "
+            "with one source, that source's offset JSON -- for Kafka, the startingOffsets a new query "
+            "continues from. To restart a query whose checkpoint is lost, start it with these "
+            "offsets and continue_writer=<the writer> (README, 'Restart from the lake')."
+        ),
+    )
+    offsets.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    offsets.add_argument("--writer", help="the writer's id or 16-hex tag (default: the lake's one writer)")
+    offsets.add_argument("--all-sources", action="store_true", help="print the list, one entry per source")
+    _storage_option_argument(offsets)
+    offsets.set_defaults(run=_offsets)
     return parser
 
 
