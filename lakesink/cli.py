@@ -3,6 +3,8 @@
 lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
 lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
+lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
+                 [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink --version
 """
 
@@ -162,6 +164,62 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
+def _compact(args: argparse.Namespace) -> int:
+    from lakesink.maintenance.compact import compact, parse_size
+
+    report = compact(
+        args.path,
+        target_file_size=parse_size(args.target_file_size),
+        min_files=args.min_files,
+        max_input=parse_size(args.max_input),
+        dry_run=args.dry_run,
+        abandon_older_than=parse_duration(args.abandon_older_than),
+        storage_options=parse_storage_options(args.storage_option),
+        progress=_progress(sys.stderr, "rewriting bins"),
+    )
+    if args.json:
+        doc = {
+            "path": report.path,
+            "op": report.token,
+            "status": report.status,
+            "base_version": report.base_version,
+            "version": report.version,
+            "live_files": report.live_files,
+            "bins": [
+                {"files": [f.path for f in b.inputs], "bytes": b.size, "rows": b.rows} for b in report.bins
+            ],
+            "outputs": [{"path": a.path, "bytes": a.size, "rows": a.rows} for a in report.outputs],
+            "abandoned": [
+                {"op": a.token, "version": a.version, "removed": list(a.removed)} for a in report.abandoned
+            ],
+        }
+        print(json.dumps(doc, indent=2))
+        return 0
+    for a in report.abandoned:
+        what = "would abandon" if a.version is None and report.status == "dry_run" else "abandoned"
+        print(f"{what} op {a.token} (a dead or idle run): {len(a.removed)} file(s) of it")
+    if report.status == "dry_run":
+        print(
+            f"dry run: {report.input_files} of {report.live_files} live file(s) ({report.input_bytes} B) of "
+            f"{report.path} would be rewritten into {len(report.bins)} file(s), based on version "
+            f"{report.base_version}"
+        )
+    elif report.status == "nothing_to_do":
+        print(
+            f"nothing to compact in {report.path} at version {report.base_version} "
+            f"({report.live_files} live files)"
+        )
+    else:
+        print(
+            f"compacted {report.input_files} of {report.live_files} live file(s) ({report.input_bytes} B) of "
+            f"{report.path} into {len(report.outputs)} at version {report.version} (op {report.token})"
+        )
+    for i, b in enumerate(report.bins):
+        out = f" -> {report.outputs[i].path}" if i < len(report.outputs) else ""
+        print(f"  bin {i}: {len(b.inputs)} file(s), {b.size} B, {b.rows} rows{out}")
+    return 0
+
+
 def _offsets(args: argparse.Namespace) -> int:
     from lakesink_reader import Lake
 
@@ -250,6 +308,37 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--all-sources", action="store_true", help="print the list, one entry per source")
     _storage_option_argument(offsets)
     offsets.set_defaults(run=_offsets)
+
+    comp = commands.add_parser(
+        "compact",
+        help="format 3: rewrite small committed files into larger ones, as one commit",
+        description=(
+            "Rewrite the small live files of a format-3 lake (under half the target size, oldest first) "
+            "into files of about the target size, as one commit: every version shows the same rows, "
+            "reads of older versions keep using the old files (until vacuum). Safe beside live writers: "
+            "appends never conflict with it; a concurrent compaction of the same files makes one of "
+            "the two fail with nothing committed. First abandons the ops of dead runs (the log does not "
+            "know them, their lease is older than --abandon-older-than) and removes their files."
+        ),
+    )
+    comp.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
+    comp.add_argument(
+        "--target-file-size", default="128MB", metavar="SIZE", help="output size (default 128MB)"
+    )
+    comp.add_argument(
+        "--min-files", type=int, default=5, metavar="N", help="rewrite bins of N files or more (5)"
+    )
+    comp.add_argument("--max-input", default="16GB", metavar="SIZE", help="bytes read at most per run (16GB)")
+    comp.add_argument("--dry-run", action="store_true", help="only show the bins; write nothing")
+    comp.add_argument(
+        "--abandon-older-than",
+        default="1h",
+        metavar="AGE",
+        help="abandon ops of runs idle this long (lease not refreshed), and remove their files (default 1h)",
+    )
+    _storage_option_argument(comp)
+    comp.add_argument("--json", action="store_true", help="print the report as JSON")
+    comp.set_defaults(run=_compact)
     return parser
 
 

@@ -96,6 +96,35 @@ def parse_data_file(name: str) -> DataFileName | None:
     )
 
 
+#: Format 3: leases of running maintenance ops (``<op token>.json``), hints for sweeps, never locks.
+OPS_DIR = f"{META_DIR}/ops"
+
+_COMPACTION_FILE = re.compile(
+    r"^c(?P<token>[0-9a-f]{16})-(?P<seq>\d{5,})-(?P<attempt>[0-9a-f]{8,})\.parquet$"
+)
+
+
+def compaction_file_name(op_token: str, seq: int, attempt_id: str) -> str:
+    """Format 3: the published name of output ``seq`` of compaction ``op_token``
+    (``c<op token>-<seq:05d>-<attempt>.parquet``). Unique to the op and the attempt, so a
+    publish never meets another file; the log, not the name, makes it committed."""
+    if (
+        not re.fullmatch(r"[0-9a-f]{16}", op_token)
+        or not re.fullmatch(r"[0-9a-f]{8,}", attempt_id)
+        or seq < 0
+    ):
+        raise ValueError(f"bad compaction file name parts: {op_token!r}, {seq!r}, {attempt_id!r}")
+    return f"c{op_token}-{seq:05d}-{attempt_id}{DATA_SUFFIX}"
+
+
+def parse_compaction_file(name: str) -> str | None:
+    """The op token of a compaction output's base name (published name, or the final name a
+    storage reports for a staged one); None for any other name. ``parse_data_file`` does not
+    parse these: sweeps and ``read_all`` see them as data files of no epoch."""
+    match = _COMPACTION_FILE.match(name)
+    return match.group("token") if match else None
+
+
 def epoch_record_name(epoch: int) -> str:
     """The epoch-mode commit record of ``epoch`` (zero-padded so names sort by epoch)."""
     return f"{EPOCHS_DIR}/{epoch:020d}.json"

@@ -3,9 +3,11 @@
 - ``sweep``: finds, and on request removes, what crashed or losing writers left behind. The
   writer's own recovery and the ``lakesink orphans`` command are this one sweep.
 - ``verify``: checks that every committed file is there and readable (read-only).
+- ``compact``: format 3: rewrites small committed files into larger ones, as one commit.
 """
 
+from lakesink.maintenance.compact import CompactReport, compact
 from lakesink.maintenance.sweep import Orphan, SweepReport, sweep
 from lakesink.maintenance.verify import Problem, VerifyReport, verify
 
-__all__ = ["Orphan", "Problem", "SweepReport", "VerifyReport", "sweep", "verify"]
+__all__ = ["CompactReport", "Orphan", "Problem", "SweepReport", "VerifyReport", "compact", "sweep", "verify"]
