@@ -3,6 +3,7 @@
 lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
 lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
+lakesink status PATH [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink --version
@@ -220,6 +221,39 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _status(args: argparse.Namespace) -> int:
+    import datetime
+
+    from lakesink.maintenance.status import status
+
+    found = status(args.path, storage_options=parse_storage_options(args.storage_option))
+    if args.json:
+        print(json.dumps(found.to_json(), indent=2, default=str))
+        return 0
+
+    def when(seconds: float | None) -> str:
+        if seconds is None:
+            return "-"
+        return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
+
+    unit = "version" if found.format_version >= 3 and found.mode == "epoch" else "epoch"
+    print(f"{found.path}: format {found.format_version}, {found.mode} mode, table {found.table_id}")
+    print(f"  latest {unit}: {'-' if found.version is None else found.version} at {when(found.committed_at)}")
+    rows = "?" if found.rows is None else f"{found.rows:,}"
+    print(f"  live: {found.files} file(s), {rows} row(s), {found.bytes or 0:,} bytes; "
+          f"{found.small_files} under 64 MiB (lakesink compact joins them)")  # fmt: skip
+    for w in found.writers:
+        lineage = (f", continues {w.continues}" if w.continues else "") + (
+            f", retired: continued by {w.continued_by}" if w.continued_by else ""
+        )
+        print(f"  writer {w.id}: batches {w.first_batch}..{w.last_batch}, last at version {w.last_version} "
+              f"({when(w.committed_at)}), offsets {json.dumps(w.offsets)}{lineage}")  # fmt: skip
+    age = "" if found.oldest_staged_age is None else f", the oldest {_age(found.oldest_staged_age)} old"
+    print(f"  staged leftovers: {found.staged} ({found.staged_bytes:,} bytes{age}); running compactions: "
+          f"{found.running_ops}")  # fmt: skip
+    return 0
+
+
 def _offsets(args: argparse.Namespace) -> int:
     from lakesink_reader import Lake
 
@@ -308,6 +342,20 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--all-sources", action="store_true", help="print the list, one entry per source")
     _storage_option_argument(offsets)
     offsets.set_defaults(run=_offsets)
+
+    state = commands.add_parser(
+        "status",
+        help="what a lake holds and who writes it: versions, writers, offsets, files, leftovers",
+        description=(
+            "Print a lake's format, latest version (or epoch), its writers with their last batch, "
+            "offsets and lineage (format 3), live files, rows and bytes, small files, staged "
+            "leftovers and running compactions. Read-only; never reads a format-3 lake's file list."
+        ),
+    )
+    state.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    _storage_option_argument(state)
+    state.add_argument("--json", action="store_true", help="print the status as JSON")
+    state.set_defaults(run=_status)
 
     comp = commands.add_parser(
         "compact",

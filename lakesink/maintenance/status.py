@@ -1,0 +1,142 @@
+"""``lakesink status``: what a lake holds and who writes it, read-only and cheap.
+
+It reads table.json, the log's small state (format 3: the newest checkpoint's small part and
+the commit headers after it; format 2: the epoch log), and the staged data storage lists --
+never the file list of a format-3 lake: the live files' counts and sizes are folded into the
+state (docs/design/format-v3.md, section 4).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from lakesink.format.names import OPS_DIR
+from lakesink.format.table import read_table_metadata
+from lakesink.storage import Storage, open_storage
+
+#: Files below this size count as small in the report (``lakesink compact`` makes them fewer).
+SMALL_FILE_BYTES = 64 << 20
+
+
+@dataclass(frozen=True)
+class WriterStatus:
+    """One writer (streaming query) of a format-3 lake."""
+
+    id: str
+    tag: str
+    first_batch: int
+    last_batch: int
+    last_version: int
+    committed_at: float
+    offsets: Any
+    continues: str | None
+    continued_by: str | None
+    allow_other_queries: bool
+
+
+@dataclass(frozen=True)
+class LakeStatus:
+    """What :func:`status` found; ``version`` is the latest lake version (format 3) or epoch (format 2)."""
+
+    path: str
+    format_version: int
+    mode: str
+    table_id: str | None
+    version: int | None
+    committed_at: float | None
+    files: int | None
+    rows: int | None
+    bytes: int | None
+    small_files: int | None
+    writers: list[WriterStatus] = field(default_factory=list)
+    staged: int = 0
+    staged_bytes: int = 0
+    oldest_staged_age: float | None = None
+    running_ops: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def status(
+    path: str,
+    *,
+    storage_options: Mapping[str, Any] | None = None,
+    now: float | None = None,
+) -> LakeStatus:
+    """The status of the lake at ``path``; TableNotFoundError / NotALakeError when there is none."""
+    storage = open_storage(path, storage_options)
+    metadata = read_table_metadata(storage)
+    now = time.time() if now is None else now
+    staged = [s for folder in ("", OPS_DIR) for s in storage.staged(folder)]
+    ages = [now - s.started for s in staged if s.started is not None]
+    common = {
+        "path": storage.url,
+        "format_version": metadata.format_version,
+        "mode": metadata.mode,
+        "table_id": metadata.table_id,
+        "staged": len(staged),
+        "staged_bytes": sum(s.size or 0 for s in staged),
+        "oldest_staged_age": max(ages) if ages else None,
+    }
+    if metadata.format_version >= 3 and metadata.mode == "epoch":
+        return _format3(storage, metadata.table_id or "", common)
+    return _format2(path, storage_options, metadata.mode, common)
+
+
+def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:
+    from lakesink.format.v3.commits import size_bucket
+    from lakesink.format.v3.vlog import VersionedLog
+
+    state = VersionedLog(storage, table_id).open()
+    small = sum(state.counts.histogram[: size_bucket(SMALL_FILE_BYTES)])
+    writers = [
+        WriterStatus(
+            w.id,
+            w.tag,
+            w.first_batch,
+            w.last_batch,
+            w.last_version,
+            w.committed_at,
+            w.offsets,
+            w.continues,
+            w.continued_by,
+            w.allow_other_queries,
+        )
+        for w in sorted(state.writers.values(), key=lambda w: w.first_version)
+    ]
+    leases = [f for f in storage.list(OPS_DIR) if f.name.endswith(".json")]
+    return LakeStatus(
+        **common,
+        version=state.version if state.version >= 0 else None,
+        committed_at=state.committed_at,
+        files=state.counts.files,
+        rows=state.counts.rows,
+        bytes=state.counts.bytes,
+        small_files=small,
+        writers=writers,
+        running_ops=len(leases),
+    )
+
+
+def _format2(
+    path: str, storage_options: Mapping[str, Any] | None, mode: str, common: dict[str, Any]
+) -> LakeStatus:
+    """Formats 1 and 2, and foreach lakes: the epoch log, or the listing (foreach mode)."""
+    from lakesink_reader import Lake
+
+    lake = Lake(path, storage_options)
+    epochs = lake.epochs() if mode == "epoch" else []
+    files = lake.files()  # read_committed's files
+    return LakeStatus(
+        **common,
+        version=epochs[-1].epoch if epochs else None,
+        committed_at=epochs[-1].committed_at if epochs else None,
+        files=len(files),
+        rows=sum(e.rows for e in epochs) if mode == "epoch" else None,
+        bytes=sum(f.size or 0 for f in files),
+        small_files=sum(1 for f in files if (f.size or 0) < SMALL_FILE_BYTES),
+    )
