@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink lakesink_reader reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java install run run-s3 run-cluster test chaos cluster bench lint typecheck clean
+.PHONY: help java hdfs-jars install run run-s3 run-cluster test chaos cluster bench lint typecheck clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -36,7 +36,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	@# editable_mode=compat puts the checkout on sys.path (a .pth entry): pyspark finds
 	@# format("lakesink") by listing modules with pkgutil, which does not see the import hook a
 	@# default (PEP 660) editable install uses, so without it discovery works only from here.
-	$(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,pandas,connect,test,dev,bench]' \
+	@# (PYTHONWARNINGS: setuptools prints a box saying compat mode is transitional; it is what
+	@# discovery needs until lakesink moves to a src/ layout, whose editable install is a plain
+	@# path entry in every mode.)
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,hdfs,pandas,connect,test,dev,bench]' \
 		--config-settings editable_mode=compat
 	touch $(STAMP)
 
@@ -44,6 +47,29 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 # does a fresh install (the stamp's recipe), whatever target asked for it.
 java:
 	@bash scripts/check-java.sh
+
+# A MiniDFSCluster for the HDFS tests: Maven copies hadoop-minicluster's jars (the Hadoop that
+# pyspark bundles) into java/hdfs/jars, javac compiles its launcher (devtools/hdfs.py runs it).
+HDFS_JARS := java/hdfs/jars/.filled
+HDFS_MAIN := java/hdfs/classes/lakesink/devtools/MiniHdfs.class
+$(HDFS_JARS): java/hdfs/pom.xml
+	@echo "fetching hadoop-minicluster's jars (~115 MB) into java/hdfs/jars"
+	rm -rf java/hdfs/jars && cd java/hdfs && mvn -q -B -Dstyle.color=never dependency:copy-dependencies
+	touch $@
+$(HDFS_MAIN): $(HDFS_JARS) java/hdfs/src/main/java/lakesink/devtools/MiniHdfs.java
+	javac -nowarn -d java/hdfs/classes -cp 'java/hdfs/jars/*' java/hdfs/src/main/java/lakesink/devtools/MiniHdfs.java
+hdfs-jars: $(HDFS_MAIN) ## fetch and build the MiniDFSCluster the HDFS tests start (Maven, javac)
+
+# A Kafka broker (kafka_2.13) for the Kafka tests and run-kafka, and Spark's Kafka connector
+# (4.2.0, the newest served; it runs on pyspark 4.3.0) that jobs put on spark.jars: Maven
+# copies each into its git-ignored folder (java/kafka/pom.xml, profiles broker and connector).
+KAFKA_JARS := java/kafka/broker-jars/.filled java/kafka/connector-jars/.filled
+java/kafka/%-jars/.filled: java/kafka/pom.xml
+	rm -rf java/kafka/$*-jars
+	mvn -q -B -Dstyle.color=never -f java/kafka/pom.xml -P $* dependency:copy-dependencies
+	touch $@
+.PHONY: kafka-jars run-kafka
+kafka-jars: $(KAFKA_JARS) ## fetch the Kafka broker's and Spark's Kafka connector's jars (Maven)
 
 install: $(STAMP) ## create .venv and install lakesink with every extra (pinned)
 
@@ -56,10 +82,13 @@ run-s3: java $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it star
 run-cluster: java $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
 	$(PY) scripts/cluster.py demo
 
-test: java $(STAMP) ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
+run-kafka: java $(STAMP) kafka-jars ## demo: a Kafka broker it starts and stops, a producer, the job killed and restarted
+	$(PY) scripts/kafka_demo.py --mode $(MODE)
+
+test: java $(STAMP) hdfs-jars kafka-jars ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
 	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
-chaos: java $(STAMP) ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
+chaos: java $(STAMP) kafka-jars ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 
 cluster: java $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)

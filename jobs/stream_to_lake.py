@@ -4,6 +4,8 @@
         --lake /tmp/lake --checkpoint /tmp/chk
     spark-submit jobs/stream_to_lake.py --source files --input /data/in --available-now ...
     python jobs/stream_to_lake.py --remote sc://127.0.0.1:15002 ...   # through Spark Connect
+    python jobs/stream_to_lake.py --source kafka --bootstrap 127.0.0.1:9092 --topic events \
+        --starting-offsets earliest --max-offsets-per-trigger 10000 --mode epoch ...
 
 Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one
 line naming the cause (``--verbose`` prints Spark's whole error).
@@ -26,8 +28,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", required=True, help="table root: local path, file:// or s3://bucket/prefix")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location (local path)")
-    p.add_argument("--source", choices=("rate", "files"), default="rate")
+    p.add_argument("--source", choices=("rate", "files", "kafka"), default="rate")
     p.add_argument("--input", help="directory of input files (--source files)")
+    add_kafka_args(p)
     p.add_argument(
         "--input-format",
         choices=("auto", "parquet", "json", "csv"),
@@ -41,7 +44,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     stop.add_argument("--available-now", action="store_true", help="process what is there, then stop")
     p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval")
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
-    p.add_argument("--partitions", type=int, default=0, help="repartition the stream (0: keep)")
+    p.add_argument(
+        "--partitions",
+        type=int,
+        default=0,
+        help="repartition the stream (0: keep; kafka: by (topic, partition), into 4 in foreach mode)",
+    )
     p.add_argument("--master", default=None, help="Spark master when run with plain python (local[2,4])")
     p.add_argument(
         "--remote",
@@ -65,6 +73,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.source == "files" and not args.input:
         p.error("--source files needs --input DIR")
+    if args.source == "kafka":
+        check_kafka_args(p, args)
     if args.rows_per_second < 1:
         p.error(f"--rows-per-second must be >= 1, got {args.rows_per_second}")
     if args.source == "files" and args.input_format == "auto":
@@ -79,6 +89,122 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+# -- the kafka source ------------------------------------------------------------------------
+
+#: Spark's Kafka connector and the jars it needs beyond Spark's own: ``make kafka-jars`` copies
+#: them here from java/kafka/pom.xml (4.2.0: Maven Central serves no 4.3.0; see README, "Kafka").
+_CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KAFKA_JARS = os.path.join(_CHECKOUT, "java", "kafka", "connector-jars")
+_KAFKA_JARS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients", "commons-pool2")
+#: Foreach mode reads Kafka through a repartition by (topic, partition): into this many tasks
+#: unless --partitions says otherwise (see build_stream).
+KAFKA_FOREACH_PARTITIONS = 4
+
+
+def add_kafka_args(p: argparse.ArgumentParser) -> None:
+    k = p.add_argument_group("kafka source (--source kafka)")
+    k.add_argument("--bootstrap", metavar="HOST:PORT[,...]", help="Kafka bootstrap servers")
+    k.add_argument("--topic", help="topic to read (one topic, or several separated by commas)")
+    k.add_argument(
+        "--starting-offsets",
+        default="earliest",
+        help="where a new query starts: earliest (default), latest, or JSON such as "
+        '\'{"ev": {"0": 1200, "1": -2}}\' (-2: earliest, -1: latest); a restart from a '
+        "checkpoint continues from the checkpoint instead. 'lake' (continue from the offsets the "
+        "lake records) is not there yet",
+    )
+    k.add_argument("--max-offsets-per-trigger", type=int, default=0, help="records per epoch (0: no limit)")
+    k.add_argument(
+        "--isolation-level",
+        choices=("read_committed", "read_uncommitted"),
+        default="read_committed",
+        help="records of aborted (and still open) transactions are never read with read_committed (default)",
+    )
+    k.add_argument(
+        "--kafka-option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="another option of Spark's kafka source, e.g. kafka.request.timeout.ms=20000 (repeatable)",
+    )
+    k.add_argument(
+        "--kafka-jars",
+        default=os.environ.get("LAKESINK_KAFKA_JARS", KAFKA_JARS),
+        metavar="DIR",
+        help="folder of Spark's Kafka connector jars (default: the checkout's, filled by `make kafka-jars`)",
+    )
+
+
+def check_kafka_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    import json
+
+    if not args.bootstrap or not args.topic:
+        p.error("--source kafka needs --bootstrap HOST:PORT and --topic T")
+    if args.starting_offsets == "lake":
+        p.error(
+            "--starting-offsets lake (continue from the offsets the lake records) is not there yet: "
+            "it needs lake format v3 (issue 24, item 3); use earliest, latest or JSON offsets"
+        )
+    if args.starting_offsets not in ("earliest", "latest"):
+        try:
+            parsed = json.loads(args.starting_offsets)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, dict):
+            p.error(
+                f"--starting-offsets must be earliest, latest, lake or a JSON object of "
+                f"{{topic: {{partition: offset}}}}, got {args.starting_offsets!r}"
+            )
+    if args.max_offsets_per_trigger < 0:
+        p.error(f"--max-offsets-per-trigger must be >= 0, got {args.max_offsets_per_trigger}")
+    options = {}
+    for pair in args.kafka_option:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            p.error(f"--kafka-option takes KEY=VALUE, got {pair!r}")
+        options[key] = value
+    args.kafka_options = options
+
+
+def kafka_jars(folder: str) -> list[str]:
+    """The connector's jars in ``folder``; ValueError naming ``make kafka-jars`` when one is missing."""
+    names = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    found = [os.path.join(folder, n) for n in names if n.endswith(".jar")]
+    missing = [j for j in _KAFKA_JARS if not any(n.startswith(j) for n in names)]
+    if missing:
+        raise ValueError(
+            f"Spark's Kafka connector jars are not in {folder} "
+            f"(missing {', '.join(m.rstrip('-_') for m in missing)}): "
+            "run `make kafka-jars` in the checkout (Maven copies them from java/kafka/pom.xml), "
+            "or point --kafka-jars at a folder with the ones matching your Spark"
+        )
+    return found
+
+
+def kafka_stream(spark: Any, args: argparse.Namespace) -> Any:
+    from pyspark.sql import functions as F
+
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", args.bootstrap)
+        .option("subscribe", args.topic)
+        .option("startingOffsets", args.starting_offsets)
+        .option("kafka.isolation.level", args.isolation_level)
+    )
+    if args.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
+    for key, value in args.kafka_options.items():
+        reader = reader.option(key, value)
+    return reader.load().select(
+        "topic",
+        "partition",
+        "offset",
+        F.col("key").cast("string").alias("key"),
+        F.col("value").cast("string").alias("value"),
+        "timestamp",
+    )
 
 
 _FORMATS = {".parquet": "parquet", ".json": "json", ".jsonl": "json", ".csv": "csv"}
@@ -112,6 +238,8 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
                 (F.col("value") * 0.5).alias("amount"),
             )
         )
+    elif args.source == "kafka":
+        df = kafka_stream(spark, args)
     else:
         reader = spark.read.format(args.input_format)
         if args.input_format == "csv":
@@ -124,12 +252,18 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
             .option("maxFilesPerTrigger", args.max_files_per_trigger)
             .load(args.input)
         )
-    if args.partitions:
+    if args.partitions and args.source != "kafka":
         df = df.repartition(args.partitions)
     if args.fail_once_after_rows:
         df = inject_one_failure(
             df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected")
         )
+    if args.source == "kafka" and (args.mode == "foreach" or args.partitions):
+        # Which Spark partition reads which Kafka partition is not kept across a restart (it
+        # follows the order in which the source lists the offsets: live from the broker, or
+        # parsed from the checkpoint), and a foreach writer needs a replayed epoch to bring the
+        # same rows under the same partition id. A hash of the record's Kafka partition does.
+        df = df.repartition(args.partitions or KAFKA_FOREACH_PARTITIONS, "topic", "partition")
     return df
 
 
@@ -242,18 +376,27 @@ def session(args: argparse.Namespace) -> Any:
         return SparkSession.builder.appName("stream_to_lake").remote(args.remote).getOrCreate()
     if os.environ.get("PYSPARK_GATEWAY_PORT") and not args.master:
         # Under spark-submit the JVM is already up and configured (master, confs): join it.
-        return SparkSession.builder.appName("stream_to_lake").getOrCreate()
+        spark = SparkSession.builder.appName("stream_to_lake").getOrCreate()
+        if args.source == "kafka" and "spark-sql-kafka" not in spark.conf.get("spark.jars", ""):
+            raise ValueError(
+                "--source kafka under spark-submit needs Spark's Kafka connector on its classpath: "
+                f"pass --jars with the jars in {args.kafka_jars} (comma-separated; `make kafka-jars`)"
+            )
+        return spark
     # Spark's Python workers run python3 from PATH unless told otherwise: this interpreter
     # is the one that has lakesink and pyarrow.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     # local[2,4]: two task threads, and up to four attempts per task (plain local[2] gives up
     # on the first task failure, so no failed task would ever be retried).
-    spark = (
+    builder = (
         SparkSession.builder.appName("stream_to_lake")
         .master(args.master or "local[2,4]")
         .config("spark.ui.showConsoleProgress", "false")  # this job logs a line per epoch instead
-        .getOrCreate()
     )
+    if args.source == "kafka":
+        # The connector from the cache a pom fills (not --packages: no resolving at run time).
+        builder = builder.config("spark.jars", ",".join(kafka_jars(args.kafka_jars)))
+    spark = builder.getOrCreate()
     # Spark logs every failed task attempt with its traceback, and a failed query with its
     # plan; this job says what failed in one line, and --verbose shows Spark's own account.
     spark.sparkContext.setLogLevel("WARN" if args.verbose else "OFF")

@@ -24,7 +24,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in (str(TESTS_DIR), str(ROOT), os.environ.get("PYTHONPATH", "")) if p
 )
 
-pytest_plugins = ["s3server"]
+pytest_plugins = ["s3server", "kafkaserver", "hdfsserver"]
 
 
 @pytest.fixture(scope="session")

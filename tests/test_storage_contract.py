@@ -1,4 +1,4 @@
-"""The storage contract, run over every backend (local disk, S3 on moto).
+"""The storage contract, run over every backend (local disk, S3 on moto, HDFS on a MiniDFSCluster).
 
 A backend passes when: nothing is visible before publish; nothing staged is left after
 success or failure; a published file is never overwritten; of concurrent attempts at one
@@ -31,13 +31,17 @@ def batch(start: int, rows: int) -> pa.RecordBatch:
     return pa.record_batch([ids, pa.array([f"p{i}" for i in range(start, start + rows)])], schema=SCHEMA)
 
 
-@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
+@pytest.fixture(
+    params=["local", pytest.param("s3", marks=pytest.mark.s3), pytest.param("hdfs", marks=pytest.mark.hdfs)]
+)
 def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]:
     if request.param == "s3":
         from s3server import BUCKET
 
         server = request.getfixturevalue("s3")
         yield open_storage(f"s3://{BUCKET}/lake", server.storage_options)
+    elif request.param == "hdfs":
+        yield open_storage(f"{request.getfixturevalue('hdfs')}/lake")
     else:
         yield open_storage(str(tmp_path / "lake"))
 
@@ -227,7 +231,9 @@ def test_root_checks_and_conditional_writes(storage: Storage) -> None:
 
 def test_listing_pages_past_a_thousand_entries(storage: Storage) -> None:
     names = [f"part-{p:05d}-epoch-000000000000.parquet" for p in range(1_050)]
-    with ThreadPoolExecutor(8) as pool:
+    # Many at once: an HDFS close waits ~0.3 s for the NameNode to learn that the DataNode has
+    # the block (the client retries completeFile), so 1,050 files one by one would take minutes.
+    with ThreadPoolExecutor(48) as pool:
         list(pool.map(lambda n: storage.put(n, b"x"), names))
     storage.put("_lakesink/table.json", b"{}")  # a sub-folder is not listed with the root
     listed = storage.list("")

@@ -21,6 +21,7 @@ _S3_SCHEMES = ("s3", "s3a")
 #: commit. Keyed by everything a client is made of: the URL, the options, the AWS environment.
 _S3_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Storage] = {}
 _S3_CACHE_LOCK = threading.Lock()
+_HDFS_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Storage] = {}
 
 
 def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
@@ -42,8 +43,29 @@ def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
         return storage
 
 
+def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
+    """One HdfsStorage per URL, options and Hadoop environment in each process (a client and
+    its NameNode connection are reused by every task of a Spark worker)."""
+    try:
+        from lakesink.storage.hdfs import HdfsStorage
+    except ImportError as exc:
+        from lakesink.errors import missing_extra
+
+        raise missing_extra("hdfs", f"the HDFS lake {url!r}") from exc
+    from lakesink.storage.hdfs import hdfs_settings
+
+    options = json.dumps(hdfs_settings(storage_options, url), sort_keys=True)
+    environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HADOOP_")))
+    key = (url, options, environment)
+    with _S3_CACHE_LOCK:
+        storage = _HDFS_CACHE.get(key)
+        if storage is None:
+            storage = _HDFS_CACHE[key] = HdfsStorage(url, storage_options)
+        return storage
+
+
 def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
-    """The backend for ``url``: a local path / ``file://`` URL, or ``s3://bucket/prefix``.
+    """The backend for ``url``: a local path / ``file://`` URL, ``s3://bucket/prefix`` or ``hdfs://nn:port/path``.
 
     Raises ValueError naming the URL for schemes lakesink does not write (yet), and
     TypeError/ValueError naming bad storage options (never their values).
@@ -67,11 +89,7 @@ def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any]
     if scheme in _S3_SCHEMES:
         return _s3_storage(url, storage_options)
     if scheme in ("hdfs", "viewfs"):
-        raise ValueError(
-            f"{url!r}: HDFS is not supported yet. The commit protocol needs only a "
-            "no-clobber rename (HDFS rename fails if the target exists); see README "
-            "'Storage support' for what an HDFS backend must implement."
-        )
+        return _hdfs_storage(url, storage_options)
     raise ValueError(
-        f"unsupported lake URL scheme {scheme!r} in {url!r}: use a local path, file://, or s3://"
+        f"unsupported lake URL scheme {scheme!r} in {url!r}: use a local path, file://, s3:// or hdfs://"
     )
