@@ -6,6 +6,8 @@ lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
 lakesink status PATH [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
+lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
+lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
 lakesink --version
 """
 
@@ -221,6 +223,56 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _vacuum(args: argparse.Namespace) -> int:
+    from lakesink.maintenance.vacuum import vacuum
+
+    report = vacuum(
+        args.path,
+        retain=parse_duration(args.retain),
+        delete=args.delete,
+        force=args.force,
+        storage_options=parse_storage_options(args.storage_option),
+        progress=_progress(sys.stderr, "removing"),
+    )
+    if args.json:
+        doc = {
+            "path": report.path,
+            "retain": report.retain,
+            "delete": report.delete,
+            "latest": report.latest,
+            "retained_from": report.retained_from,
+            "previous_retained_from": report.previous_retained_from,
+            "version": report.version,
+            "checkpoint": report.checkpoint,
+            "files": [_orphan_doc(o) for o in report.files],
+            "kept": [_orphan_doc(o) for o in report.kept],
+            "log_entries": report.log_entries,
+            "removed": report.removed,
+            "failed": [{"name": n, "error": e} for n, e in report.failed],
+        }
+        print(json.dumps(doc, indent=2))
+        return 0 if report.ok else 1
+    if report.retained_from is None:
+        print(f"nothing to vacuum in {report.path}: no version was committed more than {args.retain} ago")
+        return 0
+    verb = "removed" if args.delete else "would go (dry run; --delete removes them)"
+    done = f" (vacuum commit at version {report.version})" if report.version is not None else ""
+    print(f"{report.path}: versions {report.retained_from}..{report.latest} stay readable{done}")
+    print(f"{len(report.files)} file(s) and {len(report.log_entries)} log entr(ies) {verb}")
+    for o in report.files:
+        size = "?" if o.size is None else str(o.size)
+        print(f"  {o.kind:<17} {_age(o.age):>7} {size:>12} B  {o.name}  ({o.reason})")
+    for name in report.log_entries:
+        print(f"  {'log':<17} {name}")
+    if report.kept:
+        print(f"{len(report.kept)} file(s) kept: published, listed by no version, but may still be committed")
+        for o in report.kept:
+            print(f"  {o.kind:<17} {_age(o.age):>7} {o.size or 0:>12} B  {o.name}  ({o.reason})")
+    for name, error in report.failed:
+        print(f"error: could not remove {name}: {error}", file=sys.stderr)
+    return 0 if report.ok else 1
+
+
 def _status(args: argparse.Namespace) -> int:
     import datetime
 
@@ -251,6 +303,47 @@ def _status(args: argparse.Namespace) -> int:
     age = "" if found.oldest_staged_age is None else f", the oldest {_age(found.oldest_staged_age)} old"
     print(f"  staged leftovers: {found.staged} ({found.staged_bytes:,} bytes{age}); running compactions: "
           f"{found.running_ops}")  # fmt: skip
+    return 0
+
+
+def _upgrade(args: argparse.Namespace) -> int:
+    from lakesink.maintenance.upgrade import upgrade
+
+    report = upgrade(
+        args.path,
+        check=args.check,
+        storage_options=parse_storage_options(args.storage_option),
+        progress=_progress(sys.stderr, "importing"),
+    )
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    elif report.status == "already_format_3":
+        since = (
+            f" (upgraded from format {report.from_format}: the upgrade is version {report.upgrade_version})"
+            if report.fence_epoch is not None
+            else ""
+        )
+        print(f"{report.path} is already format 3{since}")
+    elif report.mode == "foreach":
+        verb = "would replace" if report.status == "would_upgrade" else "replaced"
+        print(f"{report.path}: foreach lake of format {report.from_format}: {verb} table.json with format 3 "
+              "(foreach lakes have no log)")  # fmt: skip
+    else:
+        u, f = report.upgrade_version, report.fence_epoch
+        epochs = (f"epochs {report.first_epoch}..{(f or 0) - 1} as versions 0..{(u or 0) - 1}"
+                  if report.imported else "no epochs")  # fmt: skip
+        if report.status == "would_upgrade":
+            fence = "create a fence record at" if report.fence_created else "reuse the fence at"
+            print(f"would upgrade {report.path} from format {report.from_format}: {fence} epoch {f} of the "
+                  f"epoch log, import {epochs}, commit the upgrade at version {u}"
+                  + (" with a checkpoint there" if u else "")
+                  + ", then replace table.json with format 3")  # fmt: skip
+        else:
+            print(f"upgraded {report.path} from format {report.from_format} to 3: imported {epochs}; the "
+                  f"upgrade is version {u} (the epoch log is fenced at epoch {f})")  # fmt: skip
+    if not report.ok:
+        print(f"lakesink upgrade: error: {report.strays_message()}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -387,6 +480,45 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(comp)
     comp.add_argument("--json", action="store_true", help="print the report as JSON")
     comp.set_defaults(run=_compact)
+
+    vac = commands.add_parser(
+        "vacuum",
+        help="format 3: retain versions of the last --retain, remove what older ones alone need",
+        description=(
+            "Retain the versions committed within --retain (and the newest one before): with --delete, "
+            "commit that retention floor R (readers then refuse older versions), remove the data files "
+            "no version from R on lists (those compactions replaced before R, and orphans whose writer "
+            "or op is settled: never a file a live writer may still commit), then the log entries "
+            "below the checkpoint at or below R. Dry run by default. --retain below 24h needs --force. "
+            "Killed anywhere, a rerun converges."
+        ),
+    )
+    vac.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    vac.add_argument("--retain", default="7d", metavar="AGE", help="keep versions this young readable (7d)")
+    vac.add_argument("--delete", action="store_true", help="commit the floor and remove (default: dry run)")
+    vac.add_argument("--force", action="store_true", help="allow --retain below the 24h safety floor")
+    _storage_option_argument(vac)
+    vac.add_argument("--json", action="store_true", help="print the report as JSON")
+    vac.set_defaults(run=_vacuum)
+
+    up = commands.add_parser(
+        "upgrade",
+        help="convert a format-1/2 lake to format 3 in place (safe to rerun, or to kill)",
+        description=(
+            "Convert a lake of format 1 or 2 to format 3 in place. Epoch mode: fence the epoch log "
+            "(a running format-2 writer then fails at its next epoch; restarted, it writes format 3 "
+            "from its checkpoint), import every epoch as a version of the format-3 log, commit the "
+            "upgrade, and replace table.json -- the commit point. Killed anywhere, a rerun completes "
+            "it; until the commit point the lake stays a readable format-2 lake. Foreach lakes: "
+            "table.json only. A lake already of format 3 is left alone (exit 0). Exit 1 when a "
+            "format-2 record follows the fence: its rows are not in the format-3 lake."
+        ),
+    )
+    up.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    up.add_argument("--check", action="store_true", help="only say what would be done; write nothing")
+    _storage_option_argument(up)
+    up.add_argument("--json", action="store_true", help="print the report as JSON")
+    up.set_defaults(run=_upgrade)
     return parser
 
 

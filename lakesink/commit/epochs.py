@@ -29,7 +29,13 @@ from typing import Any, Literal
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.errors import CommitError, quietly
-from lakesink.format.log import DEFAULT_CHECKPOINT_INTERVAL, CommittedFile, EpochLog, EpochRecord
+from lakesink.format.log import (
+    DEFAULT_CHECKPOINT_INTERVAL,
+    UPGRADE_FENCE_PREFIX,
+    CommittedFile,
+    EpochLog,
+    EpochRecord,
+)
 from lakesink.maintenance.sweep import sweep
 from lakesink.storage import Storage
 
@@ -170,6 +176,14 @@ class EpochCommitter:
         self._refuse_foreign(previous, epoch)
 
     def _refuse_foreign(self, record: EpochRecord, epoch: int) -> None:
+        if record.query_id and record.query_id.startswith(UPGRADE_FENCE_PREFIX):
+            # Whatever this committer's query id, even none: a batch "replayed" onto the fence
+            # would have its files dropped as a replay's, and its rows lost.
+            raise CommitError(
+                f"{self.storage.url} was upgraded to lake format 3 (epoch {record.epoch} is the upgrade's "
+                f"fence, {record.query_id}), so epoch {epoch} cannot be committed in format 2. Restart the "
+                "query: it then writes the lake in format 3, from its checkpoint."
+            )
         if record.query_id and self.query_id and record.query_id != self.query_id:
             raise CommitError(
                 f"epoch {record.epoch} of {self.storage.url} was committed by streaming query "

@@ -39,6 +39,9 @@ from lakesink.format.names import (
 from lakesink.storage.base import Storage
 
 DEFAULT_CHECKPOINT_INTERVAL = 100
+#: The query id of the record ``lakesink upgrade`` appends to fence a format-2 log before it
+#: converts the lake to format 3: no format-2 writer may commit at or after it.
+UPGRADE_FENCE_PREFIX = "lakesink-upgrade-"
 #: Log entries read at once: on an object store each read is a request of tens of ms.
 READ_THREADS = 16
 

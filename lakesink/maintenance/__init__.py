@@ -5,11 +5,15 @@
 - ``verify``: checks that every committed file is there and readable (read-only).
 - ``compact``: format 3: rewrites small committed files into larger ones, as one commit.
 - ``status``: what a lake holds and who writes it (read-only, without reading a file list).
+- ``vacuum``: format 3: commits a retention floor, then removes what no retained version needs.
+- ``upgrade``: converts a format-1/2 lake to format 3 in place.
 """
 
 from lakesink.maintenance.compact import CompactReport, compact
 from lakesink.maintenance.status import LakeStatus, status
-from lakesink.maintenance.sweep import Orphan, SweepReport, sweep
+from lakesink.maintenance.sweep import Orphan, SweepReport, sweep, sweep_after_commit
+from lakesink.maintenance.upgrade import UpgradeReport, upgrade
+from lakesink.maintenance.vacuum import VacuumReport, vacuum
 from lakesink.maintenance.verify import Problem, VerifyReport, verify
 
 __all__ = [
@@ -18,9 +22,14 @@ __all__ = [
     "Orphan",
     "Problem",
     "SweepReport",
+    "UpgradeReport",
+    "VacuumReport",
     "VerifyReport",
     "compact",
     "status",
     "sweep",
+    "sweep_after_commit",
+    "upgrade",
+    "vacuum",
     "verify",
 ]
