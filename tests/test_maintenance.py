@@ -134,6 +134,89 @@ def test_epoch_mode_sweep_follows_the_log_not_the_clock(tmp_path: Path) -> None:
     assert sorted(os.listdir(storage.url)) == sorted(["_lakesink", kept.name, in_flight.name])
 
 
+def test_format_3_sweep_follows_the_versioned_log(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Format 3 (docs/design/format-v3.md, section 11): an unlisted published file goes when its
+    producer is settled -- its writer (by tag) committed the batch, or, for names that carry only
+    the batch, every writer did and it is not a first batch; its compaction op is in the log --
+    and is kept otherwise, at any age. Files a retained version lists are never touched."""
+    from lakes import v3_file, v3_name, v3_table
+
+    from lakesink.format.names import OPS_DIR, compaction_file_name
+    from lakesink.format.v3.commits import PendingCommit, new_op_token
+    from lakesink.format.v3.vlog import VersionedLog
+    from lakesink.maintenance import compact
+    from lakesink_reader import Lake, read_committed
+
+    w1, w2 = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
+    path = str(tmp_path / "lake")
+    storage, table_id = v3_table(path, checkpoint_interval=4)
+    vlog = VersionedLog(storage, table_id, checkpoint_interval=4)
+    for batch in range(4):
+        adds = [
+            v3_file(storage, v3_name(w1, batch, p), 100 * batch + 50 * p, 50, batch=batch) for p in range(2)
+        ]
+        vlog.commit(PendingCommit.append(writer_id=w1, batch=batch, run="run00001", adds=adds))
+    replaced = {f.name for f in Lake(path).files()}
+    assert compact(path, min_files=2, target_file_size=1 << 20).version == 4
+    dead_op, live_op = new_op_token(), new_op_token()
+    vlog.commit(PendingCommit.abandon(op_token=new_op_token(), abandons=dead_op))
+
+    def unlisted(name: str) -> str:
+        v3_file(storage, name, 9000, 5)
+        return name
+
+    garbage = {
+        unlisted(v3_name(w1, 2, 0)),  # a losing attempt of a committed batch
+        unlisted(data_file_name(0, 2, "a" * 16)),  # batch 2, by name only: every writer committed it
+        unlisted(compaction_file_name(dead_op, 0, "b" * 16)),  # an abandoned op's output
+    }
+    kept = {
+        unlisted(v3_name(w1, 4, 0)): "not committed yet",  # the writer's next batch: in flight
+        unlisted(v3_name("99999999-0000-0000-0000-000000000000", 0, 0)): "first batch may be in flight",
+        unlisted(data_file_name(0, 0, "c" * 16)): "batch 0",  # any unknown writer's first batch
+        unlisted(data_file_name(0, 5, "d" * 16)): "not committed by every writer",
+        unlisted(compaction_file_name(live_op, 0, "e" * 16)): "may still commit",
+    }
+    small = WriteOptions(row_group_bytes=1024)
+    staged = FileWriter(storage, v3_name(w1, 1, 1), SCHEMA, small)  # a dead attempt of a committed batch
+    staged.write(rows(0, 1_000))
+    young = FileWriter(storage, v3_name(w1, 4, 1), SCHEMA, small)  # the batch in flight: a live task's?
+    young.write(rows(0, 1_000))
+    storage.put(f"{OPS_DIR}/{dead_op}.json", b"{}")  # the lease of a settled op
+    storage.put(f"{OPS_DIR}/{live_op}.json", b"{}")
+
+    dry = sweep(path, older_than=HOUR)
+    assert {o.name for o in dry.kept} == set(kept)
+    for o in dry.kept:
+        assert kept[o.name] in o.reason, o.reason
+    assert {o.name for o in dry.findings} == garbage | {staged.name, f"{OPS_DIR}/{dead_op}.json"}
+    assert all(o.settled for o in dry.findings)
+    assert (
+        main(["orphans", path, "--json"]) == 0
+        and str(len(garbage))
+        and "unrecorded_file" in capsys.readouterr().out
+    )
+
+    report = sweep(path, older_than=HOUR, delete=True)
+    assert report.ok and {o.name for o in report.removed} == {o.name for o in dry.findings}
+    left = set(os.listdir(path))
+    assert not garbage & left and set(kept) <= left and replaced <= left  # version 3 still needs those
+    assert [s.name for s in storage.staged("")] == [young.name]
+    assert storage.exists(f"{OPS_DIR}/{live_op}.json") and not storage.exists(f"{OPS_DIR}/{dead_op}.json")
+    assert sorted(read_committed(path).column("id").to_pylist()) == list(range(400))
+    assert sorted(read_committed(path, as_of_version=3).column("id").to_pylist()) == list(range(400))
+
+    # A second writer at batch 0: batch 2 is no longer committed by every writer, so a file that
+    # names only the batch may be that writer's in flight; its own first batch settles its tag.
+    vlog.commit(PendingCommit.append(writer_id=w2, batch=0, run="run00002", allow_other_queries=True))
+    maybe = unlisted(data_file_name(1, 2, "f" * 16))
+    settled = unlisted(v3_name(w2, 0, 3))
+    report = sweep(path, older_than=HOUR, delete=True)
+    assert {o.name for o in report.removed} == {settled}
+    assert maybe in {o.name for o in report.kept} and storage.exists(maybe)
+    assert sorted(read_committed(path).column("id").to_pylist()) == list(range(400))
+
+
 def test_not_a_lake_missing_table_and_bad_age_are_clear_errors(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="-1"):
         sweep(str(tmp_path), older_than=-1)

@@ -26,15 +26,20 @@ a multipart object's LastModified is when its upload began.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lakesink.errors import LakeSinkError
+import pyarrow as pa
+
+from lakesink.errors import CorruptFileError, LakeSinkError
 from lakesink.format.log import EpochLog
-from lakesink.format.names import EPOCHS_DIR, META_DIR, parse_data_file
+from lakesink.format.names import EPOCHS_DIR, META_DIR, OPS_DIR, parse_compaction_file, parse_data_file
 from lakesink.format.table import read_table_metadata
+from lakesink.format.v3.state import TableState
+from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, parallel
 from lakesink.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -44,7 +49,7 @@ DEFAULT_STAGED_AGE = 3600.0
 #: Folders of a table that writers stage files in (the table layout is flat, docs/FORMAT.md).
 TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
-OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file"]
+OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "lease"]
 
 
 @dataclass(frozen=True)
@@ -55,11 +60,12 @@ class Orphan:
     ----------
     kind
         ``staged_file`` (local ``.uncommitted`` file), ``multipart_upload`` (S3 upload never
-        completed) or ``unrecorded_file`` (epoch mode: published, listed by no record).
+        completed), ``unrecorded_file`` (epoch mode: published, listed by no record; format 3:
+        by no retained version) or ``lease`` (format 3: the lease of an op the log settled).
     name
         The name relative to the table root (for staged data: the name it would publish as).
     epoch
-        The epoch it belongs to, when its name says.
+        The epoch (format 3: the writer's batch) it belongs to, when its name says.
     age
         Seconds since it was staged (None when the storage cannot say).
     size
@@ -156,6 +162,15 @@ def sweep(
         storage.check_conditional_writes()  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
     report = SweepReport(storage.url, float(older_than), delete)
+    if metadata.format_version >= 3 and metadata.mode == "epoch":
+        from lakesink.maintenance.compact import open_v3
+
+        _, vlog = open_v3(storage, "the sweep")
+        plan = plan_v3(storage, vlog, retained_from=None, older_than=float(older_than), now=now)
+        report.findings, report.kept = plan.findings, plan.kept
+        if delete:
+            _remove(storage, report, progress)
+        return report
 
     recorded_epochs: set[int] = set()
     recorded_names: set[str] = set()
@@ -215,7 +230,7 @@ def _remove(storage: Storage, report: SweepReport, progress: Progress | None) ->
     total = len(report.findings)
     for done, orphan in enumerate(report.findings, 1):
         try:
-            if orphan.kind == "unrecorded_file":
+            if orphan.kind in ("unrecorded_file", "lease"):
                 storage.delete(orphan.name)
             else:
                 storage.drop_staged(StagedEntry(orphan.name, orphan.kind, None, orphan.size, orphan.handle))
@@ -227,3 +242,206 @@ def _remove(storage: Storage, report: SweepReport, progress: Progress | None) ->
             report.removed.append(orphan)
         if progress is not None:
             progress(done, total)
+
+
+def sweep_after_commit(storage: Storage, *, older_than: float) -> SweepReport | None:
+    """The writer's sweep after its first commit of a run (format 2 and 3): ``sweep`` with
+    ``delete=True`` and no store probe (the run probed the store when it started). Never raises:
+    the commit stands whatever the sweep does; a failure is logged and None returned."""
+    try:
+        return sweep(storage, older_than=older_than, delete=True, check_store=False)
+    except Exception:
+        log.warning("the sweep of %s after a commit failed; the commit stands", storage.url, exc_info=True)
+        return None
+
+
+# Format 3: the log-driven sweep shared with vacuum (docs/design/format-v3.md, section 11) --------
+
+#: A writer's data file under format 3's own names (landing step 5 of the design):
+#: ``w<tag>-b<batch:012d>-p<partition:05d>-<attempt>.parquet``.
+_WRITER_FILE = re.compile(
+    r"^w(?P<tag>[0-9a-f]{16})-b(?P<batch>\d{12,})-p(?P<partition>\d{5,})-(?P<attempt>[0-9a-f]{8,})\.parquet$"
+)
+
+
+@dataclass(frozen=True)
+class LogFacts:
+    """What the log says at one version, for deciding which files no retained version needs.
+
+    ``needed``: every path a version ``>= retained_from`` lists (the live files at the latest
+    version plus what the commits after ``retained_from`` removed); ``removed_before``: paths
+    removed by the retained commits up to ``retained_from`` (committed once, needed by no
+    version from ``retained_from`` on); ``oldest``: the oldest commit still in the log.
+    """
+
+    state: TableState
+    retained_from: int
+    oldest: int
+    needed: frozenset[str]
+    removed_before: frozenset[str]
+
+
+@dataclass
+class SweepPlan:
+    facts: LogFacts
+    findings: list[Orphan]
+    kept: list[Orphan]
+
+
+def oldest_commit(storage: Storage, vlog: VersionedLog) -> int | None:
+    """The oldest commit in the log (one listing, only when version 0 is gone); None: empty."""
+    from lakesink.format.v3.checkpoint import oldest_listed_commit
+
+    if vlog.read_header(0) is not None:
+        return 0
+    return oldest_listed_commit(storage)
+
+
+def read_log_facts(storage: Storage, vlog: VersionedLog, retained_from: int | None) -> LogFacts:
+    """The log's facts at its latest version, for the retention floor ``retained_from`` (None:
+    the oldest retained version, ``max(state.retained_from, oldest commit)``; a floor below the
+    state's is raised to it).
+
+    Memory: the paths of the live files and of the removes of the retained commits (~100 B
+    each). The design's merge-join of the sorted checkpoint list with a sorted listing, which
+    bounds it, is left for later (docs/design/format-v3.md, section 11)."""
+    from lakesink.maintenance.compact import stream_live_files
+
+    snap = vlog.snapshot()
+    state = snap.state
+    if state.version < 0:
+        return LogFacts(state, 0, 0, frozenset(), frozenset())
+    oldest = oldest_commit(storage, vlog)
+    oldest = state.version if oldest is None else oldest
+    floor = max(state.retained_from, oldest, retained_from or 0)
+    needed: set[str] = set()
+
+    def take(table: pa.Table) -> None:
+        needed.update(str(p) for p in table.column("path").to_pylist())
+
+    stream_live_files(storage, vlog, snap, take)
+    known = {h.version: h for h in snap.headers}
+    missing = [v for v in range(oldest, state.version + 1) if v not in known]
+    for v, header in zip(missing, parallel(vlog.read_header, missing), strict=True):
+        if header is None:
+            raise CorruptFileError(f"{storage.url}: log version {v} vanished while the log was read")
+        known[v] = header
+    removing = [v for v in range(oldest + 1, state.version + 1) if known[v].counts.remove_files]
+    removed_before: set[str] = set()
+    for v, commit in zip(removing, parallel(vlog.read_commit, removing), strict=True):
+        if commit is None:
+            raise CorruptFileError(f"{storage.url}: log version {v} vanished while the log was read")
+        (needed if v > floor else removed_before).update(r.path for r in commit.removes)
+    return LogFacts(state, floor, oldest, frozenset(needed), frozenset(removed_before - needed))
+
+
+def plan_v3(
+    storage: Storage, vlog: VersionedLog, *, retained_from: int | None, older_than: float, now: float
+) -> SweepPlan:
+    """What may go from a format-3 epoch lake when versions from ``retained_from`` (None: the
+    oldest retained one) must stay readable: published data files no such version lists whose
+    producer is settled, staged data of settled producers (others when older than
+    ``older_than``), and the leases of settled ops.
+
+    The listing is taken *before* the log is read: a file listed then that the log does not
+    list is either settled by the log read after it, or still in flight, and then its writer is
+    known to that log with an older last batch, or unknown and at its first batch (section 11).
+    """
+    listing = storage.list("")
+    staged = [s for folder in (*TABLE_FOLDERS, LOG_DIR) for s in storage.staged(folder)]
+    leases = storage.list(OPS_DIR)
+    facts = read_log_facts(storage, vlog, retained_from)
+    state = facts.state
+    findings: list[Orphan] = []
+    kept: list[Orphan] = []
+    for entry in listing:
+        name = entry.name
+        if name in facts.needed:
+            continue
+        batch, settled, why = _producer(state, name)
+        if settled is None:
+            continue  # not a data file of this lake (or a staged one: below)
+        if name in facts.removed_before:
+            settled, why = (
+                True,
+                f"removed from the table before version {facts.retained_from}, the retained range's start",
+            )
+        elif settled:
+            why = f"no version from {facts.retained_from} on lists it; {why}"
+        age = None if entry.modified is None else now - entry.modified
+        orphan = Orphan("unrecorded_file", name, batch, age, entry.size, settled, why)
+        (findings if settled else kept).append(orphan)
+    for part in staged:
+        batch, settled, why = _producer(state, part.name.rsplit("/", 1)[-1])
+        age = None if part.started is None else now - part.started
+        if not settled:
+            if age is None or age < older_than:
+                continue  # may be a live task's (or checkpoint writer's): too young to judge
+            why = f"staged {age:.0f} s ago, longer than {older_than:g} s"
+        kind: OrphanKind = "multipart_upload" if part.kind == "multipart_upload" else "staged_file"
+        findings.append(Orphan(kind, part.name, batch, age, part.size, bool(settled), why, part.handle))
+    for entry in leases:
+        token = entry.name.rsplit("/", 1)[-1].removesuffix(".json")
+        op = state.ops.get(token)
+        if op is not None:
+            age = None if entry.modified is None else now - entry.modified
+            why = f"op {token} was {op.outcome} at version {op.version}"
+            findings.append(Orphan("lease", entry.name, None, age, entry.size, True, why))
+    findings.sort(key=lambda o: (-(o.age or 0.0), o.name))
+    return SweepPlan(facts, findings, kept)
+
+
+def _producer(state: TableState, name: str) -> tuple[int | None, bool | None, str]:
+    """(batch, settled, why) for a base name at the root of a format-3 lake: whether whoever
+    wrote it can no longer commit it. ``settled`` None: not a data file name of this lake."""
+    token = parse_compaction_file(name)
+    if token is not None:
+        op = state.ops.get(token)
+        if op is not None:
+            return None, True, f"its op {token} was {op.outcome} at version {op.version}"
+        return (
+            None,
+            False,
+            (
+                f"op {token} is not in the log: it may still commit (`lakesink compact` abandons it "
+                "once idle for --abandon-older-than)"
+            ),
+        )
+    match = _WRITER_FILE.match(name)
+    if match is not None:
+        tag, batch = match.group("tag"), int(match.group("batch"))
+        writers = [w for w in state.writers.values() if w.tag == tag]
+        if not writers:
+            return batch, False, f"no writer of tag {tag} has committed yet: its first batch may be in flight"
+        w = writers[0]
+        if w.retired or w.last_batch >= batch:
+            return (
+                batch,
+                True,
+                f"batch {batch} of writer {w.id} is settled (its last batch is {w.last_batch})",
+            )
+        return batch, False, f"batch {batch} of writer {w.id} is not committed yet: a commit may be in flight"
+    parsed = parse_data_file(name) if not name.startswith(".") else None
+    if parsed is None:
+        return None, None, ""
+    return parsed.epoch, *_batch_settled(state, parsed.epoch)
+
+
+def _batch_settled(state: TableState, batch: int) -> tuple[bool, str]:
+    """Whether batch ``batch`` of *any* writer is settled, for names that carry the batch but not
+    the writer (``part-<partition>-epoch-<batch>-<attempt>.parquet``): every writer that is not
+    retired has committed it, and it is not a first batch (a writer the log does not know yet
+    may be committing its batch 0; it cannot commit a later one before that)."""
+    if batch == 0:
+        return False, (
+            "batch 0: a writer the log does not know yet may be committing its first batch, and the "
+            "name does not say whose file it is"
+        )
+    behind = [w for w in state.writers.values() if not w.retired and w.last_batch < batch]
+    if behind:
+        names = ", ".join(f"{w.id} (last batch {w.last_batch})" for w in behind[:3])
+        return (
+            False,
+            f"batch {batch} is not committed by every writer yet: {names}; a commit may be in flight",
+        )
+    return True, f"batch {batch} is committed by every writer"

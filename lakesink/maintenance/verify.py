@@ -16,7 +16,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakesink.errors import CorruptFileError
 from lakesink.format.log import CommittedFile, EpochLog
 from lakesink.format.names import parse_data_file
 from lakesink.format.table import read_table_metadata, schema_differences
@@ -106,18 +105,19 @@ def _check(
 
 
 def _live_files(storage: Storage, table_id: str) -> list[CommittedFile]:
-    """A format-3 lake's live files at its latest version, folded from every commit.
+    """A format-3 lake's live files at its latest version: the newest usable checkpoint's list
+    and the commits after it (a vacuumed log starts at a checkpoint, not at version 0)."""
+    from lakesink.maintenance.compact import open_v3, stream_live_files
 
-    (The reader's snapshot, with checkpoints, replaces this once it lands: docs/design/format-v3.md.)
-    """
-    from lakesink.format.v3.state import LiveFiles
-    from lakesink.format.v3.vlog import VersionedLog
+    _, log = open_v3(storage, "verify")
+    files: list[CommittedFile] = []
 
-    log = VersionedLog(storage, table_id)
-    live = LiveFiles()
-    for version in range(log.open().version + 1):
-        commit = log.read_commit(version)
-        if commit is None:
-            raise CorruptFileError(f"{storage.url}: version {version} of the log is missing")
-        live.apply(commit)
-    return [CommittedFile(f.path, f.partition or 0, f.batch or 0, f.rows, f.size) for f in live]
+    def take(table: pa.Table) -> None:
+        cols = table.select(["path", "partition", "batch", "rows", "bytes"]).to_pydict()
+        for path, partition, batch, rows, size in zip(
+            cols["path"], cols["partition"], cols["batch"], cols["rows"], cols["bytes"], strict=True
+        ):
+            files.append(CommittedFile(str(path), partition or 0, batch or 0, int(rows), int(size)))
+
+    stream_live_files(storage, log, log.snapshot(), take)
+    return files

@@ -1,0 +1,249 @@
+"""``lakesink vacuum`` on format-3 lakes (docs/design/format-v3.md, section 11).
+
+Lakes are built by hand (tests/lakes.py, as tests/test_compact.py does) or written by the real
+epoch writer; every test reads the result back and compares the rows with what was committed.
+Retention is tested by handing ``vacuum`` its clock (``now``), not by waiting.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lakes import v3_file, v3_name
+from test_compact import ROOT, WRITER, build, ids, whole_blocks
+
+from lakesink.cli import main
+from lakesink.format.names import parse_data_file
+from lakesink.format.v3.commits import PendingCommit
+from lakesink.format.v3.vlog import VersionedLog
+from lakesink.maintenance import compact, sweep, vacuum, verify
+from lakesink.maintenance.vacuum import DAY
+from lakesink_reader import Lake, read_committed
+
+LOG = os.path.join("_lakesink", "log")
+
+
+def data_files(path: str) -> set[str]:
+    return {n for n in os.listdir(path) if n.endswith(".parquet") and not n.startswith(".")}
+
+
+def log_entries(path: str) -> list[str]:
+    return sorted(os.listdir(os.path.join(path, LOG)))
+
+
+def compacted_lake(path: str) -> tuple[set[str], float]:
+    """Versions 0..9 appends (20 files, ids 0..999), 10 a compaction of them all, then 11 and 12
+    appends (ids 1000..1199); returns the replaced files and a time between versions 10 and 11."""
+    vlog = build(path)
+    replaced = data_files(path)
+    report = compact(path, min_files=2, target_file_size=1 << 20)
+    assert report.version == 10
+    between = time.time()
+    time.sleep(0.01)
+    append(path, vlog, 10, 1000)
+    append(path, vlog, 11, 1100)
+    return replaced, between
+
+
+def append(path: str, vlog: VersionedLog, batch: int, start: int) -> None:
+    adds = [
+        v3_file(vlog.storage, v3_name(WRITER, batch, p), start + 50 * p, 50, batch=batch, partition=p)
+        for p in range(2)
+    ]
+    vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=adds))
+
+
+def test_dry_run_lists_and_changes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "lake")
+    replaced, between = compacted_lake(path)
+    files, entries = data_files(path), log_entries(path)
+    report = vacuum(path, retain=DAY, now=between + DAY)
+    assert report.retained_from == 10 and report.version is None and not report.delete
+    assert {o.name for o in report.files} == replaced and not report.removed
+    assert report.checkpoint == 8 and any(e.endswith("00000000000000000007.json") for e in report.log_entries)
+    assert data_files(path) == files and log_entries(path) == entries  # nothing changed
+    assert Lake(path).version == 12 and ids(path, as_of_version=3) == list(range(400))
+    assert main(["vacuum", path]) == 0  # the CLI default is a dry run too (7d: nothing that old)
+    assert "nothing to vacuum" in capsys.readouterr().out
+    assert data_files(path) == files and log_entries(path) == entries
+
+
+def test_retain_below_the_floor_is_refused_without_force(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(tmp_path / "lake")
+    build(path, batches=2)
+    with pytest.raises(ValueError, match=r"below the safety floor of 86400 s \(24h\).*force"):
+        vacuum(path, retain=3600, delete=True)
+    assert main(["vacuum", path, "--retain", "1h", "--delete"]) == 2
+    assert "below the safety floor" in capsys.readouterr().err
+    assert Lake(path).version == 1  # nothing committed
+    assert main(["vacuum", path, "--retain", "0", "--force", "--json"]) == 0  # forced: a dry run
+    assert '"retained_from": 1' in capsys.readouterr().out
+
+
+def test_vacuum_removes_replaced_files_and_old_versions(tmp_path: Path) -> None:
+    path = str(tmp_path / "lake")
+    replaced, between = compacted_lake(path)
+    report = vacuum(path, retain=DAY, now=between + DAY, delete=True)
+    assert report.retained_from == 10 and report.version == 13 and report.ok
+    assert set(report.removed) >= replaced and not (replaced & data_files(path))
+    # the log is kept from the checkpoint at or below R (8), the rest went
+    entries = log_entries(path)
+    assert entries[0].startswith("00000000000000000008.") and "00000000000000000007.json" not in entries
+    assert ids(path) == list(range(1200))  # reads at the latest version are exact
+    with pytest.raises(ValueError, match=r"retained range .*versions 10\.\.13"):
+        read_committed(path, as_of_version=9)
+    assert ids(path, as_of_version=10) == list(range(1000))  # versions >= R still read
+    assert ids(path, as_of_version=11) == list(range(1100))
+    assert [v.version for v in Lake(path).versions()] == list(range(10, 14))
+    assert verify(path).ok
+    again = vacuum(path, retain=DAY, now=between + DAY, delete=True)  # idempotent: nothing left to do
+    assert again.version is None and not again.removed and again.retained_from == 10
+    assert ids(path) == list(range(1200))
+
+
+KILLED = textwrap.dedent(
+    """
+    import sys, time
+    from lakesink.maintenance import vacuum
+
+    def pause():
+        print("ready", flush=True)
+        time.sleep(120)
+
+    def hook(step):
+        if step == sys.argv[3]:
+            pause()
+
+    def progress(done, total):
+        if sys.argv[3] == "files" and done == 1 and total > 1:
+            pause()  # one file removed, the others not
+
+    vacuum(sys.argv[1], retain=86400, now=float(sys.argv[2]), delete=True, hook=hook, progress=progress)
+    """
+)
+
+
+@pytest.mark.parametrize("step", ["committed", "files", "log_entry"])
+def test_kill_9_mid_vacuum_then_a_rerun_converges(tmp_path: Path, step: str) -> None:
+    path = str(tmp_path / "lake")
+    replaced, between = compacted_lake(path)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED, path, str(between + DAY), step],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(30)
+    assert ids(path) == list(range(1200))  # killed anywhere: every row once
+    assert Lake(path)._view("vacuum").state.retained_from == 10  # the killed run committed R
+    if step == "files":
+        assert replaced & data_files(path) and replaced - data_files(path)  # half-way
+    if step == "log_entry":
+        assert "00000000000000000000.json" not in log_entries(path)
+        assert "00000000000000000007.json" in log_entries(path)  # half-way
+    report = vacuum(path, retain=DAY, now=between + DAY, delete=True)
+    assert report.ok and report.version is None and report.retained_from == 10  # committed by the killed run
+    assert not (replaced & data_files(path))
+    assert log_entries(path)[0].startswith("00000000000000000008.")
+    assert ids(path) == list(range(1200)) and ids(path, as_of_version=10) == list(range(1000))
+    assert verify(path).ok
+    assert not vacuum(path, retain=DAY, now=between + DAY, delete=True).removed  # converged
+
+
+# With the real writer (Spark) ---------------------------------------------------------------------
+
+
+@pytest.mark.spark
+def test_vacuum_and_orphans_beside_a_live_writer(spark: Any, tmp_path: Path, lake: str) -> None:
+    from test_epoch_v3 import add_input, stream
+
+    import lakesink
+
+    folder, total = tmp_path / "in", 30
+    add_input(folder, 0)
+    query = lakesink.write_stream(
+        stream(spark, folder), lake, checkpoint_location=str(tmp_path / "chk"),
+        trigger={"processingTime": "200 milliseconds"}, format_version=3,
+    )  # fmt: skip
+    done = threading.Event()
+
+    def feed() -> None:
+        for i in range(1, total):
+            add_input(folder, i)
+            time.sleep(0.15)
+        done.set()
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    in_flight: list[str] = []  # unlisted published files of a batch not committed yet, seen and kept
+    vacuumed: list[int] = []  # vacuum commits with appends landing between their read and commit
+    removed: list[str] = []
+    stop = threading.Event()
+
+    errors: list[BaseException] = []
+
+    def orphans() -> None:  # the orphan sweep in a tight loop, beside the writer and the vacuums
+        try:
+            while not stop.is_set():
+                swept = sweep(lake, older_than=3600, delete=True)
+                in_flight.extend(o.name for o in swept.kept if (o.epoch or 0) > 0)
+                removed.extend(o.name for o in swept.removed)
+        except Exception as exc:  # noqa: BLE001 -- reported by the test's thread
+            errors.append(exc)
+
+    sweeper = threading.Thread(target=orphans)
+    try:
+        while not os.path.exists(os.path.join(lake, "_lakesink", "log")):
+            time.sleep(0.1)
+        sweeper.start()
+        while not done.is_set() or len(removed) < 2:
+            compact(lake, min_files=2, target_file_size=1 << 20)
+            report = vacuum(lake, retain=0, force=True, delete=True)
+            in_flight += [o.name for o in report.kept if (o.epoch or 0) > 0]
+            removed += [n for n in report.removed if n.endswith(".parquet")]
+            if report.version is not None and report.version > report.latest + 1:
+                vacuumed.append(report.version)
+            whole_blocks(ids(lake), "latest")  # during: never a row twice, never half a batch
+            time.sleep(0.05)
+        query.processAllAvailable()
+    finally:
+        stop.set()
+        if sweeper.is_alive():
+            sweeper.join(60)
+        done.wait(60)
+        feeder.join(60)
+        query.stop()
+    assert query.exception() is None, query.exception()
+    assert not errors, errors
+    assert ids(lake) == list(range(total * 100)), "after: every row exactly once"
+    vacuum(lake, retain=0, force=True, delete=True)
+    live = {f.name for f in Lake(lake).files()}
+    [writer] = Lake(lake).writers()
+    left = {n: parse_data_file(n) for n in data_files(lake) - live}
+    # what stays: unlisted files of batch 0 (any unknown writer's first batch, by name) or of a
+    # batch the stopped writer never committed
+    for name, parsed in left.items():
+        assert parsed is not None and (parsed.epoch == 0 or parsed.epoch > writer.last_batch), name
+    assert ids(lake) == list(range(total * 100))
+    assert removed, "vacuum removed no replaced file"
+    assert in_flight or vacuumed, (
+        "no sweep met a batch in flight, and no vacuum had appends land while it ran"
+    )
+    assert verify(lake).ok
+    print(f"kept in flight: {len(in_flight)}; vacuums raced: {len(vacuumed)}; removed: {len(removed)}")
