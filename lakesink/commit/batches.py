@@ -30,7 +30,7 @@ from typing import Any
 from lakesink.commit.observer import Observer, notify
 from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
 from lakesink.format.v3.commits import AddFile, Continuation, PendingCommit
-from lakesink.format.v3.vlog import CommitResult, VersionedLog
+from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
 from lakesink.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ class BatchCommitter:
         A token of this run of the query (recorded with each commit, for ``status``).
     allow_other_queries
         This writer may start on a lake other writers write (its rows are different).
+    checkpoint_interval
+        table.json's ``checkpoint_interval`` (None: the default).
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
     """
@@ -63,13 +65,17 @@ class BatchCommitter:
         writer_id: str,
         run: str,
         allow_other_queries: bool = False,
+        checkpoint_interval: int | None = None,
         observer: Observer | None = None,
     ) -> None:
         self.storage = storage
         self.writer_id = writer_id
         self.run = run
         self.allow_other_queries = allow_other_queries
-        self.log = VersionedLog(storage, table_id)
+        # table.json's interval: every writer (and vacuum) checkpoints at the same versions.
+        self.log = VersionedLog(
+            storage, table_id, checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
+        )
         self.observer = observer
 
     def commit(

@@ -39,6 +39,9 @@ class TableMetadata:
     create-if-absent whose answer was lost recognises its own write). ``owner_query`` is the
     tag of the streaming query that created a foreach-mode table (None in epoch mode, where
     the epoch log records the query of every epoch, and for tables of format version 1).
+    ``checkpoint_interval``: format 3, the versions between two checkpoints of the log (fixed
+    when the table is created, so that every writer checkpoints at the same versions; None:
+    the default, 100).
     """
 
     format_version: int
@@ -47,6 +50,7 @@ class TableMetadata:
     created_at: float
     table_id: str | None = None
     owner_query: str | None = None
+    checkpoint_interval: int | None = None
 
     @classmethod
     def new(
@@ -56,8 +60,10 @@ class TableMetadata:
         *,
         owner_query: str | None = None,
         format_version: int = FORMAT_VERSION,
+        checkpoint_interval: int | None = None,
     ) -> TableMetadata:
-        return cls(format_version, mode, schema, time.time(), uuid.uuid4().hex, owner_query)
+        interval = checkpoint_interval if format_version >= 3 else None
+        return cls(format_version, mode, schema, time.time(), uuid.uuid4().hex, owner_query, interval)
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -71,6 +77,8 @@ class TableMetadata:
         }
         if self.owner_query is not None:
             doc["owner_query"] = self.owner_query
+        if self.checkpoint_interval is not None:
+            doc["checkpoint_interval"] = self.checkpoint_interval
         return json.dumps(doc, indent=2).encode()
 
     @classmethod
@@ -94,6 +102,11 @@ class TableMetadata:
             raise CorruptFileError(f"{where}: unknown writer mode {mode!r}")
         owner = doc.get("owner_query")
         table_id = doc.get("table_id")
+        interval = doc.get("checkpoint_interval")
+        if interval is not None and (
+            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
+        ):
+            raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {interval!r}")
         return cls(
             version,
             mode,
@@ -101,6 +114,7 @@ class TableMetadata:
             float(doc.get("created_at", 0.0)),
             str(table_id) if table_id is not None else None,
             str(owner) if owner is not None else None,
+            interval,
         )
 
 
@@ -194,6 +208,7 @@ def ensure_table(
     owner_query: str | None = None,
     check_store: bool = False,
     format_version: int | None = None,
+    checkpoint_interval: int | None = None,
 ) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
 
@@ -214,7 +229,13 @@ def ensure_table(
     existing = find_table(storage, first_contact=False)
     if existing is None:
         version = FORMAT_VERSION if format_version is None else format_version
-        fresh = TableMetadata.new(mode, schema, owner_query=owner_query, format_version=version)
+        fresh = TableMetadata.new(
+            mode,
+            schema,
+            owner_query=owner_query,
+            format_version=version,
+            checkpoint_interval=checkpoint_interval,
+        )
         storage.check_conditional_writes()
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
             return fresh

@@ -125,7 +125,14 @@ class LakeSinkDataSource(DataSource):
                 f"{table.format_version}: its epoch log takes one query. Write the other query to a new "
                 "lake created with format_version=3."
             )
-        return LakeStreamWriter(self.config, arrow, self.run_token, table.format_version, table.table_id)
+        return LakeStreamWriter(
+            self.config,
+            arrow,
+            self.run_token,
+            table.format_version,
+            table.table_id,
+            table.checkpoint_interval,
+        )
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
         raise NotImplementedError(
@@ -152,7 +159,12 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
     if key not in _CHECKED:
         # check_store: once per run, the store must still honour create-if-absent writes.
         _CHECKED[key] = ensure_table(
-            config.storage(), schema, "epoch", check_store=True, format_version=config.sink.format_version
+            config.storage(),
+            schema,
+            "epoch",
+            check_store=True,
+            format_version=config.sink.format_version,
+            checkpoint_interval=config.sink.checkpoint_interval,
         )
     return _CHECKED[key]
 
@@ -167,12 +179,14 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         run_token: str,
         format_version: int = 2,
         table_id: str | None = None,
+        checkpoint_interval: int | None = None,
     ) -> None:
         self.config = config
         self.schema = schema
         self.run_token = run_token
         self.format_version = format_version  # 3: the versioned log (``lakesink.commit.batches``)
         self.table_id = table_id
+        self.checkpoint_interval = checkpoint_interval  # table.json's, format 3
 
     def __repr__(self) -> str:
         return f"LakeStreamWriter({self.config.path!r})"
@@ -243,6 +257,11 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             batches.commit(
                 batchId, _adds(ours), source_offsets=self._source_offsets(batchId), continues=continues
             )
+            if self.run_token not in _SWEPT:  # once per run, after its first commit: what kills left
+                from lakesink.maintenance.sweep import sweep_after_commit
+
+                sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
+                _SWEPT.add(self.run_token)
             return
         sweep = self.run_token not in _SWEPT  # once per run of the query, after its first commit
         self._committer(ours).commit(
@@ -284,6 +303,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             writer_id=self._writer_id(messages),
             run=self.run_token,
             allow_other_queries=self.config.sink.allow_other_queries,
+            checkpoint_interval=self.checkpoint_interval,
             observer=self.config.observer,
         )
 
