@@ -376,3 +376,25 @@ def test_console_script_sweeps_s3(s3: S3Server) -> None:
     doc = json.loads(done.stdout)
     assert doc["removed"] == [dead.name] and doc["findings"][0]["kind"] == "multipart_upload"
     assert s3.open_uploads() == []
+
+
+def test_a_sweep_leaves_a_running_store_probe_alone(tmp_path: Path) -> None:
+    """A writer starting (or a command) probes the store while a sweep with a short age runs.
+
+    Removing the probe's staged object failed the run that was probing (seen with
+    ``orphans --older-than 1s`` looping beside a starting query on S3): a probe's leftovers go
+    only once they are an hour old.
+    """
+    from lakesink.format.names import PROBE_ABANDONED_AGE, probe_name
+
+    storage = foreach_lake(str(tmp_path / "lake"))
+    probing = storage.stage(probe_name())  # a probe in progress: staged, not yet published
+    probing.write(b"1")
+    probing.flush()
+    assert [s.name for s in storage.staged("_lakesink")]
+    report = sweep(storage, older_than=0, delete=True)
+    assert not [o for o in report.findings if "probe-" in o.name]
+    assert [s.name for s in storage.staged("_lakesink")]  # still there
+    later = sweep(storage, older_than=0, delete=True, now=time.time() + PROBE_ABANDONED_AGE + 60)
+    assert [o.name for o in later.removed if "probe-" in o.name]
+    assert storage.staged("_lakesink") == []

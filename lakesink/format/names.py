@@ -28,6 +28,19 @@ EPOCHS_DIR = f"{META_DIR}/epochs"
 #: that staged data can be listed on stores that cannot list uploads by prefix (MinIO).
 STAGING_DIR = f"{META_DIR}/staging"
 
+#: The store probe's temporary objects (``Storage.check_conditional_writes``): a writer's start,
+#: or a maintenance command's, writes one and removes it within seconds. Sweeps leave one
+#: alone until it is :data:`PROBE_ABANDONED_AGE` old: removing a live probe's staged upload
+#: would fail the run that is probing.
+PROBE_PREFIX = f"{META_DIR}/probe-"
+PROBE_ABANDONED_AGE = 3600.0
+
+
+def probe_name() -> str:
+    """A fresh name for a store probe's object."""
+    return f"{PROBE_PREFIX}{uuid.uuid4().hex}"
+
+
 STAGED_SUFFIX = ".uncommitted"
 DATA_SUFFIX = ".parquet"
 

@@ -36,7 +36,15 @@ import pyarrow as pa
 
 from lakesink.errors import CorruptFileError, LakeSinkError
 from lakesink.format.log import EpochLog
-from lakesink.format.names import EPOCHS_DIR, META_DIR, OPS_DIR, parse_compaction_file, parse_data_file
+from lakesink.format.names import (
+    EPOCHS_DIR,
+    META_DIR,
+    OPS_DIR,
+    PROBE_ABANDONED_AGE,
+    PROBE_PREFIX,
+    parse_compaction_file,
+    parse_data_file,
+)
 from lakesink.format.table import read_table_metadata
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, parallel
@@ -207,6 +215,8 @@ def sweep(
             parsed = parse_data_file(staged.name.rsplit("/", 1)[-1])
             epoch = parsed.epoch if parsed is not None else None
             age = None if staged.started is None else now - staged.started
+            if _live_probe(staged.name, age):
+                continue
             if metadata.mode == "epoch":
                 settled = epoch is not None and epoch in recorded_epochs
                 why = f"epoch {epoch} is recorded without it"
@@ -224,6 +234,11 @@ def sweep(
     if delete:
         _remove(storage, report, progress)
     return report
+
+
+def _live_probe(name: str, age: float | None) -> bool:
+    """A store probe's staged object that may belong to a probe still running (see PROBE_PREFIX)."""
+    return name.startswith(PROBE_PREFIX) and (age is None or age < PROBE_ABANDONED_AGE)
 
 
 def _remove(storage: Storage, report: SweepReport, progress: Progress | None) -> None:
@@ -374,6 +389,8 @@ def plan_v3(
     for part in staged:
         batch, settled, why = _producer(state, part.name.rsplit("/", 1)[-1])
         age = None if part.started is None else now - part.started
+        if _live_probe(part.name, age):
+            continue
         if not settled:
             if age is None or age < older_than:
                 continue  # may be a live task's (or checkpoint writer's): too young to judge

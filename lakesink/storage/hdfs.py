@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 from hdfs_native import Client, FileStatus, WriteOptions
 
 from lakesink.errors import CommitError, StorageError, quietly
-from lakesink.format.names import META_DIR, STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 from lakesink.storage.options import check_storage_options
 
@@ -463,7 +463,7 @@ class HdfsStorage:
         not, and would let a retried or concurrent write replace committed data. Costs a few
         NameNode calls, once per writer start.
         """
-        name = f"{META_DIR}/probe-{uuid.uuid4().hex}"
+        name = probe_name()
         advice = (
             f"the HDFS at {self.url} replaced an existing file on {{}} with overwrite=False, so a "
             "retried or concurrent write could silently replace committed data; lakesink cannot "

@@ -18,13 +18,12 @@ import errno
 import os
 import re
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakesink.errors import StorageError, quietly
-from lakesink.format.names import META_DIR, STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 
 if TYPE_CHECKING:
@@ -329,7 +328,7 @@ class LocalStorage:
         data. The probe is a temporary file under ``_lakesink/``, published twice: a few local
         file operations.
         """
-        name = f"{META_DIR}/probe-{uuid.uuid4().hex}"
+        name = probe_name()
         try:
             if not self.put_if_absent(name, b"1"):
                 raise StorageError(f"probe file {self.path_of(name)} existed before it was written")

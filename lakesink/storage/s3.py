@@ -32,7 +32,6 @@ import builtins
 import logging
 import threading
 import time
-import uuid
 from collections.abc import Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -41,7 +40,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import ClientError
 
 from lakesink.errors import CommitError, StorageError, quietly
-from lakesink.format.names import META_DIR, STAGING_DIR
+from lakesink.format.names import STAGING_DIR, probe_name
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
 from lakesink.storage.options import s3_client_settings
 from lakesink.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
@@ -424,7 +423,7 @@ class S3Storage:
         published file or a commit record (last writer wins): exactly-once cannot hold there,
         so the writer is refused when it creates a table. Costs six requests, once per table.
         """
-        name = f"{META_DIR}/probe-{uuid.uuid4().hex}"
+        name = probe_name()
         key = self.key_of(name)
         advice = (
             f"the S3 endpoint {self.endpoint} does not honour If-None-Match: * on {{}}, so a "
