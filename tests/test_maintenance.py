@@ -398,3 +398,21 @@ def test_a_sweep_leaves_a_running_store_probe_alone(tmp_path: Path) -> None:
     later = sweep(storage, older_than=0, delete=True, now=time.time() + PROBE_ABANDONED_AGE + 60)
     assert [o.name for o in later.removed if "probe-" in o.name]
     assert storage.staged("_lakesink") == []
+
+
+@pytest.mark.s3
+def test_a_sweep_leaves_a_running_s3_probe_alone_whatever_the_store_says_of_its_age(s3: S3Server) -> None:
+    """moto reports every upload as started in 2010: listed without its marker, a probe looked abandoned."""
+    from lakesink.format.names import probe_name
+
+    storage = open_storage(f"s3://{BUCKET}/probed", s3.storage_options)
+    ensure_table(storage, SCHEMA, "epoch")
+    probing = storage.stage(probe_name())
+    probing.write(b"1")
+    probing.flush()
+    try:
+        report = sweep(storage, older_than=0, delete=True)
+        assert not [o for o in report.findings if "probe-" in o.name], report.findings
+        assert len(s3.open_uploads()) == 1  # the probe's upload is still open
+    finally:
+        storage.discard(probing.seal())

@@ -215,7 +215,7 @@ def sweep(
             parsed = parse_data_file(staged.name.rsplit("/", 1)[-1])
             epoch = parsed.epoch if parsed is not None else None
             age = None if staged.started is None else now - staged.started
-            if _live_probe(staged.name, age):
+            if _live_probe(staged, age):
                 continue
             if metadata.mode == "epoch":
                 settled = epoch is not None and epoch in recorded_epochs
@@ -236,9 +236,17 @@ def sweep(
     return report
 
 
-def _live_probe(name: str, age: float | None) -> bool:
-    """A store probe's staged object that may belong to a probe still running (see PROBE_PREFIX)."""
-    return name.startswith(PROBE_PREFIX) and (age is None or age < PROBE_ABANDONED_AGE)
+def _live_probe(staged: StagedEntry, age: float | None) -> bool:
+    """A store probe's staged object that may belong to a probe still running (see PROBE_PREFIX).
+
+    Its age must be known: an S3 upload found by listing, without its staging marker, has only
+    the store's ``Initiated`` time, which some stores get wrong (moto says 2010): the marker's
+    entry, listed at the root, carries the real one.
+    """
+    if not staged.name.startswith(PROBE_PREFIX):
+        return False
+    unknowable = staged.kind == "multipart_upload" and not staged.handle
+    return unknowable or age is None or age < PROBE_ABANDONED_AGE
 
 
 def _remove(storage: Storage, report: SweepReport, progress: Progress | None) -> None:
@@ -389,7 +397,7 @@ def plan_v3(
     for part in staged:
         batch, settled, why = _producer(state, part.name.rsplit("/", 1)[-1])
         age = None if part.started is None else now - part.started
-        if _live_probe(part.name, age):
+        if _live_probe(part, age):
             continue
         if not settled:
             if age is None or age < older_than:
