@@ -10,7 +10,10 @@ the baseline the performance target was set with), in phases, each with a progre
 3. wide:    an epoch of 1,000 files into moto behind 50 ms a request, next to a 1-file epoch;
 4. profile: where the foreach writer's time goes (profile_writer.py);
 5. reader:  ``read_committed`` vs ``pyarrow.dataset``, and opening tables of 10,000 files / epochs;
-6. memory:  one writer, ONE partition of 1M and of 10M rows.
+6. memory:  one writer, ONE partition of 1M and of 10M rows;
+7. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
+            open, a writer's first commit, the checkpoint, per-commit latency next to format 2's
+            (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
 
 It prints the tables (text, then Markdown for README) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
@@ -19,11 +22,13 @@ PNG beside it. Runs that fail are reported and the others go on; the exit status
     .venv/bin/python bench/run.py --rows 2000000 --repeats 1 --skip-s3   # a quick one
     .venv/bin/python bench/run.py --sinks parquet,epoch --skip-small --skip-wide --skip-profile \\
         --spark-conf spark.sql.execution.arrow.maxBytesPerBatch=67108864   # Spark's default byte cap
+    .venv/bin/python bench/run.py --sinks '' --skip-small --skip-wide --skip-profile --skip-reader \\
+        --skip-memory                                                   # the log-scale phase alone
 
 bench/ is a folder of scripts, not a package; each module says in its first line what it owns:
 inputs (the stream), child (one run in a fresh JVM), launch (starting runs, checking their
 output), procmem (CPU and RSS from /proc), commit_times (the commit observer), stores (moto and
-the delaying proxy), throughput, commit_latency, profile_writer, readers (the phases), figures
+the delaying proxy), throughput, commit_latency, profile_writer, readers, log_scale (the phases), figures
 (medians, spreads, percentiles), report (tables) and charts (the PNG).
 """
 
@@ -50,6 +55,7 @@ sys.path[1:1] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 
 import charts  # noqa: E402 - after the path set-up above
 import commit_latency  # noqa: E402
+import log_scale  # noqa: E402
 import readers  # noqa: E402
 import report  # noqa: E402
 import stores  # noqa: E402
@@ -88,6 +94,7 @@ def plan(args: argparse.Namespace) -> list[str]:
         "profile": not args.skip_profile and args.profile_rows > 0,
         "reader": not args.skip_reader,
         "memory": not args.skip_memory and bool(args.memory_rows),
+        "log-scale": not args.skip_log_scale,
     }
     return [name for name, on in wanted.items() if on]
 
@@ -177,6 +184,24 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         )
         failures.update(found.pop("failures", {}))
         results["memory_one_partition"] = found
+    if "log-scale" in phases:
+        progress.phase(
+            "log-scale",
+            f"a format-3 log of {args.log_scale_commits:,} commits, "
+            f"{args.log_scale_commits * args.log_scale_files_per_commit:,} live files",
+        )
+        found = log_scale.log_scale_phase(
+            work,
+            commits=args.log_scale_commits,
+            files_per_commit=args.log_scale_files_per_commit,
+            interval=args.log_scale_interval,
+            repeats=args.log_scale_repeats,
+            latency_commits=args.log_scale_latency_commits,
+            with_s3=not args.skip_s3,
+            note=progress.note,
+        )
+        failures.update(found.pop("failures"))
+        results["log_scale"] = found
     results["failures"] = failures
     results["moto_pids"] = stores.MOTO_PIDS
     if not args.keep:
@@ -264,7 +289,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add(
         "--skip-s3",
         action="store_true",
-        help="no moto server: no epoch-s3, no S3 small epochs, no wide epochs",
+        help="no moto server: no epoch-s3, no S3 small epochs, no wide epochs, no log-scale S3 latency",
     )
     add(
         "--spark-conf",
@@ -299,6 +324,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--reader-files", type=int, default=10_000)
     add("--reader-epochs", type=int, default=10_000)
     add("--reader-repeats", type=int, default=7)
+    add("--skip-log-scale", action="store_true", help="no format-3 log-scale phase")
+    add("--log-scale-commits", type=int, default=100_000, help="commits of the synthetic format-3 lake")
+    add("--log-scale-files-per-commit", type=int, default=10, help="files each of its commits adds")
+    add("--log-scale-interval", type=int, default=100, help="its checkpoint interval")
+    add("--log-scale-repeats", type=int, default=5, help="fresh processes opening it (the median counts)")
+    add("--log-scale-latency-commits", type=int, default=200, help="commits in a row per latency series")
     add("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
     add("--workdir", default=None, help="input cache and scratch (default: $TMPDIR/lakesink-bench-UID)")
     add("--keep", action="store_true", help="keep this run's outputs and logs")
@@ -306,6 +337,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.rows < 1 or args.repeats < 1:
         p.error("--rows and --repeats must be >= 1")
+    if not args.skip_log_scale and args.log_scale_commits < 3 * args.log_scale_interval:
+        p.error("--log-scale-commits must be at least 3 times --log-scale-interval")
+    if min(args.log_scale_files_per_commit, args.log_scale_repeats, args.log_scale_latency_commits) < 1:
+        p.error(
+            "--log-scale-files-per-commit, --log-scale-repeats and --log-scale-latency-commits must be >= 1"
+        )
     if not set(filter(None, args.memory_sinks.split(","))) <= set(throughput.SINK_OF):
         p.error(f"--memory-sinks takes sinks from {list(throughput.SINK_OF)}")
     return args

@@ -8,6 +8,8 @@ report and the PNG are written, and no moto server is left running.
   ``write_stream``), the reader, the report.
 - The full harness (every sink and entry point, small and wide epochs, the profile, memory,
   S3) is marked ``bench``: ``make bench`` runs it before the bench itself.
+- The format-3 log-scale phase alone, at 1,000 commits / 10,000 files (no Spark), is marked
+  ``bench`` too.
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ def _run_bench(tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
         "--reader-files", "50",
         "--reader-epochs", "50",
         "--reader-repeats", "1",
+        "--skip-log-scale",  # its own test below
         *args,
     ]  # fmt: skip
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ}, timeout=timeout)
@@ -168,3 +171,43 @@ def test_bench_harness_s3(tmp_path: Path) -> None:
     assert wide["wide-4"]["requests_per_extra_file"] > 0
     # One moto server per S3 run: the stream, the small epochs and both wide queries.
     assert len(results["moto_pids"]) == 4
+
+
+@pytest.mark.bench
+@pytest.mark.timeout(300)
+def test_bench_log_scale_tiny(tmp_path: Path) -> None:
+    """The log-scale phase alone at 1,000 commits and 10,000 live files: every measurement runs,
+    in its own process, the lake is back to its 1,000 commits after each commit, and the report
+    has both tables (text and Markdown)."""
+    out = tmp_path / "bench-results.json"
+    cmd = [
+        sys.executable,
+        str(ROOT / "bench" / "run.py"),
+        "--sinks", "",
+        "--skip-small", "--skip-wide", "--skip-profile", "--skip-reader", "--skip-memory",
+        "--log-scale-commits", "1000",
+        "--log-scale-repeats", "2",
+        "--log-scale-latency-commits", "20",
+        "--skip-s3",  # no moto here: test_bench_harness_s3 covers the S3 runs
+        "--workdir", str(tmp_path / "work"),
+        "--out", str(out),
+    ]  # fmt: skip
+    done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env={**os.environ}, timeout=280)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    results: dict[str, Any] = json.loads(out.read_text())
+    assert results["failures"] == {}
+    found = results["log_scale"]
+    assert found["lake"]["live_files"] == 10_000 and found["lake"]["measured_checkpoint"] == 900
+    assert found["checkpoint"]["list_rows"] == 9_010 and found["checkpoint"]["files"] == 9_010
+    assert found["open"]["version"] == 999 and found["open"]["open_seconds"]["runs"] == 2
+    assert found["open"]["pyarrow_parquet_imported"] is False  # the open reads no file list
+    for key in ("first_commit_continuing", "first_commit_new_writer"):
+        first = found[key]
+        assert first["status"] == "committed" and first["version"] == 1000, key
+        assert first["checkpoint"]["list_rows"] == 10_010, key  # version 1000 is a checkpoint's
+    assert set(found["latency"]) == {"v3-local", "v2-local", "v3-local-big"}
+    assert all(series["count"] == 20 for series in found["latency"].values())
+    assert set(found["baselines"]) == {"interpreter", "import_reader", "import_parquet"}
+    assert not _not_positive(found), f"figures that should be > 0: {_not_positive(found)}"
+    assert "Log scale (format 3)" in done.stdout and "| committer |" in done.stdout
+    assert not list((tmp_path / "work").glob("run-*"))  # the lakes are removed
