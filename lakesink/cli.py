@@ -8,6 +8,7 @@ lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
 lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
+lakesink delta-sync PATH [--storage-option k=v ...] [--json]
 lakesink --version
 """
 
@@ -151,6 +152,7 @@ def _verify(args: argparse.Namespace) -> int:
             "path": report.path,
             "checked": report.checked,
             "problems": [{"name": p.name, "epoch": p.epoch, "problem": p.problem} for p in report.problems],
+            "delta_view": report.delta_view,
         }
         print(json.dumps(doc, indent=2))
     else:
@@ -158,13 +160,29 @@ def _verify(args: argparse.Namespace) -> int:
         print(f"{report.checked} committed file(s) checked in {report.path}: {state}")
         for p in report.problems:
             print(f"  epoch {p.epoch}: {p.name}: {p.problem}")
-        if not report.ok:
+        if report.delta_view is not None:
+            print(f"  Delta view (_delta_log/, derived): {report.delta_view}")
+        if report.problems:
             print(
                 "what to do: README, 'lakesink verify and repairing a lake' (restore the files, or "
                 "read around them with read_committed(..., on_error='skip'))",
                 file=sys.stderr,
             )
     return 0 if report.ok else 1
+
+
+def _delta_sync(args: argparse.Namespace) -> int:
+    from lakesink.format.delta_view import delta_sync
+    from lakesink.storage import open_storage
+
+    report = delta_sync(open_storage(args.path, parse_storage_options(args.storage_option)))
+    if args.json:
+        print(json.dumps(vars(report), indent=2))
+    else:
+        print(f"{report.path}: Delta view {report.summary()}")
+        print(f"  lake version {report.lake_version}, view version {report.view_version}, "
+              f"{len(report.written)} commit(s) written")  # fmt: skip
+    return 0 if report.state in ("ok", "absent") else 1
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -303,6 +321,8 @@ def _status(args: argparse.Namespace) -> int:
     age = "" if found.oldest_staged_age is None else f", the oldest {_age(found.oldest_staged_age)} old"
     print(f"  staged leftovers: {found.staged} ({found.staged_bytes:,} bytes{age}); running compactions: "
           f"{found.running_ops}")  # fmt: skip
+    if found.delta_view is not None:
+        print(f"  Delta view (_delta_log/, derived): {found.delta_view}")
     return 0
 
 
@@ -435,6 +455,21 @@ def build_parser() -> argparse.ArgumentParser:
     offsets.add_argument("--all-sources", action="store_true", help="print the list, one entry per source")
     _storage_option_argument(offsets)
     offsets.set_defaults(run=_offsets)
+
+    sync = commands.add_parser(
+        "delta-sync",
+        help="format 3: write the Delta commits missing from the lake's Delta view (_delta_log/)",
+        description=(
+            "Write every Delta commit missing from the Delta view of a format-3 epoch lake, from its "
+            "oldest retained version (lakes written before the view, or without it, or whose view was "
+            "deleted), and check the ones there. The view is derived from the lake's own log, never "
+            "the truth. Exit 1 when the view holds commits lakesink did not write, or cannot be built."
+        ),
+    )
+    sync.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    _storage_option_argument(sync)
+    sync.add_argument("--json", action="store_true", help="print the report as JSON")
+    sync.set_defaults(run=_delta_sync)
 
     state = commands.add_parser(
         "status",

@@ -62,6 +62,10 @@ class SinkOptions:
         The start offsets of a continuing query whose sources do not record them in the
         checkpoint (Kafka's do): JSON, one entry per source, or one object for one source --
         what ``lakesink offsets`` printed. A list or dict is accepted and turned into JSON.
+    delta_log
+        Format-3 lakes: keep the Delta Lake view ``_delta_log/`` after each commit (one PUT;
+        never fails a commit), so deltalake, polars and DuckDB read exactly the committed rows.
+        ``.option("delta_log", "false")`` turns it off.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -70,6 +74,7 @@ class SinkOptions:
     allow_other_queries: bool = False
     continue_writer: str | None = None
     continue_offsets: str | None = None
+    delta_log: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
@@ -85,6 +90,8 @@ class SinkOptions:
             not isinstance(self.continue_writer, str) or not self.continue_writer
         ):
             raise ValueError(f"continue_writer must be a writer's id or tag, got {self.continue_writer!r}")
+        if not isinstance(self.delta_log, bool):
+            raise TypeError(f"delta_log must be True or False, got {self.delta_log!r}")
         if not isinstance(self.allow_other_queries, bool):
             raise TypeError(f"allow_other_queries must be True or False, got {self.allow_other_queries!r}")
         if self.format_version is not None and (

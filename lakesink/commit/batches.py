@@ -29,6 +29,7 @@ from typing import Any
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
+from lakesink.format.delta_view import DeltaView
 from lakesink.format.v3.commits import AddFile, Continuation, PendingCommit
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
 from lakesink.storage import Storage
@@ -55,6 +56,8 @@ class BatchCommitter:
         table.json's ``checkpoint_interval`` (None: the default).
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
+    delta_log
+        Keep the lake's Delta view after each commit (``lakesink.format.delta_view``).
     """
 
     def __init__(
@@ -67,6 +70,7 @@ class BatchCommitter:
         allow_other_queries: bool = False,
         checkpoint_interval: int | None = None,
         observer: Observer | None = None,
+        delta_log: bool = True,
     ) -> None:
         self.storage = storage
         self.writer_id = writer_id
@@ -74,7 +78,10 @@ class BatchCommitter:
         self.allow_other_queries = allow_other_queries
         # table.json's interval: every writer (and vacuum) checkpoints at the same versions.
         self.log = VersionedLog(
-            storage, table_id, checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
+            storage,
+            table_id,
+            checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL,
+            after_commit=DeltaView(storage, table_id, create=True) if delta_log else None,
         )
         self.observer = observer
 

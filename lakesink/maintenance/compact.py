@@ -301,7 +301,12 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
         raise CorruptFileError(
             f"{storage.url}/{TABLE_FILE}: checkpoint_interval must be an int >= 1, got {interval!r}"
         )
-    return metadata, VersionedLog(storage, metadata.table_id or "", checkpoint_interval=interval)
+    from lakesink.format.delta_view import DeltaView
+
+    table_id = metadata.table_id or ""
+    # Compaction and vacuum continue the Delta view, if the lake has one (never start it).
+    view = DeltaView(storage, table_id, create=False, metadata=metadata)
+    return metadata, VersionedLog(storage, table_id, checkpoint_interval=interval, after_commit=view)
 
 
 # Picking ----------------------------------------------------------------------------------------

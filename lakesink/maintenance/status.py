@@ -56,6 +56,9 @@ class LakeStatus:
     staged_bytes: int = 0
     oldest_staged_age: float | None = None
     running_ops: int = 0
+    #: Format-3 epoch lakes: the Delta view's state (``ok``, ``absent``, ``behind: ...``,
+    #: ``foreign: ...``, ``unsupported: ...``); None for lakes that have no view.
+    delta_view: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -88,10 +91,17 @@ def status(
 
 
 def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:
+    from lakesink.format.delta_view import check_view
+    from lakesink.format.table import read_table_metadata
     from lakesink.format.v3.commits import size_bucket
     from lakesink.format.v3.vlog import VersionedLog
 
-    state = VersionedLog(storage, table_id).open()
+    vlog = VersionedLog(storage, table_id)
+    state = vlog.open()
+    try:
+        view: str | None = check_view(storage, read_table_metadata(storage), vlog, state.version).summary()
+    except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
+        view = f"unknown: {exc!r}"
     small = sum(state.counts.histogram[: size_bucket(SMALL_FILE_BYTES)])
     writers = [
         WriterStatus(
@@ -119,6 +129,7 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
         small_files=small,
         writers=writers,
         running_ops=len(leases),
+        delta_view=view,
     )
 
 

@@ -36,10 +36,14 @@ class VerifyReport:
     path: str
     checked: int = 0
     problems: list[Problem] = field(default_factory=list)
+    #: Format-3 epoch lakes: the Delta view checked version by version (None: no view possible).
+    #: A view a foreign writer touched is a problem (Delta readers may read other rows).
+    delta_view: str | None = None
+    delta_view_ok: bool = True
 
     @property
     def ok(self) -> bool:
-        return not self.problems
+        return not self.problems and self.delta_view_ok
 
 
 def verify(
@@ -80,6 +84,11 @@ def verify(
             report.problems.append(Problem(f.name, f.epoch, problem))
         if progress is not None:
             progress(done, len(committed))
+    if metadata.format_version >= 3 and metadata.mode == "epoch":
+        from lakesink.format.delta_view import delta_sync
+
+        view = delta_sync(storage, write=False)
+        report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
     return report
 
 

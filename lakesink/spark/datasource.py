@@ -305,6 +305,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             allow_other_queries=self.config.sink.allow_other_queries,
             checkpoint_interval=self.checkpoint_interval,
             observer=self.config.observer,
+            delta_log=self.config.sink.delta_log,
         )
 
     def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:

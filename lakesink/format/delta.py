@@ -1,0 +1,251 @@
+"""The Delta Lake view of a format-3 epoch lake: one lake commit = one Delta commit.
+
+Lake version ``v`` maps to ``_delta_log/<v:020d>.json`` (docs/design/format-v3.md, section 15),
+derived by :func:`delta_commit`, a pure function of table.json and the lake commit: any process
+re-derives the same bytes, so a create-if-absent that finds other bytes there has found a
+foreign writer. The view is derived, never the truth: the lake's own log decides what is
+committed, and a view can always be rebuilt from it (``lakesink delta-sync``).
+
+What a commit holds (JSON lines, keys sorted, no spaces):
+
+- ``commitInfo`` first: ``timestamp`` (the lake commit's ``committed_at`` in ms), ``operation``
+  (``STREAMING UPDATE``, ``OPTIMIZE``, or ``LAKESINK <KIND>`` for abandon/vacuum/upgrade, which
+  change no files), ``engineInfo`` ``lakesink`` and the lake header's fields under ``lakesink``.
+  No lakesink version: two lakesink releases must derive equal bytes.
+- version 0 also ``protocol`` (reader 1, writer 7 with the writer feature
+  :data:`FENCE_FEATURE`: Delta writers that do not know it refuse to write, readers read) and
+  ``metaData`` (``id`` = table id, Parquet, the schema mapped by :func:`delta_schema`,
+  no partition columns, no configuration, ``createdTime`` = table.json's ``created_at``);
+- ``append``: ``txn {appId: writer id, version: batch}`` and one ``add`` per file (``dataChange``
+  true; ``stats`` the file's exact statistics, or absent);
+- ``compact``: one ``remove`` per input and one ``add`` per output, all ``dataChange`` false.
+
+Delta cannot take every Arrow type at reader version 1: :func:`delta_schema` refuses the others
+(:class:`DeltaViewUnsupported`), and such a lake has no view.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from lakesink.format.v3.commits import Commit
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.format.table import TableMetadata
+
+DELTA_LOG_DIR = "_delta_log"
+#: The writer feature that fences the view: Delta writers refuse a table whose protocol names a
+#: writer feature they do not know (measured with deltalake 1.6.6: append, overwrite, delete,
+#: optimize refused; vacuum deletes nothing; reads, checkpoints and metadata cleanup still work).
+FENCE_FEATURE = "lakesinkDerivedView"
+PROTOCOL = {"minReaderVersion": 1, "minWriterVersion": 7, "writerFeatures": [FENCE_FEATURE]}
+#: Characters Delta (without column mapping) refuses in column names.
+BAD_NAME_CHARS = " ,;{}()\n\t="
+
+_OPERATIONS = {
+    "append": "STREAMING UPDATE",
+    "compact": "OPTIMIZE",
+    "abandon": "LAKESINK ABANDON",
+    "vacuum": "LAKESINK VACUUM",
+    "upgrade": "LAKESINK UPGRADE",
+}
+
+
+class DeltaViewUnsupported(ValueError):
+    """The lake's schema has a type or a column name a Delta reader cannot take: no view."""
+
+
+def delta_commit_name(version: int) -> str:
+    """The name (relative to the table root) of the Delta commit of lake version ``version``."""
+    if version < 0:
+        raise ValueError(f"a Delta version must be >= 0, got {version}")
+    return f"{DELTA_LOG_DIR}/{version:020d}.json"
+
+
+def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
+    """The bytes of the Delta commit derived from lake commit ``commit`` of the table ``metadata``.
+
+    DeltaViewUnsupported when the schema cannot be expressed (checked at every version, so that
+    a lake without a version 0 in its view never gets later ones either).
+    """
+    header = commit.header
+    if metadata.table_id != header.table_id:
+        raise ValueError(f"commit of table {header.table_id} derived with table.json of {metadata.table_id}")
+    schema_string = _canonical(delta_schema(metadata.schema))
+    ms = _ms(header.committed_at)
+    lines: list[dict[str, Any]] = [{"commitInfo": _commit_info(commit, ms)}]
+    if header.version == 0:
+        lines.append({"protocol": PROTOCOL})
+        lines.append(
+            {
+                "metaData": {
+                    "id": metadata.table_id,
+                    "format": {"provider": "parquet", "options": {}},
+                    "schemaString": schema_string,
+                    "partitionColumns": [],
+                    "configuration": {},
+                    "createdTime": _ms(metadata.created_at),
+                }
+            }
+        )
+    if header.writer is not None:
+        lines.append({"txn": {"appId": header.writer.id, "version": header.writer.batch, "lastUpdated": ms}})
+    data_change = header.kind == "append"
+    for r in commit.removes:
+        lines.append(
+            {
+                "remove": {
+                    "path": _uri(r.path),
+                    "deletionTimestamp": ms,
+                    "dataChange": data_change,
+                    "extendedFileMetadata": True,
+                    "partitionValues": {},
+                    "size": r.size,
+                }
+            }
+        )
+    for a in commit.adds:
+        add: dict[str, Any] = {
+            "path": _uri(a.path),
+            "partitionValues": {},
+            "size": a.size,
+            "modificationTime": ms,
+            "dataChange": data_change,
+        }
+        if a.stats is not None:
+            add["stats"] = _canonical(a.stats)
+        lines.append({"add": add})
+    return "".join(_canonical(line) + "\n" for line in lines).encode("utf-8")
+
+
+def _commit_info(commit: Commit, ms: int) -> dict[str, Any]:
+    header = commit.header
+    info: dict[str, Any] = {
+        "timestamp": ms,
+        "operation": _OPERATIONS[header.kind],
+        "operationParameters": {},
+        "engineInfo": "lakesink",
+        "isBlindAppend": header.kind == "append",
+        "lakesink": {
+            "version": header.version,
+            "table_id": header.table_id,
+            "kind": header.kind,
+            "token": header.token,
+            "committed_at": header.committed_at,
+        },
+    }
+    if header.writer is not None:
+        info["lakesink"]["writer"] = {
+            "id": header.writer.id,
+            "batch": header.writer.batch,
+            "run": header.writer.run,
+        }
+    if header.op is not None:
+        info["lakesink"]["op"] = header.op.token
+    if header.kind == "append":
+        info["operationParameters"] = {
+            "outputMode": "Append",
+            "epochId": str(header.writer.batch if header.writer else 0),
+        }
+    return info
+
+
+def delta_schema(schema: pa.Schema) -> dict[str, Any]:
+    """The Delta schema (a ``struct``) of an Arrow schema, mapped strictly.
+
+    DeltaViewUnsupported, naming the column and why, for what Delta readers cannot take at
+    protocol reader 1: unsigned integers, nanosecond timestamps, timestamps without a time zone
+    (``timestamp_ntz`` needs reader version 3, which deltalake refuses to read), times,
+    durations, intervals, half floats, dictionaries, nulls, and names with `` ,;{}()\\n\\t=``.
+    """
+    return {"type": "struct", "fields": [_field(f.name, f.type, f.nullable, f.name) for f in schema]}
+
+
+def _field(name: str, type_: pa.DataType, nullable: bool, where: str) -> dict[str, Any]:
+    bad = sorted({c for c in name if c in BAD_NAME_CHARS})
+    if bad or not name:
+        raise DeltaViewUnsupported(
+            f"column {where!r}: Delta (without column mapping) refuses names with any of {bad or ['<empty>']}"
+        )
+    return {"name": name, "type": _type(type_, where), "nullable": nullable, "metadata": {}}
+
+
+def _type(t: pa.DataType, where: str) -> Any:
+    import pyarrow as pa
+
+    types = pa.types
+    simple = {
+        pa.bool_(): "boolean",
+        pa.int8(): "byte",
+        pa.int16(): "short",
+        pa.int32(): "integer",
+        pa.int64(): "long",
+        pa.float32(): "float",
+        pa.float64(): "double",
+        pa.string(): "string",
+        pa.large_string(): "string",
+        pa.binary(): "binary",
+        pa.large_binary(): "binary",
+        pa.date32(): "date",
+    }
+    if t in simple:
+        return simple[t]
+    if types.is_timestamp(t):
+        assert isinstance(t, pa.TimestampType)
+        if t.tz is None:
+            raise DeltaViewUnsupported(
+                f"column {where!r} is {t}, a timestamp without a time zone: Delta's timestamp_ntz needs "
+                "reader version 3 (the timestampNtz feature), which Delta readers here refuse"
+            )
+        if t.unit not in ("ms", "us"):
+            raise DeltaViewUnsupported(
+                f"column {where!r} is {t}: Delta timestamps are microseconds; {t.unit} values are not exact"
+            )
+        return "timestamp"
+    if types.is_decimal128(t):
+        assert isinstance(t, pa.Decimal128Type)
+        return f"decimal({t.precision},{t.scale})"
+    if types.is_list(t) or types.is_large_list(t):
+        item = t.value_field  # type: ignore[attr-defined]
+        return {
+            "type": "array",
+            "elementType": _type(item.type, f"{where}.element"),
+            "containsNull": item.nullable,
+        }
+    if types.is_map(t):
+        assert isinstance(t, pa.MapType)
+        return {
+            "type": "map",
+            "keyType": _type(t.key_type, f"{where}.key"),
+            "valueType": _type(t.item_type, f"{where}.value"),
+            "valueContainsNull": t.item_field.nullable,
+        }
+    if types.is_struct(t):
+        assert isinstance(t, pa.StructType)
+        return {
+            "type": "struct",
+            "fields": [
+                _field(f.name, f.type, f.nullable, f"{where}.{f.name}")
+                for f in (t.field(i) for i in range(t.num_fields))
+            ],
+        }
+    raise DeltaViewUnsupported(
+        f"column {where!r} is {t}, a type Delta readers cannot take at reader version 1"
+    )
+
+
+def _uri(path: str) -> str:
+    """A lake path as Delta's relative URI (percent-encoded; '/' kept)."""
+    return quote(path, safe="/")
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

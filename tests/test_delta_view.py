@@ -1,0 +1,318 @@
+"""The Delta Lake view of format-3 epoch lakes (issue 21, item 1): ``_delta_log/`` derived from the
+lake's own log, read by deltalake and polars (the oracles), fenced against Delta writers.
+
+deltalake is only ever imported in a subprocess that leaves with ``os._exit`` (FACTS, "Delta
+readers": an abort at interpreter exit after a pyarrow read), never in this process nor in
+Spark's Python workers (delta-rs panics in forked processes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from lakes import SCHEMA, rows, v3_table
+from test_reader_v3 import W1, W2, Writer, ids
+
+from lakesink.commit.batches import BatchCommitter
+from lakesink.config import SinkConfig
+from lakesink.format.delta import (
+    FENCE_FEATURE,
+    DeltaViewUnsupported,
+    delta_commit,
+    delta_commit_name,
+    delta_schema,
+)
+from lakesink.format.delta_view import STOP_FILE, DeltaView, delta_sync, forget
+from lakesink.format.table import read_table_metadata
+from lakesink.format.v3.vlog import VersionedLog
+from lakesink.maintenance import compact, status, verify
+from lakesink.storage import Storage
+from lakesink_reader import read_committed
+
+ORACLE = r"""
+import json, os, sys
+out = {}
+try:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from deltalake import DeltaTable, write_deltalake
+    path, versions, append = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
+    try:
+        import polars as pl
+    except ImportError:
+        pl = None
+    for v in versions:
+        dt = DeltaTable(path) if v is None else DeltaTable(path, version=v)
+        uris = dt.file_uris()
+        got = sorted(pq.read_table(uris).column("id").to_pylist()) if uris else []
+        names = sorted(os.path.basename(u) for u in uris)
+        entry = {"version": dt.version(), "deltalake": got, "files": names}
+        if pl is not None:
+            frame = pl.read_delta(path) if v is None else pl.read_delta(path, version=v)
+            entry["polars"] = sorted(frame["id"].to_list())
+        out[str(v)] = entry
+    if append:
+        try:
+            write_deltalake(path, pa.table({"id": pa.array([-1], pa.int64())}), mode="append")
+            out["append"] = "accepted"
+        except Exception as exc:
+            out["append"] = "refused: " + str(exc)[:300]
+except BaseException as exc:
+    out["error"] = repr(exc)
+sys.stdout.write(json.dumps(out))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def oracle(path: str, versions: list[int | None], *, append: bool = False) -> dict[str, Any]:
+    """deltalake's (and polars') rows at each of ``versions`` (None: the latest), in a subprocess."""
+    done = subprocess.run(
+        [sys.executable, "-c", ORACLE, path, json.dumps(versions), "1" if append else "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.stdout, done.stderr[-2000:]
+    out: dict[str, Any] = json.loads(done.stdout)
+    assert "error" not in out, out["error"]
+    return out
+
+
+def viewed_log(storage: Storage, table_id: str, *, create: bool = True) -> VersionedLog:
+    forget(storage, table_id)
+    return VersionedLog(
+        storage, table_id, checkpoint_interval=5, after_commit=DeltaView(storage, table_id, create=create)
+    )
+
+
+def lake_log_digest(storage: Storage) -> dict[str, str]:
+    root = Path(storage.url.removeprefix("file://"))
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted((root / "_lakesink" / "log").iterdir())
+    }
+
+
+def view_bytes(storage: Storage, version: int) -> bytes:
+    return storage.read_bytes(delta_commit_name(version))
+
+
+def test_a_commit_maps_to_deterministic_delta_bytes(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    log = viewed_log(storage, table_id)
+    writer = Writer(log, W1)
+    writer.append(0)
+    writer.append(20)
+    metadata = read_table_metadata(storage)
+    for version in (0, 1):
+        commit = log.read_commit(version)
+        assert commit is not None
+        data = delta_commit(metadata, commit)
+        assert data == delta_commit(metadata, commit) == view_bytes(storage, version)
+    first = [json.loads(line) for line in view_bytes(storage, 0).splitlines()]
+    kinds = [next(iter(line)) for line in first]
+    assert kinds == ["commitInfo", "protocol", "metaData", "txn", "add", "add"]
+    protocol, meta = first[1]["protocol"], first[2]["metaData"]
+    assert protocol == {
+        "minReaderVersion": 1,
+        "minWriterVersion": 7,
+        "writerFeatures": [FENCE_FEATURE],
+    }
+    assert meta["id"] == table_id and meta["partitionColumns"] == [] and meta["configuration"] == {}
+    assert [f["type"] for f in json.loads(meta["schemaString"])["fields"]] == ["long", "integer", "string"]
+    assert first[3]["txn"]["appId"] == W1 and first[3]["txn"]["version"] == 0
+    add = first[4]["add"]
+    assert add["dataChange"] is True and add["partitionValues"] == {}
+    assert json.loads(add["stats"])["numRecords"] == 10
+    second = [next(iter(json.loads(line))) for line in view_bytes(storage, 1).splitlines()]
+    assert second == ["commitInfo", "txn", "add", "add"]
+
+
+def test_the_schema_maps_strictly() -> None:
+    fine = pa.schema(
+        [
+            ("b", pa.bool_()),
+            ("d", pa.decimal128(12, 3)),
+            ("t", pa.timestamp("us", tz="UTC")),
+            ("day", pa.date32()),
+            ("l", pa.list_(pa.int32())),
+            ("m", pa.map_(pa.string(), pa.float64())),
+            ("s", pa.struct([("x", pa.binary())])),
+        ]
+    )
+    types = [f["type"] for f in delta_schema(fine)["fields"]]
+    assert types[:4] == ["boolean", "decimal(12,3)", "timestamp", "date"]
+    assert types[4] == {"type": "array", "elementType": "integer", "containsNull": True}
+    for bad in (
+        pa.field("u", pa.uint32()),
+        pa.field("ns", pa.timestamp("ns", tz="UTC")),
+        pa.field("naive", pa.timestamp("us")),
+        pa.field("time", pa.time64("us")),
+        pa.field("half", pa.float16()),
+        pa.field("a b", pa.int64()),
+        pa.field("s", pa.struct([("x=1", pa.int64())])),
+    ):
+        with pytest.raises(DeltaViewUnsupported, match=bad.name.split(" ")[0]):
+            delta_schema(pa.schema([bad]))
+
+
+def test_deltalake_and_polars_read_exactly_the_committed_rows_at_every_version(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    log = viewed_log(storage, table_id)
+    a, b = Writer(log, W1), Writer(log, W2, allow_other_queries=True)
+    a.append(0)  # v0
+    b.append(1000)  # v1
+    a.append(20)  # v2
+    # A stray valid Parquet file with a writer's data-file name: a crashed task's leftover.
+    pq.write_table(
+        pa.Table.from_batches([rows(5000, 7)]),
+        os.path.join(lake, "w1111111111111111-b000000000009-p00000-ffffffffffffffff.parquet"),
+    )
+    report = compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
+    assert report.version == 3
+    versions: list[int | None] = [None, 0, 1, 2, 3]
+    expected = {str(v): ids(read_committed(lake, as_of_version=v)) for v in versions}
+    assert expected["None"] == expected["2"] == expected["3"]
+    seen = oracle(lake, versions, append=True)
+    for v in versions:
+        got = seen[str(v)]
+        assert got["deltalake"] == expected[str(v)], v
+        if "polars" in got:
+            assert got["polars"] == expected[str(v)], v
+    assert seen["None"]["version"] == 3
+    assert len(seen["3"]["files"]) == 1 and seen["3"]["files"][0].startswith("c")  # the compaction's output
+    assert 5000 not in seen["None"]["deltalake"]  # the stray file is not read
+    # The fence: deltalake refuses to append to the view (it would write outside the lake's log).
+    assert seen["append"].startswith("refused") and "lakesinkDerivedView" in seen["append"]
+    assert not storage.exists(delta_commit_name(4))
+    assert delta_sync(storage, write=False).state == "ok"
+
+
+def test_a_foreign_writer_stops_the_view_and_status_and_verify_say_so(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    log = viewed_log(storage, table_id)
+    writer = Writer(log, W1)
+    writer.append(0)
+    writer.append(20)
+    assert status(lake).delta_view == "ok"
+    # A foreign Delta writer (one that ignores the fence) takes the view's next version.
+    storage.put_if_absent(delta_commit_name(2), b'{"commitInfo":{"operation":"WRITE"}}\n')
+    before = lake_log_digest(storage)
+    assert writer.append(40) == 2  # the lake commit stands
+    assert writer.append(60) == 3
+    assert lake_log_digest(storage).items() >= before.items()  # the lake's own log: only appended to
+    assert storage.exists(STOP_FILE)
+    assert not storage.exists(delta_commit_name(3))  # the view is no longer updated
+    assert status(lake).delta_view.startswith("foreign")  # type: ignore[union-attr]
+    checked = verify(lake)
+    assert not checked.ok and not checked.problems and (checked.delta_view or "").startswith("foreign")
+    assert delta_sync(storage).state == "foreign"
+    # Removing the view and syncing rebuilds it, and writers update it again.
+    for f in storage.list("_delta_log"):
+        storage.delete(f.name)
+    synced = delta_sync(storage)
+    assert synced.state == "ok" and synced.written == [0, 1, 2, 3] and not storage.exists(STOP_FILE)
+    writer.log = viewed_log(storage, table_id)
+    assert writer.append(80) == 4 and storage.exists(delta_commit_name(4))
+    assert verify(lake).ok and status(lake).delta_view == "ok"
+
+
+def test_a_changed_view_commit_is_reported(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    writer.append(0)
+    writer.append(20)
+    before = lake_log_digest(storage)
+    path = os.path.join(lake, delta_commit_name(1))
+    Path(path).write_bytes(view_bytes(storage, 1).replace(b'"dataChange":true', b'"dataChange":false'))
+    assert status(lake).delta_view.startswith("foreign")  # type: ignore[union-attr]
+    report = delta_sync(storage, write=False)
+    assert report.state == "foreign" and report.foreign == [1]
+    assert lake_log_digest(storage) == before
+
+
+def test_delta_sync_writes_the_view_of_a_lake_written_without_it(lake: str, capsys: Any) -> None:
+    from lakesink.cli import main
+
+    storage, table_id = v3_table(lake)
+    plain = VersionedLog(storage, table_id, checkpoint_interval=5)
+    writer = Writer(plain, W1)
+    for start in range(0, 70, 10):
+        writer.append(start)
+    assert not storage.list("_delta_log")
+    assert status(lake).delta_view == "absent" and verify(lake).ok
+    # A compaction continues a view only when there is one: it starts none.
+    compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
+    assert not storage.list("_delta_log")
+    assert main(["delta-sync", lake]) == 0
+    assert "8 commit(s) written" in capsys.readouterr().out
+    metadata = read_table_metadata(storage)
+    for version in range(8):
+        commit = plain.read_commit(version)
+        assert commit is not None and view_bytes(storage, version) == delta_commit(metadata, commit)
+    assert delta_sync(storage).written == []  # idempotent
+
+
+def test_the_delta_log_option_and_a_writer_that_fills_a_small_gap(lake: str) -> None:
+    assert SinkConfig.from_options({"path": lake, "delta_log": "false"}).sink.delta_log is False
+    assert SinkConfig.from_options({"path": lake, "delta_log": "true"}).sink.delta_log is True
+    assert SinkConfig.from_options({"path": lake}).sink.delta_log is True
+    storage, table_id = v3_table(lake)
+    forget(storage, table_id)
+    off = BatchCommitter(
+        storage, table_id=table_id, writer_id=W1, run="run-0000000000000001", delta_log=False
+    )
+    off.commit(0, [])
+    off.commit(1, [])
+    assert not storage.list("_delta_log")
+    on = BatchCommitter(storage, table_id=table_id, writer_id=W1, run="run-0000000000000001")
+    on.commit(2, [])  # versions 0 and 1 are written first: a view never has holes
+    assert sorted(f.name.rsplit("/", 1)[-1][:20] for f in storage.list("_delta_log")) == [
+        f"{v:020d}" for v in range(3)
+    ]
+
+
+def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
+    import time
+    import uuid
+
+    from lakesink.format.names import TABLE_FILE
+    from lakesink.format.table import TableMetadata
+
+    storage, _ = v3_table(lake)
+    schema = pa.schema([("id", pa.uint64())])
+    meta = TableMetadata(3, "epoch", schema, time.time(), uuid.uuid4().hex)
+    Path(lake, TABLE_FILE).write_bytes(meta.to_json())
+    table_id = meta.table_id or ""
+    forget(storage, table_id)
+    BatchCommitter(storage, table_id=table_id, writer_id=W1, run="run-0000000000000001").commit(0, [])
+    assert not storage.list("_delta_log")
+    assert status(lake).delta_view.startswith("unsupported: column 'id' is uint64")  # type: ignore[union-attr]
+
+
+@pytest.mark.spark
+def test_a_spark_epoch_writer_keeps_the_view(spark: Any, tmp_path: Path, lake: str) -> None:
+    from test_epoch_v3 import add_input, run
+
+    for i in range(3):
+        add_input(tmp_path / "in", i, rows=50)
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert query.exception() is None
+    expected = ids(read_committed(lake))
+    assert len(expected) == 150
+    seen = oracle(lake, [None, 0])
+    assert seen["None"]["deltalake"] == expected
+    assert seen["0"]["deltalake"] == ids(read_committed(lake, as_of_version=0))
+    assert status(lake).delta_view == "ok" and verify(lake).ok
+    assert SCHEMA  # (the hand-built lakes' schema; this one is Spark's)
