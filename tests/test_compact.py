@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import textwrap
@@ -21,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from lakes import epoch_lake, v3_file, v3_name, v3_table
+from live import LiveWriter, kill_when_ready
 
 from lakesink import FormatVersionError
 from lakesink.cli import main
@@ -171,18 +171,7 @@ KILLED = textwrap.dedent(
 def test_kill_9_mid_compaction_loses_nothing_and_the_next_run_cleans_up(tmp_path: Path, step: str) -> None:
     path = str(tmp_path / "lake")
     build(path, batches=4)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED, path, step],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    kill_when_ready(KILLED, path, step)
     left = compaction_files(path)
     assert len(left) == 1 and os.listdir(os.path.join(path, OPS_DIR))  # its output and lease stay
     assert ids(path) == list(range(400)) and Lake(path).version == 3  # nothing committed, no row twice
@@ -328,32 +317,11 @@ def test_compaction_of_a_lake_written_by_the_epoch_writer(spark: Any, tmp_path: 
 
 @pytest.mark.spark
 def test_compaction_in_a_loop_beside_a_live_writer(spark: Any, tmp_path: Path, lake: str) -> None:
-    from test_epoch_v3 import add_input, stream
-
-    import lakesink
-
-    folder, total = tmp_path / "in", 40
-    add_input(folder, 0)
-    query = lakesink.write_stream(
-        stream(spark, folder), lake, checkpoint_location=str(tmp_path / "chk"),
-        trigger={"processingTime": "200 milliseconds"}, format_version=3,
-    )  # fmt: skip
-    done = threading.Event()
-
-    def feed() -> None:
-        for i in range(1, total):
-            add_input(folder, i)
-            time.sleep(0.15)
-        done.set()
-
-    feeder = threading.Thread(target=feed)
-    feeder.start()
+    total = 40
     raced: list[int] = []  # compactions with appends committed between their base and their commit
     committed = []
-    try:
-        while not os.path.exists(os.path.join(lake, "_lakesink", "log")):
-            time.sleep(0.1)
-        while not done.is_set() or len(committed) < 2:
+    with LiveWriter(spark, tmp_path, lake, total) as live:
+        while not live.done.is_set() or len(committed) < 2:
             report = compact(
                 lake, min_files=2, target_file_size=1 << 20,
                 hook=lambda step: time.sleep(0.5) if step == "before_commit" else None,
@@ -370,12 +338,8 @@ def test_compaction_in_a_loop_beside_a_live_writer(spark: Any, tmp_path: Path, l
                 whole_blocks(ids(lake, as_of_version=report.base_version), f"version {report.base_version}")
             whole_blocks(ids(lake), "latest")  # during: never a row twice, never half a batch
             time.sleep(0.1)
-        query.processAllAvailable()
-    finally:
-        done.wait(60)
-        feeder.join(60)
-        query.stop()
-    assert query.exception() is None, query.exception()
+        live.query.processAllAvailable()
+    assert live.query.exception() is None, live.query.exception()
     final = compact(lake, min_files=2, target_file_size=1 << 20)
     assert ids(lake) == list(range(total * 100)), "after: every row exactly once"
     kinds = [v.kind for v in Lake(lake).versions()]

@@ -7,9 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 from pathlib import Path
@@ -17,6 +14,7 @@ from typing import Any
 
 import pytest
 from lakes import SCHEMA, epoch_lake, foreach_lake, rows, v3_table
+from live import kill_when_ready
 
 from lakesink import CommitError
 from lakesink.cli import main
@@ -158,18 +156,7 @@ def test_kill_9_at_each_step_then_a_rerun_writes_what_one_run_writes(tmp_path: P
     path, reference = str(tmp_path / "lake"), str(tmp_path / "reference")
     epoch_lake(path, epochs=20, partitions=1, rows_per_file=5)  # 20 imports: two batches of creates
     shutil.copytree(path, reference)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED, path, step],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    kill_when_ready(KILLED, path, step)
     # Before the commit point the lake is format 2, readable, with its rows.
     assert fmt(path) == (3 if step == "committed" else 2)
     assert ids(path) == list(range(100))

@@ -8,9 +8,6 @@ Retention is tested by handing ``vacuum`` its clock (``now``), not by waiting.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
 import textwrap
 import threading
 import time
@@ -19,7 +16,8 @@ from typing import Any
 
 import pytest
 from lakes import v3_file, v3_name
-from test_compact import ROOT, WRITER, build, ids, whole_blocks
+from live import LiveWriter, kill_when_ready
+from test_compact import WRITER, build, ids, whole_blocks
 
 from lakesink.cli import main
 from lakesink.format.names import parse_data_file
@@ -138,18 +136,7 @@ KILLED = textwrap.dedent(
 def test_kill_9_mid_vacuum_then_a_rerun_converges(tmp_path: Path, step: str) -> None:
     path = str(tmp_path / "lake")
     replaced, between = compacted_lake(path)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED, path, str(between + DAY), step],
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    try:
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
-    finally:
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(30)
+    kill_when_ready(KILLED, path, str(between + DAY), step)
     assert ids(path) == list(range(1200))  # killed anywhere: every row once
     assert Lake(path)._view("vacuum").state.retained_from == 10  # the killed run committed R
     if step == "files":
@@ -171,26 +158,7 @@ def test_kill_9_mid_vacuum_then_a_rerun_converges(tmp_path: Path, step: str) -> 
 
 @pytest.mark.spark
 def test_vacuum_and_orphans_beside_a_live_writer(spark: Any, tmp_path: Path, lake: str) -> None:
-    from test_epoch_v3 import add_input, stream
-
-    import lakesink
-
-    folder, total = tmp_path / "in", 30
-    add_input(folder, 0)
-    query = lakesink.write_stream(
-        stream(spark, folder), lake, checkpoint_location=str(tmp_path / "chk"),
-        trigger={"processingTime": "200 milliseconds"}, format_version=3,
-    )  # fmt: skip
-    done = threading.Event()
-
-    def feed() -> None:
-        for i in range(1, total):
-            add_input(folder, i)
-            time.sleep(0.15)
-        done.set()
-
-    feeder = threading.Thread(target=feed)
-    feeder.start()
+    total = 30
     in_flight: list[str] = []  # unlisted published files of a batch not committed yet, seen and kept
     vacuumed: list[int] = []  # vacuum commits with appends landing between their read and commit
     removed: list[str] = []
@@ -208,34 +176,29 @@ def test_vacuum_and_orphans_beside_a_live_writer(spark: Any, tmp_path: Path, lak
             errors.append(exc)
 
     sweeper = threading.Thread(target=orphans)
-    try:
-        while not os.path.exists(os.path.join(lake, "_lakesink", "log")):
-            time.sleep(0.1)
+    with LiveWriter(spark, tmp_path, lake, total) as live:
         sweeper.start()
-        while not done.is_set() or len(removed) < 2:
-            compact(lake, min_files=2, target_file_size=1 << 20)
-            report = vacuum(lake, retain=0, force=True, delete=True)
-            in_flight += [o.name for o in report.kept if (o.epoch or 0) > 0]
-            removed += [n for n in report.removed if n.endswith(".parquet")]
-            if report.version is not None and report.version > report.latest + 1:
-                vacuumed.append(report.version)
-            whole_blocks(ids(lake), "latest")  # during: never a row twice, never half a batch
-            time.sleep(0.05)
-        query.processAllAvailable()
-    finally:
-        stop.set()
-        if sweeper.is_alive():
+        try:
+            while not live.done.is_set() or len(removed) < 2:
+                compact(lake, min_files=2, target_file_size=1 << 20)
+                report = vacuum(lake, retain=0, force=True, delete=True)
+                in_flight += [o.name for o in report.kept if (o.epoch or 0) > 0]
+                removed += [n for n in report.removed if n.endswith(".parquet")]
+                if report.version is not None and report.version > report.latest + 1:
+                    vacuumed.append(report.version)
+                whole_blocks(ids(lake), "latest")  # during: never a row twice, never half a batch
+                time.sleep(0.05)
+            live.query.processAllAvailable()
+        finally:
+            stop.set()
             sweeper.join(60)
-        done.wait(60)
-        feeder.join(60)
-        query.stop()
-    assert query.exception() is None, query.exception()
+    assert live.query.exception() is None, live.query.exception()
     assert not errors, errors
     assert ids(lake) == list(range(total * 100)), "after: every row exactly once"
     vacuum(lake, retain=0, force=True, delete=True)
-    live = {f.name for f in Lake(lake).files()}
+    listed = {f.name for f in Lake(lake).files()}
     [writer] = Lake(lake).writers()
-    left = {n: parse_data_file(n) for n in data_files(lake) - live}
+    left = {n: parse_data_file(n) for n in data_files(lake) - listed}
     # what stays: unlisted files of batch 0 (any unknown writer's first batch, by name) or of a
     # batch the stopped writer never committed
     for name, parsed in left.items():
