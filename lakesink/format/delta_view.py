@@ -265,6 +265,8 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
     if not present and not write:
         report.state = "absent"
         return report
+    if write:
+        storage.check_conditional_writes()  # a writing command: refuse on a store that overwrites
     for v in range(oldest, latest + 1):
         commit = vlog.read_commit(v)
         if commit is None:
