@@ -208,11 +208,10 @@ def query_identity(
     scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
     if scheme not in ("file", "s3", "s3a", "hdfs", "viewfs"):
         return QueryIdentity(location)  # a store lakesink cannot read: the writers check later
+    from lakesink.spark.checkpoints import open_checkpoint
+
     try:
-        # The lake's storage options fit a checkpoint on the same kind of store (S3 credentials).
-        same_kind = scheme in ("s3", "s3a")
-        checkpoint = open_storage(location, storage_options if same_kind else None)
-        text = checkpoint.read_bytes("metadata", first_contact=True).decode()
+        text = open_checkpoint(location, storage_options).read_bytes("metadata", first_contact=True).decode()
     except FileNotFoundError:
         return QueryIdentity(location, new=True)
     except Exception:  # noqa: BLE001 - unreadable from here: leave the judgement to the writers

@@ -16,6 +16,8 @@ import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
+from lakesink.errors import StorageError, quietly
+
 if TYPE_CHECKING:
     import pyarrow.fs
 
@@ -182,3 +184,40 @@ def expect_sealed(sealed: Sealed, kind: type[SealedT], storage: Storage) -> Seal
             f"it was staged by another storage backend (expected {kind.__name__})"
         )
     return sealed
+
+
+def sealed_copy(storage: Storage, name: str, data: bytes) -> Sealed:
+    """``data`` staged under ``name``, durable and not yet visible (a backend's ``put`` and
+    ``put_if_absent`` on file systems that publish by a no-clobber rename or link)."""
+    staged = storage.stage(name)
+    try:
+        staged.write(data)
+        return staged.seal()
+    except BaseException:
+        quietly(staged.discard, f"remove staged {name}")
+        raise
+
+
+def put_if_absent_by_publish(storage: Storage, name: str, data: bytes) -> bool:
+    """``put_if_absent`` from ``publish``: a staged copy published without clobbering.
+
+    When the name is taken, the object there is read back: equal bytes are this call's own
+    earlier success (a retry after a lost answer), other bytes another writer's.
+    """
+    sealed = sealed_copy(storage, name, data)
+    if storage.publish(sealed):
+        return True
+    storage.discard(sealed)
+    try:
+        return storage.read_bytes(name) == data
+    except FileNotFoundError:
+        return False
+
+
+def check_put_if_absent(storage: Storage, name: str, where: str, refused: str) -> None:
+    """The first step of every store probe: ``name`` is created once, and a second create must
+    be refused and leave the first bytes. StorageError with ``refused`` when it is not."""
+    if not storage.put_if_absent(name, b"1"):
+        raise StorageError(f"probe {where} existed before it was written")
+    if storage.put_if_absent(name, b"2") or storage.read_bytes(name) != b"1":
+        raise StorageError(refused)

@@ -40,7 +40,15 @@ from hdfs_native import Client, FileStatus, WriteOptions
 
 from lakesink.errors import CommitError, StorageError, quietly
 from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
-from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
+from lakesink.storage.base import (
+    Sealed,
+    StagedEntry,
+    StoredFile,
+    check_put_if_absent,
+    expect_sealed,
+    put_if_absent_by_publish,
+    sealed_copy,
+)
 from lakesink.storage.options import check_storage_options
 
 if TYPE_CHECKING:
@@ -418,27 +426,11 @@ class HdfsStorage:
         with self.errors(name):
             return client.read(self.path_of(name)).read()
 
-    def _sealed_copy(self, name: str, data: bytes) -> HdfsSealed:
-        staged = self.stage(name)
-        try:
-            staged.write(data)
-            return staged.seal()
-        except BaseException:
-            quietly(staged.discard, f"remove staged {name}")
-            raise
-
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        sealed = self._sealed_copy(name, data)
-        if self.publish(sealed):
-            return True
-        self.discard(sealed)
-        try:
-            return self.read_bytes(name) == data
-        except FileNotFoundError:
-            return False
+        return put_if_absent_by_publish(self, name, data)
 
     def put(self, name: str, data: bytes) -> None:
-        sealed = self._sealed_copy(name, data)
+        sealed = expect_sealed(sealed_copy(self, name, data), HdfsSealed, self)
         try:
             self._rename(sealed, overwrite=True)
         except BaseException:
@@ -470,10 +462,7 @@ class HdfsStorage:
             "write exactly once there"
         )
         try:
-            if not self.put_if_absent(name, b"1"):
-                raise StorageError(f"probe file {self.path_of(name)} existed before it was written")
-            if self.put_if_absent(name, b"2") or self.read_bytes(name) != b"1":
-                raise StorageError(advice.format("rename"))
+            check_put_if_absent(self, name, f"file {self.path_of(name)}", advice.format("rename"))
             try:
                 with self.errors(name):
                     self.client.create(self.path_of(name), WriteOptions(overwrite=False)).close()

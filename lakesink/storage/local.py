@@ -22,9 +22,17 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from lakesink.errors import StorageError, quietly
+from lakesink.errors import quietly
 from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
-from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
+from lakesink.storage.base import (
+    Sealed,
+    StagedEntry,
+    StoredFile,
+    check_put_if_absent,
+    expect_sealed,
+    put_if_absent_by_publish,
+    sealed_copy,
+)
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -282,28 +290,11 @@ class LocalStorage:
         with open(self.path_of(name), "rb") as f:
             return f.read()
 
-    def _sealed_copy(self, name: str, data: bytes) -> LocalSealed:
-        """``data`` staged, durable and not yet visible, for :meth:`put_if_absent` / :meth:`put`."""
-        staged = self.stage(name)
-        try:
-            staged.write(data)
-            return staged.seal()
-        except BaseException:
-            quietly(staged.discard, f"remove staged {name}")
-            raise
-
     def put_if_absent(self, name: str, data: bytes) -> bool:
-        sealed = self._sealed_copy(name, data)
-        if self.publish(sealed):
-            return True
-        self.discard(sealed)
-        try:
-            return self.read_bytes(name) == data
-        except FileNotFoundError:
-            return False
+        return put_if_absent_by_publish(self, name, data)
 
     def put(self, name: str, data: bytes) -> None:
-        sealed = self._sealed_copy(name, data)
+        sealed = expect_sealed(sealed_copy(self, name, data), LocalSealed, self)
         try:
             os.replace(self.path_of(sealed.staged), self.path_of(name))
         except BaseException:
@@ -330,15 +321,15 @@ class LocalStorage:
         """
         name = probe_name()
         try:
-            if not self.put_if_absent(name, b"1"):
-                raise StorageError(f"probe file {self.path_of(name)} existed before it was written")
-            if self.put_if_absent(name, b"2") or self.read_bytes(name) != b"1":
-                raise StorageError(
-                    f"the file system at {self.root} replaced an existing file on a no-clobber publish "
-                    "(link(2) / renameat2(RENAME_NOREPLACE) was not honoured), so a retried or concurrent "
-                    "write could silently replace committed data; lakesink cannot write exactly once "
-                    "there. Put the lake on a POSIX file system (ext4, xfs, ...), HDFS or S3."
-                )
+            check_put_if_absent(
+                self,
+                name,
+                f"file {self.path_of(name)}",
+                f"the file system at {self.root} replaced an existing file on a no-clobber publish "
+                "(link(2) / renameat2(RENAME_NOREPLACE) was not honoured), so a retried or concurrent "
+                "write could silently replace committed data; lakesink cannot write exactly once "
+                "there. Put the lake on a POSIX file system (ext4, xfs, ...), HDFS or S3.",
+            )
         finally:
             quietly(lambda: self.delete(name), f"delete probe file {self.path_of(name)}")
 

@@ -41,7 +41,7 @@ from botocore.exceptions import ClientError
 
 from lakesink.errors import CommitError, StorageError, quietly
 from lakesink.format.names import STAGING_DIR, probe_name
-from lakesink.storage.base import Sealed, StagedEntry, StoredFile, expect_sealed
+from lakesink.storage.base import Sealed, StagedEntry, StoredFile, check_put_if_absent, expect_sealed
 from lakesink.storage.options import s3_client_settings
 from lakesink.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
 from lakesink.storage.s3errors import end_unreachable_first_attempt, error_code, s3_errors
@@ -431,10 +431,7 @@ class S3Storage:
             "write exactly once there. Use a store with conditional writes (AWS S3, MinIO >= 2024)"
         )
         try:
-            if not self.put_if_absent(name, b"1"):
-                raise StorageError(f"probe object {key} existed before it was written")
-            if self.put_if_absent(name, b"2") or self.read_bytes(name) != b"1":
-                raise StorageError(advice.format("PutObject"))
+            check_put_if_absent(self, name, f"object {key}", advice.format("PutObject"))
             staged = self.stage(name)
             staged.write(b"3")
             sealed = staged.seal()

@@ -567,16 +567,7 @@ class Changes:
                     f"log version {version} adds {added.path}, which is live since version "
                     f"{self.added[added.path].added_version}"
                 )
-            self.added[added.path] = LiveFile(
-                added.path,
-                added.rows,
-                added.size,
-                version,
-                writer.id if writer is not None else None,
-                added.batch,
-                added.partition,
-                added.stats,
-            )
+            self.added[added.path] = LiveFile.added(added, version, writer)
 
 
 def merge_file_list(

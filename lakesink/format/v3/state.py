@@ -25,12 +25,14 @@ from typing import Any, Literal
 from lakesink.errors import CommitConflictError, CommitRefusedError, CorruptFileError
 from lakesink.format.v3.commits import (
     HISTOGRAM_BUCKETS,
+    AddFile,
     Commit,
     CommitCounts,
     CommitHeader,
     CommitKind,
     OffsetsCheck,
     PendingCommit,
+    WriterRef,
 )
 
 #: What a check decides: create the commit, or skip it because its effect is in the log already.
@@ -263,6 +265,14 @@ class LiveFile:
     partition: int | None
     stats: Any = None
 
+    @classmethod
+    def added(cls, add: AddFile, version: int, writer: WriterRef | None) -> LiveFile:
+        """The live file ``add`` of the commit at ``version`` (by ``writer``; None for an op)."""
+        return cls(
+            add.path, add.rows, add.size, version, writer.id if writer is not None else None,
+            add.batch, add.partition, add.stats,
+        )  # fmt: skip
+
 
 class LiveFiles:
     """The live files at one version, folded from whole commits.
@@ -291,16 +301,7 @@ class LiveFiles:
         for removed in commit.removes:
             del self._files[removed.path]
         for added in commit.adds:
-            self._files[added.path] = LiveFile(
-                added.path,
-                added.rows,
-                added.size,
-                version,
-                writer.id if writer is not None else None,
-                added.batch,
-                added.partition,
-                added.stats,
-            )
+            self._files[added.path] = LiveFile.added(added, version, writer)
 
     def __len__(self) -> int:
         return len(self._files)
