@@ -365,11 +365,13 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
             checkpoint_interval=args["interval"],
         )
         tag = writer_tag(WRITER)
+        cursor: list[Any] = [None]  # the state the last commit left, as the writer's driver keeps it
 
         def commit3(batch: int) -> None:
-            result = v3.commit(batch, synthetic_files(batch, files, tag))
+            result = v3.commit(batch, synthetic_files(batch, files, tag), state=cursor[0])
             if result.status != "committed":
                 raise RuntimeError(f"batch {batch}: {result.status}")
+            cursor[0] = result.state
 
         return commit3
 

@@ -11,7 +11,10 @@ the baseline the performance target was set with), in phases, each with a progre
 4. profile: where the foreach writer's time goes (profile_writer.py);
 5. reader:  ``read_committed`` vs ``pyarrow.dataset``, and opening tables of 10,000 files / epochs;
 6. memory:  one writer, ONE partition of 1M and of 10M rows;
-7. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
+7. hdfs:    ``format("lakesink")`` against Spark's ``format("parquet")``, both into one
+            MiniDFSCluster on 127.0.0.1 with their checkpoints there too, taking turns
+            (``--sinks`` names it ``hdfs``; ``make hdfs-jars`` builds the cluster, else it is skipped);
+8. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
             open, a writer's first commit, the checkpoint, per-commit latency next to format 2's
             (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
 
@@ -88,12 +91,13 @@ class Progress:
 def plan(args: argparse.Namespace) -> list[str]:
     """The phases this run has, in order."""
     wanted = {
-        "stream": bool(args.sinks),
+        "stream": bool(sinks(args)),
         "small": not args.skip_small and args.small_epochs > 1,
         "wide": not args.skip_wide and not args.skip_s3 and args.wide_files > 0,
         "profile": not args.skip_profile and args.profile_rows > 0,
         "reader": not args.skip_reader,
         "memory": not args.skip_memory and bool(args.memory_rows),
+        "hdfs": "hdfs" in args.sinks.split(","),
         "log-scale": not args.skip_log_scale,
     }
     return [name for name, on in wanted.items() if on]
@@ -112,7 +116,7 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
     memory_rows = [int(r) for r in args.memory_rows.split(",") if r] if "memory" in phases else []
     files: list[Path] = []
     stream_input = work / "input-stream"
-    if "stream" in phases or "memory" in phases:
+    if "stream" in phases or "memory" in phases or "hdfs" in phases:
         total_rows = max([args.rows, *memory_rows])
         print(f"input: {total_rows:,} rows in {base / 'input'} (generated once, then reused)", flush=True)
         files = ensure_input(base / "input", total_rows, args.rows_per_file)
@@ -184,6 +188,13 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         )
         failures.update(found.pop("failures", {}))
         results["memory_one_partition"] = found
+    if "hdfs" in phases:
+        progress.phase(
+            "hdfs", f"{args.rows:,} rows, format('lakesink') vs format('parquet') on one MiniDFSCluster"
+        )
+        found = throughput.hdfs_phase(stream, args.repeats, progress.note)
+        failures.update(found.pop("failures"))
+        results["hdfs"] = found
     if "log-scale" in phases:
         progress.phase(
             "log-scale",
@@ -214,7 +225,8 @@ def sinks(args: argparse.Namespace) -> list[str]:
     unknown = set(chosen) - set(throughput.RUNS)
     if unknown:
         raise SystemExit(f"unknown sink(s) {sorted(unknown)}; choose from {list(throughput.RUNS)}")
-    return [s for s in chosen if not (args.skip_s3 and s == "epoch-s3")]
+    # "hdfs" is a phase of its own (two runs on one MiniDFSCluster), not a run of the stream.
+    return [s for s in chosen if not (args.skip_s3 and s == "epoch-s3") and s != "hdfs"]
 
 
 def spark_conf(args: argparse.Namespace) -> dict[str, str]:

@@ -42,7 +42,10 @@ RUNS = {
     "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
     "epoch-stock": "write_stream with Spark's stock Python worker setup (workers compile pyspark.zip)",
     "foreach": "LakeForeachWriter (row at a time)",
+    "hdfs": "format('lakesink') and Spark's format('parquet') into one MiniDFSCluster, checkpoints too",
 }
+#: The runs of the hdfs phase, in turn on one MiniDFSCluster: the baseline, then lakesink.
+HDFS_RUNS = ("parquet", "format")
 #: What each run kind writes with (the child's ``sink``); epoch-s3, format and submit say so themselves.
 SINK_OF: dict[str, Sink] = {
     "parquet": "parquet",
@@ -293,3 +296,101 @@ def _tolerant(found: dict[str, Any], label: str, note: Callable[[str], None]) ->
     except RunFailed as exc:
         found.setdefault("failures", {})[label] = str(exc)
         note(f"{label} FAILED: {str(exc).splitlines()[0]}")
+
+
+# HDFS -------------------------------------------------------------------------------------------
+
+
+def hdfs_phase(stream: Stream, repeats: int, note: Callable[[str], None]) -> dict[str, Any]:
+    """Spark's parquet sink and ``format("lakesink")``, taking turns on one MiniDFSCluster.
+
+    Both write ``hdfs://`` with their checkpoints there too, as :func:`run_one` runs them on
+    local disk (the baseline in the bench's session, lakesink in a user's plain one). The
+    cluster (``devtools.hdfs``; ``make hdfs-jars`` builds it) runs beside the children, like
+    moto, so its CPU is not the sinks'. Without its jars the phase says so and is skipped.
+    """
+    from devtools.hdfs import HdfsJarsMissing, start_hdfs, stop_hdfs
+
+    try:
+        server = start_hdfs(heap="1g")
+    except HdfsJarsMissing as exc:
+        note(f"hdfs: skipped: {exc}")
+        return {"skipped": str(exc), "failures": {}}
+    from procmem import tree_cpu_seconds
+
+    note(f"MiniDFSCluster {server.url} ready in {server.started_in:.1f} s")
+    runs: dict[str, list[dict[str, Any]]] = {}
+    failures: dict[str, str] = {}
+    try:
+        for attempt in range(repeats):
+            for name in HDFS_RUNS:
+                if f"hdfs-{name}" in failures:
+                    continue
+                label = f"hdfs-{name}{f'-{attempt}' if attempt else ''}"
+                note(f"{label} ({attempt + 1}/{repeats})")
+                cpu = tree_cpu_seconds(server.pid)["total"]
+                try:
+                    figures = _hdfs_run(stream, server.url, name, label)
+                except RunFailed as exc:
+                    failures[f"hdfs-{name}"] = str(exc)
+                    note(f"{label} FAILED: {str(exc).splitlines()[0]}")
+                    continue
+                figures["hdfs_cpu_seconds"] = tree_cpu_seconds(server.pid)["total"] - cpu
+                note(f"{label}: {_rate_line(figures)}")
+                runs.setdefault(name, []).append(figures)
+        rss = server.rss_bytes()
+    finally:
+        stop_hdfs(server)
+    found: dict[str, Any] = {
+        "cluster": {"started_in_seconds": server.started_in, "rss_bytes_after": rss},
+        "sinks": {name: summary(name, rs) for name, rs in runs.items()},
+        "failures": failures,
+    }
+    if len(runs) == len(HDFS_RUNS):
+        base, ours = runs["parquet"], runs["format"]
+        found["vs_parquet"] = {
+            key: ratio(middle([r[key] for r in ours]), middle([r[key] for r in base]))
+            for key in ("rows_per_second", "rows_per_cpu_second", "rows_per_process_second")
+        }
+    return found
+
+
+def _hdfs_run(stream: Stream, namenode: str, name: str, label: str) -> dict[str, Any]:
+    out, chk = f"{namenode}/bench/{label}", f"{namenode}/bench/checkpoints/{label}"
+    if name == "format":
+        spec = stream.spec(label, "format", out, checkpoint=chk, session="plain", spark_conf={})
+        figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
+    else:
+        figures = run_child(stream.spec(label, "parquet", out, checkpoint=chk), stream.work, bench_env(),
+                            stream.rss_interval)  # fmt: skip
+    figures["output_bytes"], figures["output_files"] = output_bytes_hdfs(out)
+    return checked(figures, stream.rows, count_rows_hdfs(name, out), out)
+
+
+def output_bytes_hdfs(root: str) -> tuple[int, int]:
+    """(bytes, files) of the visible Parquet files under ``root`` on HDFS (what plain readers see)."""
+    from lakesink.storage.hdfs import HdfsStorage
+
+    storage = HdfsStorage(root)
+    total = files = 0
+    for status in storage.client.list_status(storage.root, True):
+        parts = status.path[len(storage.root) :].strip("/").split("/")
+        if status.isdir or any(p.startswith(("_", ".")) for p in parts) or not parts[-1].endswith(".parquet"):
+            continue
+        total += status.length
+        files += 1
+    return total, files
+
+
+def count_rows_hdfs(name: str, out: str) -> int:
+    """Rows a reader sees in an HDFS run's output: pyarrow (Spark's sink) or lakesink's reader, no JVM."""
+    if name == "parquet":
+        import pyarrow.dataset as ds
+
+        from lakesink.storage.hdfs import HdfsStorage
+
+        fs, root = HdfsStorage(out).arrow_filesystem()
+        return int(ds.dataset(root, filesystem=fs, format="parquet").count_rows())
+    from lakesink_reader import Lake
+
+    return int(Lake(out).dataset().count_rows())

@@ -45,6 +45,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval")
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
     p.add_argument(
+        "--format-version",
+        type=int,
+        choices=(2, 3),
+        help="epoch mode: the format of a new lake (default: lakesink's); an existing lake keeps its own",
+    )
+    p.add_argument(
         "--partitions",
         type=int,
         default=0,
@@ -75,6 +81,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--source files needs --input DIR")
     if args.source == "kafka":
         check_kafka_args(p, args)
+    if args.continue_writer and args.source != "kafka":
+        p.error("--continue-writer is for --source kafka (continuing from the Kafka offsets a lake records)")
+    if args.format_version is not None and args.mode != "epoch":
+        p.error("--format-version applies to epoch-mode lakes (--mode epoch)")
     if args.rows_per_second < 1:
         p.error(f"--rows-per-second must be >= 1, got {args.rows_per_second}")
     if args.source == "files" and args.input_format == "auto":
@@ -110,10 +120,18 @@ def add_kafka_args(p: argparse.ArgumentParser) -> None:
     k.add_argument(
         "--starting-offsets",
         default="earliest",
-        help="where a new query starts: earliest (default), latest, or JSON such as "
-        '\'{"ev": {"0": 1200, "1": -2}}\' (-2: earliest, -1: latest); a restart from a '
-        "checkpoint continues from the checkpoint instead. 'lake' (continue from the offsets the "
-        "lake records) is not there yet",
+        help="where a new query starts: earliest (default), latest, JSON such as "
+        '\'{"ev": {"0": 1200, "1": -2}}\' (-2: earliest, -1: latest), or lake: where the lake\'s '
+        "writer ended (`lakesink offsets`), continuing that writer (epoch mode, a format-3 lake; "
+        "for a lost or unusable checkpoint). A restart from a checkpoint continues from the "
+        "checkpoint instead",
+    )
+    k.add_argument(
+        "--continue-writer",
+        metavar="ID",
+        help="epoch mode, format-3 lake: the new query continues this writer of the lake (its id or "
+        "16-hex tag) and must start where it ended; with JSON --starting-offsets, or with lake to "
+        "pick one of several writers",
     )
     k.add_argument("--max-offsets-per-trigger", type=int, default=0, help="records per epoch (0: no limit)")
     k.add_argument(
@@ -142,12 +160,17 @@ def check_kafka_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> No
 
     if not args.bootstrap or not args.topic:
         p.error("--source kafka needs --bootstrap HOST:PORT and --topic T")
-    if args.starting_offsets == "lake":
+    if (args.starting_offsets == "lake" or args.continue_writer) and args.mode != "epoch":
         p.error(
-            "--starting-offsets lake (continue from the offsets the lake records) is not there yet: "
-            "it needs lake format v3 (issue 24, item 3); use earliest, latest or JSON offsets"
+            "--starting-offsets lake and --continue-writer continue a writer of a format-3 epoch-mode "
+            "lake (--mode epoch): a foreach lake records no offsets"
         )
-    if args.starting_offsets not in ("earliest", "latest"):
+    if args.continue_writer and args.starting_offsets in ("earliest", "latest"):
+        p.error(
+            "--continue-writer needs the offsets where that writer ended: --starting-offsets lake, or "
+            "the JSON `lakesink offsets` prints"
+        )
+    if args.starting_offsets not in ("earliest", "latest", "lake"):
         try:
             parsed = json.loads(args.starting_offsets)
         except ValueError:
@@ -166,6 +189,102 @@ def check_kafka_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> No
             p.error(f"--kafka-option takes KEY=VALUE, got {pair!r}")
         options[key] = value
     args.kafka_options = options
+
+
+def lake_start(args: argparse.Namespace) -> None:
+    """``--starting-offsets lake``: start where the lake's writer ended, continuing that writer.
+
+    For a query whose checkpoint is lost or unusable (README, "Kafka"): sets
+    ``args.starting_offsets`` to the offsets the lake recorded at the end of the writer's last
+    batch (what ``lakesink offsets`` prints) and ``args.continue_writer`` to that writer, whose
+    continuation lakesink then checks before anything is written. A checkpoint whose query is
+    already a writer of the lake is a plain restart: it continues from its checkpoint, and the
+    lake's offsets are not used. ValueError (the job exits 2) when the lake has none to give or
+    the checkpoint cannot be read.
+    """
+    import json
+
+    from lakesink.spark import checkpoints
+    from lakesink_reader import Lake, NotALakeError, TableNotFoundError
+
+    checkpoint = checkpoints.open_checkpoint(args.checkpoint, args.storage_options)
+    query = None
+    if checkpoint.exists("metadata"):
+        query = checkpoints.query_id(checkpoint)
+        if query is None:
+            raise ValueError(
+                f"the checkpoint at {args.checkpoint} has a metadata file that names no query (damaged, "
+                "or written by another Spark): move the checkpoint away, or delete it, to start a new query "
+                "from the lake's offsets"
+            )
+    try:
+        lake = Lake(args.lake, args.storage_options)
+    except (TableNotFoundError, NotALakeError) as exc:
+        raise ValueError(
+            f"--starting-offsets lake: {exc}; there are no offsets to continue from (start with earliest, "
+            "latest or JSON offsets)"
+        ) from None
+    if lake.mode != "epoch" or lake.metadata.format_version < 3:
+        raise ValueError(
+            f"--starting-offsets lake needs a format-3 epoch-mode lake, and {args.lake} is a format-"
+            f"{lake.metadata.format_version} {lake.mode}-mode lake: it records no writers' offsets "
+            "(`lakesink upgrade` converts a format-2 epoch-mode lake)"
+        )
+    writers = lake.writers()
+    own = next((w for w in writers if w.id == query), None)
+    if own is not None:
+        # Its checkpoint must hold the batch the lake last recorded for it, with the same offsets:
+        # one that lost its offset log would start again at batch 0, which the lake takes for replays.
+        held = checkpoints.batch_end_offsets(checkpoint, own.last_batch)
+        if own.offsets is not None and held != own.offsets:
+            raise ValueError(
+                f"the checkpoint at {args.checkpoint} belongs to writer {own.id} of the lake, but does not "
+                f"hold the offsets the lake recorded for its batch {own.last_batch} (damaged, or not "
+                "readable after a Spark upgrade): move the checkpoint away, or delete it, to continue the "
+                "writer from the lake's offsets"
+            )
+        log.info("the checkpoint's query %s is a writer of the lake: it restarts from its checkpoint", query)
+        args.starting_offsets, args.continue_writer = "earliest", None  # the checkpoint has its offsets
+        return
+    name = args.continue_writer
+    if name:
+        chosen = [w for w in writers if name in (w.id, w.tag)]
+        if not chosen:
+            raise ValueError(
+                f"--continue-writer {name} is not a writer of {args.lake} (its writers: "
+                f"{'; '.join(w.describe() for w in writers) or 'none'})"
+            )
+    else:
+        chosen = [w for w in writers if not w.retired]
+        if len(chosen) != 1:
+            raise ValueError(
+                f"--starting-offsets lake: {args.lake} has {len(chosen)} writers that are not retired"
+                + (f" ({'; '.join(w.describe() for w in chosen)})" if chosen else "")
+                + ": name the one to continue with --continue-writer"
+            )
+    writer = chosen[0]
+    offsets = writer.offsets
+    if not offsets or offsets[0] is None:
+        raise ValueError(
+            f"writer {writer.id} of {args.lake} recorded no source offsets (its checkpoint location was "
+            "not readable by lakesink when it committed): there is nothing to continue from"
+        )
+    if len(offsets) != 1 or not isinstance(offsets[0], dict):
+        raise ValueError(
+            f"writer {writer.id} of {args.lake} read {len(offsets)} source(s) ({json.dumps(offsets)}); this "
+            "job reads one Kafka source: start your own query with those offsets (README, 'Kafka')"
+        )
+    topics = {t.strip() for t in args.topic.split(",")}
+    if set(offsets[0]) != topics:
+        raise ValueError(
+            f"writer {writer.id} of {args.lake} read the topics {sorted(offsets[0])}, and --topic names "
+            f"{sorted(topics)}: a continuation reads the same topics"
+        )
+    args.starting_offsets, args.continue_writer = json.dumps(offsets[0]), writer.id
+    log.info(
+        "continuing writer %s of the lake (last batch %d, version %d) from its offsets %s",
+        writer.id, writer.last_batch, writer.last_version, args.starting_offsets,
+    )  # fmt: skip
 
 
 def kafka_jars(folder: str) -> list[str]:
@@ -298,9 +417,11 @@ class EpochLogger:
     def __init__(self, lake: str, options: dict[str, Any]) -> None:
         self.lake, self.options = lake, options
         self.logged: set[int] = set()
+        self.query_id: str | None = None
 
     def log_new(self, query: Any) -> None:
         """Log the epochs of ``query.recentProgress`` not logged yet."""
+        self.query_id = self.query_id or str(query.id)
         for progress in query.recentProgress:
             if progress["batchId"] not in self.logged:
                 self.logged.add(progress["batchId"])
@@ -315,6 +436,13 @@ class EpochLogger:
 
         try:
             lake = Lake(self.lake, self.options)
+            if lake.version is not None:  # format 3: the version of this query's batch
+                found = (
+                    v.add_files
+                    for v in reversed(lake.versions())
+                    if (v.writer, v.batch) == (self.query_id, epoch)
+                )
+                return next(found, 0)
             if lake.mode == "epoch":
                 record = EpochLog(open_storage(self.lake, self.options)).record(epoch)
                 return len(record.files) if record is not None else 0
@@ -345,8 +473,18 @@ def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> A
     if args.mode == "epoch":
         from lakesink import write_stream
 
+        sink: dict[str, Any] = {}
+        if args.format_version is not None:
+            sink["format_version"] = args.format_version
+        if getattr(args, "continue_writer", None):
+            sink["continue_writer"] = args.continue_writer
         return write_stream(
-            df, args.lake, checkpoint_location=args.checkpoint, storage_options=options, trigger=trigger
+            df,
+            args.lake,
+            checkpoint_location=args.checkpoint,
+            storage_options=options,
+            trigger=trigger,
+            **sink,
         )
     from lakesink import LakeForeachWriter
 
@@ -414,6 +552,8 @@ def cause(error: BaseException) -> str:
 
 def run(args: argparse.Namespace) -> int:
     options = args.storage_options
+    if args.source == "kafka" and args.starting_offsets == "lake":
+        lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
     if args.mode == "epoch":
         import lakesink

@@ -8,7 +8,8 @@ lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
 lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
-lakesink delta-sync PATH [--storage-option k=v ...] [--json]
+lakesink sync-views PATH [--only all|delta|spark] [--check] [--storage-option k=v ...] [--json]
+lakesink delta-sync PATH [--storage-option k=v ...] [--json]        (sync-views --only delta)
 lakesink --version
 """
 
@@ -153,6 +154,7 @@ def _verify(args: argparse.Namespace) -> int:
             "checked": report.checked,
             "problems": [{"name": p.name, "epoch": p.epoch, "problem": p.problem} for p in report.problems],
             "delta_view": report.delta_view,
+            "spark_view": report.spark_view,
         }
         print(json.dumps(doc, indent=2))
     else:
@@ -162,6 +164,8 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"  epoch {p.epoch}: {p.name}: {p.problem}")
         if report.delta_view is not None:
             print(f"  Delta view (_delta_log/, derived): {report.delta_view}")
+        if report.spark_view is not None:
+            print(f"  Spark view (_spark_metadata/, derived): {report.spark_view}")
         if report.problems:
             print(
                 "what to do: README, 'lakesink verify and repairing a lake' (restore the files, or "
@@ -171,18 +175,38 @@ def _verify(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def _delta_sync(args: argparse.Namespace) -> int:
+def _sync_views(args: argparse.Namespace) -> int:
+    """``sync-views`` (and ``delta-sync``: the Delta view only)."""
     from lakesink.format.delta_view import delta_sync
+    from lakesink.format.spark_metadata_view import spark_sync
     from lakesink.storage import open_storage
 
-    report = delta_sync(open_storage(args.path, parse_storage_options(args.storage_option)))
+    storage = open_storage(args.path, parse_storage_options(args.storage_option))
+    only = getattr(args, "only", None) or "delta"
+    write = not getattr(args, "check", False)
+    docs: dict[str, Any] = {}
+    ok = True
+    if only in ("all", "delta"):
+        delta = delta_sync(storage, write=write)
+        docs["delta"] = vars(delta)
+        # (all views: a schema Delta cannot take is a state of the lake, not a failure of the sync)
+        ok = ok and delta.state in ("ok", "absent", *(("unsupported",) if only == "all" else ()))
+        if not args.json:
+            print(f"{delta.path}: Delta view (_delta_log/) {delta.summary()}")
+            print(f"  lake version {delta.lake_version}, view version {delta.view_version}, "
+                  f"{len(delta.written)} commit(s) written")  # fmt: skip
+    if only in ("all", "spark"):
+        spark = spark_sync(storage, write=write)
+        docs["spark"] = vars(spark)
+        ok = ok and spark.state in ("ok", "absent")
+        if not args.json:
+            print(f"{spark.path}: Spark view (_spark_metadata/) {spark.summary()}")
+            print(f"  lake version {spark.lake_version}, view version {spark.view_version} (batch "
+                  f"{spark.batch}), {len(spark.written)} version(s) written")  # fmt: skip
     if args.json:
-        print(json.dumps(vars(report), indent=2))
-    else:
-        print(f"{report.path}: Delta view {report.summary()}")
-        print(f"  lake version {report.lake_version}, view version {report.view_version}, "
-              f"{len(report.written)} commit(s) written")  # fmt: skip
-    return 0 if report.state in ("ok", "absent") else 1
+        legacy = args.command == "delta-sync"  # its report alone, as before sync-views
+        print(json.dumps(docs["delta"] if legacy else docs, indent=2))
+    return 0 if ok else 1
 
 
 def _compact(args: argparse.Namespace) -> int:
@@ -323,6 +347,8 @@ def _status(args: argparse.Namespace) -> int:
           f"{found.running_ops}")  # fmt: skip
     if found.delta_view is not None:
         print(f"  Delta view (_delta_log/, derived): {found.delta_view}")
+    if found.spark_view is not None:
+        print(f"  Spark view (_spark_metadata/, derived): {found.spark_view}")
     return 0
 
 
@@ -456,20 +482,40 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(offsets)
     offsets.set_defaults(run=_offsets)
 
+    views = commands.add_parser(
+        "sync-views",
+        help="format 3: write what the lake's derived views miss (_delta_log/, _spark_metadata/)",
+        description=(
+            "Bring the derived views of a format-3 epoch lake to its latest version: the Delta view "
+            "(_delta_log/: every missing commit from the oldest retained version, and the due "
+            "checkpoint) and the Spark view (_spark_metadata/: the latest version, as a compact batch "
+            "when the view is absent or behind). For lakes written before the views, or without them, "
+            "or whose views were deleted. The views are derived from the lake's own log, never the "
+            "truth. Exit 1 when a view holds content lakesink did not write, or cannot be built."
+        ),
+    )
+    views.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    views.add_argument("--only", choices=("all", "delta", "spark"), default="all", help="the views to sync")
+    views.add_argument("--check", action="store_true", help="check the views; write nothing")
+    _storage_option_argument(views)
+    views.add_argument("--json", action="store_true", help="print the reports as JSON")
+    views.set_defaults(run=_sync_views)
+
     sync = commands.add_parser(
         "delta-sync",
-        help="format 3: write the Delta commits missing from the lake's Delta view (_delta_log/)",
+        help="format 3: write the Delta commits missing from the lake's Delta view (sync-views --only delta)",
         description=(
             "Write every Delta commit missing from the Delta view of a format-3 epoch lake, from its "
             "oldest retained version (lakes written before the view, or without it, or whose view was "
-            "deleted), and check the ones there. The view is derived from the lake's own log, never "
-            "the truth. Exit 1 when the view holds commits lakesink did not write, or cannot be built."
+            "deleted), and check the ones there: `lakesink sync-views --only delta`. The view is derived "
+            "from the lake's own log, never the truth. Exit 1 when the view holds commits lakesink did "
+            "not write, or cannot be built."
         ),
     )
     sync.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     _storage_option_argument(sync)
     sync.add_argument("--json", action="store_true", help="print the report as JSON")
-    sync.set_defaults(run=_delta_sync)
+    sync.set_defaults(run=_sync_views, only="delta")
 
     state = commands.add_parser(
         "status",

@@ -66,6 +66,11 @@ class SinkOptions:
         Format-3 lakes: keep the Delta Lake view ``_delta_log/`` after each commit (one PUT;
         never fails a commit), so deltalake, polars and DuckDB read exactly the committed rows.
         ``.option("delta_log", "false")`` turns it off.
+    spark_metadata
+        Format-3 lakes: keep the Spark view ``_spark_metadata/`` after each commit (one PUT; a
+        compact batch of every live file each 10 versions and after each compaction; never fails
+        a commit), so ``spark.read.parquet(lake)`` reads exactly the committed files.
+        ``.option("spark_metadata", "false")`` turns it off.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -75,6 +80,7 @@ class SinkOptions:
     continue_writer: str | None = None
     continue_offsets: str | None = None
     delta_log: bool = True
+    spark_metadata: bool = True
 
     def __post_init__(self) -> None:
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
@@ -92,6 +98,8 @@ class SinkOptions:
             raise ValueError(f"continue_writer must be a writer's id or tag, got {self.continue_writer!r}")
         if not isinstance(self.delta_log, bool):
             raise TypeError(f"delta_log must be True or False, got {self.delta_log!r}")
+        if not isinstance(self.spark_metadata, bool):
+            raise TypeError(f"spark_metadata must be True or False, got {self.spark_metadata!r}")
         if not isinstance(self.allow_other_queries, bool):
             raise TypeError(f"allow_other_queries must be True or False, got {self.allow_other_queries!r}")
         if self.format_version is not None and (

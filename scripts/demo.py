@@ -1,8 +1,10 @@
-"""`make run` / `make run-s3`: stream files of known rows into a fresh lake with one injected task
-failure, then show what the reader sees.
+"""`make run` / `make run-s3` / `make run-hdfs`: stream files of known rows into a fresh lake with
+one injected task failure, then show what the reader sees.
 
 The local flavour writes ./demo/lake; the S3 flavour starts a moto server on 127.0.0.1, writes
-s3://demo-lake/events through it, and stops the server by PID whatever happens.
+s3://demo-lake/events through it, and stops the server by PID whatever happens. The HDFS flavour
+starts a MiniDFSCluster on 127.0.0.1 (``make hdfs-jars`` builds it), writes
+hdfs://127.0.0.1:PORT/demo/events with Spark's checkpoint on HDFS too, and stops it by PID.
 """
 
 from __future__ import annotations
@@ -23,14 +25,29 @@ from devtools.stream_job import JOB, check_lake, job_args, write_input  # noqa: 
 DEMO = ROOT / "demo"
 
 
-def run_job(lake: str, options: dict[str, Any], args: argparse.Namespace) -> None:
-    args_ = job_args(lake, DEMO / "checkpoint", DEMO / "in", options, args.mode, fail_once_after_rows=300)
+def run_job(
+    lake: str, options: dict[str, Any], args: argparse.Namespace, checkpoint: str | None = None
+) -> None:
+    """Run jobs/stream_to_lake.py; its checkpoint is ./demo/checkpoint unless ``checkpoint`` (a URL).
+
+    The job keeps its injected-failure marker at ``<checkpoint>/_fault_injected`` as a local
+    path; for a URL checkpoint that path is relative, so the job runs in ./demo and the marker
+    lands under ./demo/hdfs:/... (see :func:`fault_marker`).
+    """
+    chk: Any = checkpoint if checkpoint is not None else DEMO / "checkpoint"
+    args_ = job_args(lake, chk, DEMO / "in", options, args.mode, fail_once_after_rows=300)
     cmd = [sys.executable, str(JOB), *args_]
     print("$", " ".join(c if "secret" not in c else c.split("=")[0] + "=***" for c in cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    subprocess.run(cmd, check=True, cwd=DEMO)
 
 
-def report(lake: str, options: dict[str, Any], expected: int) -> int:
+def fault_marker(checkpoint: str | None) -> Path:
+    """Where the job's injected-failure marker is: in the checkpoint folder, or for a URL
+    checkpoint the same path taken as a local one, relative to ./demo (the job's cwd)."""
+    return DEMO / (checkpoint if checkpoint is not None else "checkpoint") / "_fault_injected"
+
+
+def report(lake: str, options: dict[str, Any], expected: int, checkpoint: str | None = None) -> int:
     from lakesink_reader import Lake, SkippedFilesWarning
 
     print()
@@ -52,7 +69,7 @@ def report(lake: str, options: dict[str, Any], expected: int) -> int:
     for w in caught:
         if isinstance(w.message, SkippedFilesWarning):
             print(f"  warning: {w.message}")
-    injected = DEMO / "checkpoint" / "_fault_injected"
+    injected = fault_marker(checkpoint)
     fired = injected.read_text().strip() if injected.exists() else "did not fire"
     print(f"injected task failure: {fired}{' (Spark retried that task)' if injected.exists() else ''}")
     return 0 if ok else 1
@@ -60,7 +77,7 @@ def report(lake: str, options: dict[str, Any], expected: int) -> int:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__)
-    p.add_argument("--target", choices=("local", "s3"), default="local")
+    p.add_argument("--target", choices=("local", "s3", "hdfs"), default="local")
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach")
     p.add_argument("--files", type=int, default=10, help="input files: two make one micro-batch")
     p.add_argument("--rows-per-file", type=int, default=2_000)
@@ -76,6 +93,9 @@ def main() -> int:
         run_job(lake, {}, args)
         return report(lake, {}, expected)
 
+    if args.target == "hdfs":
+        return run_hdfs(args, expected)
+
     from devtools.moto import create_bucket, dev_storage_options, start_moto, stop_moto
 
     server, url = start_moto()
@@ -89,6 +109,27 @@ def main() -> int:
     finally:
         stop_moto(server)
         print(f"stopped moto (pid {server.pid})")
+
+
+def run_hdfs(args: argparse.Namespace, expected: int) -> int:
+    """The demo on a MiniDFSCluster it starts: the lake and Spark's checkpoint both on HDFS."""
+    from devtools.hdfs import start_hdfs, stop_hdfs
+    from lakesink.storage import open_storage
+
+    server = start_hdfs()
+    print(f"MiniDFSCluster {server.url} (pid {server.pid}): ready in {server.started_in:.1f} s, "
+          f"RSS {server.rss_bytes() / 2**20:.0f} MiB", flush=True)  # fmt: skip
+    try:
+        lake, checkpoint = f"{server.url}/demo/events", f"{server.url}/demo/checkpoint"
+        run_job(lake, {}, args, checkpoint)
+        code = report(lake, {}, expected, checkpoint)
+        chk = open_storage(checkpoint)
+        print(f"Spark's checkpoint on HDFS: {checkpoint} ({len(chk.list('commits'))} epochs committed); "
+              f"cluster RSS now {server.rss_bytes() / 2**20:.0f} MiB")  # fmt: skip
+        return code
+    finally:
+        stop_hdfs(server)
+        print(f"stopped the MiniDFSCluster (pid {server.pid})")
 
 
 if __name__ == "__main__":

@@ -4,8 +4,11 @@ Starts a single-node Kafka broker on 127.0.0.1 (devtools/kafka.py; jars from `ma
 kafka-jars`), creates a topic of 3 partitions and produces records into it while
 jobs/stream_to_lake.py (`--source kafka`) streams them into ./demo/kafka-lake. The job is
 killed with -9 (its whole process group) after a few epochs, then restarted from its checkpoint
-with availableNow once the producer is done. The reader then counts the lake's records by
-Kafka (partition, offset) against the topic. The broker is stopped by PID whatever happens.
+with availableNow once the producer is done. With ``--from-lake`` (epoch mode, a format-3
+lake) the checkpoint is deleted after the kill instead, and the job restarts from the offsets
+the lake recorded (``lakesink offsets``; ``--starting-offsets lake``): README's recovery
+procedure. The reader then counts the lake's records by Kafka (partition, offset) against the
+topic. The broker is stopped by PID whatever happens.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def commits() -> int:
     return sum(1 for n in os.listdir(folder) if n.isdigit()) if folder.is_dir() else 0
 
 
-def report(broker: KafkaBroker) -> int:
+def report(broker: KafkaBroker, injected: str | None = None) -> int:
     from lakesink_reader import read_committed
 
     table = read_committed(str(DEMO / "kafka-lake"), columns=["partition", "offset"])
@@ -82,8 +85,9 @@ def report(broker: KafkaBroker) -> int:
         f"topic {TOPIC} holds {len(topic)}: {missing} missing, {duplicated} duplicated "
         f"(counted by Kafka partition and offset)"
     )
-    injected = DEMO / "kafka-checkpoint" / "_fault_injected"
-    print(f"injected task failure: {injected.read_text().strip() if injected.exists() else 'did not fire'}")
+    marker = DEMO / "kafka-checkpoint" / "_fault_injected"
+    injected = injected or (marker.read_text().strip() if marker.exists() else None)
+    print(f"injected task failure: {injected or 'did not fire'}")
     return 0 if missing == 0 and duplicated == 0 and len(pairs) == len(topic) else 1
 
 
@@ -92,7 +96,15 @@ def main() -> int:
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach")
     p.add_argument("--records", type=int, default=30_000)
     p.add_argument("--rate", type=int, default=2_000, help="records a second")
+    p.add_argument(
+        "--from-lake",
+        action="store_true",
+        help="epoch mode: delete the checkpoint after the kill and restart from the lake's offsets",
+    )
     args = p.parse_args()
+    if args.from_lake and args.mode != "epoch":
+        p.error("--from-lake needs --mode epoch (a foreach lake records no offsets)")
+    v3 = ("--format-version", "3") if args.from_lake else ()
     for stale in ("kafka", "kafka-lake", "kafka-checkpoint"):
         shutil.rmtree(DEMO / stale, ignore_errors=True)
     DEMO.mkdir(exist_ok=True)
@@ -108,7 +120,7 @@ def main() -> int:
         producer.start()
         print(f"producing {args.records} records into {TOPIC} (3 partitions), ~{args.rate}/s; "
               f"streaming them in {args.mode} mode", flush=True)  # fmt: skip
-        running = job(broker, args.mode, DEMO / "kafka-run-1.log")
+        running = job(broker, args.mode, DEMO / "kafka-run-1.log", *v3)
         deadline = time.monotonic() + 180
         while commits() < 3 and running.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -122,14 +134,27 @@ def main() -> int:
             flush=True,
         )
         producer.join()
-        print(f"produced {done[0] if done else '?'} records; restarting the job from its checkpoint "
+        restart: tuple[str, ...] = ("--available-now",)
+        injected = None
+        if args.from_lake:
+            marker = DEMO / "kafka-checkpoint" / "_fault_injected"
+            injected = marker.read_text().strip() if marker.exists() else None
+            shutil.rmtree(DEMO / "kafka-checkpoint")
+            offsets = subprocess.run(
+                [sys.executable, "-m", "lakesink.cli", "offsets", str(DEMO / "kafka-lake")],
+                capture_output=True, text=True, check=True,
+            ).stdout.strip()  # fmt: skip
+            print(f"deleted the checkpoint; `lakesink offsets demo/kafka-lake` prints {offsets}", flush=True)
+            restart += ("--starting-offsets", "lake")
+        where = "the lake's offsets" if args.from_lake else "its checkpoint"
+        print(f"produced {done[0] if done else '?'} records; restarting the job from {where} "
               "(availableNow: it stops when it has caught up)", flush=True)  # fmt: skip
-        running = job(broker, args.mode, DEMO / "kafka-run-2.log", "--available-now")
+        running = job(broker, args.mode, DEMO / "kafka-run-2.log", *restart)
         if running.wait(300) != 0:
             print(f"the restarted job failed ({running.returncode}): see demo/kafka-run-2.log")
             return 1
-        print(f"the restarted job caught up: {commits()} epochs in all")
-        return report(broker)
+        print(f"the restarted job caught up: {commits()} epochs in {'its run' if args.from_lake else 'all'}")
+        return report(broker, injected)
     finally:
         if running is not None and running.poll() is None:
             os.killpg(running.pid, signal.SIGKILL)

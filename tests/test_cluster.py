@@ -12,7 +12,10 @@ Selection (every test here is marked ``cluster``):
 - ``pytest -m cluster`` runs all of them: both modes x both storages x both kinds of loss;
 - ``make test`` (``-m "not bench and not long"``) runs a bounded set: the zip check,
   foreach/local/executor-kill and epoch/S3/worker-kill -- each mode, each storage and each
-  kind of loss once. The other six combinations are marked ``long``.
+  kind of loss once. The other six combinations are marked ``long``;
+- HDFS lakes (``-m "cluster and hdfs"``): both modes x both kinds of loss, the lake and Spark's
+  checkpoint on the session's MiniDFSCluster; ``make test`` runs foreach/executor-kill, the
+  other three are marked ``long``.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from devtools.shipping import clean_env, shipped_names
 from devtools.standalone import StandaloneCluster
 from devtools.stream_job import job_args, write_input
 from lakesink.format.names import STAGING_DIR, parse_data_file
+from lakesink.storage import open_storage
 from lakesink_reader import Lake, read_committed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
@@ -49,6 +53,8 @@ HANG_AFTER_ROWS = 5_000
 SUBMIT_CONF = {"spark.sql.execution.arrow.maxRecordsPerBatch": "500", "spark.buffer.size": "8192"}
 #: The bounded set; every other (mode, storage, kill) is marked ``long``.
 BOUNDED = {("foreach", "local", "executor"), ("epoch", "s3", "worker")}
+#: HDFS's bounded case (24 s on a quiet machine, ~70 s at a load average of 10).
+BOUNDED_HDFS = {("foreach", "hdfs", "executor")}
 #: Any sign in the driver's log that it lost an executor and failed the task that ran there.
 LOSS_SIGNS = ("ExecutorLostFailure", "Lost executor", "Executor lost", "exited caused by")
 #: Seconds the processes a killed executor had spawned (Python daemon and workers) get to exit.
@@ -100,8 +106,13 @@ def hung_task(marker: Path) -> Hung | None:
 
 
 def staged_in(lake: str, s3: S3Server | None) -> list[str]:
-    """What storage itself holds of staged data under the lake: ``.uncommitted`` files (local);
-    open multipart uploads and their staging markers (S3)."""
+    """What storage itself holds of staged data under the lake: ``.uncommitted`` files (local,
+    HDFS); open multipart uploads and their staging markers (S3)."""
+    if lake.startswith("hdfs://"):
+        storage = open_storage(lake)
+        if not storage.root_exists():
+            return []
+        return sorted(e.handle for f in ("", "_lakesink", "_lakesink/epochs") for e in storage.staged(f))
     if s3 is None:
         root = Path(lake)
         return sorted(p.name for p in root.rglob("*.uncommitted")) if root.exists() else []
@@ -163,6 +174,19 @@ CASES = [
     for kill in ("executor", "worker")
     for mode in ("foreach", "epoch")
     for storage in ("local", "s3")
+] + [
+    # HDFS (lake and Spark's checkpoint on the session's MiniDFSCluster).
+    pytest.param(
+        mode,
+        "hdfs",
+        kill,
+        id=f"{mode}-hdfs-{kill}-kill",
+        marks=(pytest.mark.hdfs,)
+        if (mode, "hdfs", kill) in BOUNDED_HDFS
+        else (pytest.mark.long, pytest.mark.hdfs),
+    )
+    for kill in ("executor", "worker")
+    for mode in ("foreach", "epoch")
 ]
 
 
@@ -180,7 +204,11 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     s3: S3Server | None = request.getfixturevalue("s3") if storage == "s3" else None
     source = tmp_path / "in"
     expected = write_input(source, files=FILES, rows_per_file=ROWS_PER_FILE)
-    if s3 is None:
+    checkpoint: Any = tmp_path / "chk"
+    if storage == "hdfs":
+        hdfs: str = request.getfixturevalue("hdfs")
+        lake, options, checkpoint = f"{hdfs}/lake", {}, f"{hdfs}/chk"
+    elif s3 is None:
         lake, options = str(tmp_path / "lake"), {}
     else:
         # Credentials as storage options: they travel pickled with the writer (foreach) or in
@@ -190,7 +218,7 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     args = [
         "--hang-marker", str(marker),
         "--hang-after-rows", str(HANG_AFTER_ROWS),
-        *job_args(lake, tmp_path / "chk", source, options, mode, fail_once_after_rows=0),
+        *job_args(lake, checkpoint, source, options, mode, fail_once_after_rows=0),
     ]  # fmt: skip
     running = cluster.start_submit(APP, args, name=f"{mode}-{storage}-{kill}", conf=SUBMIT_CONF)
     spawned: list[procs.Seen] = []

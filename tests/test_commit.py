@@ -18,6 +18,7 @@ from netfaults import Action, FaultProxy, Rule
 
 from lakesink import CommitError, SchemaMismatchError, StorageError
 from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
+from lakesink.config import SinkConfig
 from lakesink.format.log import CommittedFile, EpochLog
 from lakesink.format.names import data_file_name, epoch_checkpoint_name, epoch_record_name
 from lakesink.format.table import ensure_table
@@ -262,6 +263,12 @@ def test_options_of_the_wrong_type_are_named() -> None:
         WriteOptions(compression="zip")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="at least 1 KiB"):
         WriteOptions(dictionary_page_bytes=10)
+    # A level the codec has not: refused where the writer is configured, not in every task.
+    with pytest.raises(ValueError, match=r"compression_level 23 is out of zstd's range -\d+\.\.22"):
+        WriteOptions(compression_level=23)
+    with pytest.raises(ValueError, match=r"compression_level 0 is out of gzip's range 1\.\.9"):
+        SinkConfig.from_options({"path": "/tmp/lake", "compression": "gzip", "compression_level": "0"})
+    assert WriteOptions(compression="snappy").compression_level == 1  # ignored by codecs without levels
 
 
 FULL_DISK = textwrap.dedent(

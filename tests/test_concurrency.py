@@ -197,6 +197,8 @@ def test_two_drivers_on_one_checkpoint_leave_every_row_exactly_once(
         first = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
         try:
             wait_for("first epoch of the first driver", lambda: recorded(s3) >= 1, timeout=180)
+            # The race: the second driver starts while the first is alive with epochs left to do.
+            overlap = (first.poll() is None, recorded(s3))
             zombie = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
             first.wait(400)
         finally:
@@ -208,6 +210,7 @@ def test_two_drivers_on_one_checkpoint_leave_every_row_exactly_once(
         final = subprocess.run(cmd, capture_output=True, text=True, timeout=400, check=False)
     assert final.returncode == 0, final.stderr[-3000:]
     print(f"\nfirst driver: exit {first.returncode}; second: exit {zombie.returncode}; final: exit 0")
+    assert overlap[0] and overlap[1] < 6, f"the drivers did not overlap: {overlap}"
     assert_exactly_once(s3, 6 * ROWS)
     assert readers.reads > 0
 
@@ -233,6 +236,7 @@ def test_orphan_sweeps_looping_beside_a_live_job_delete_nothing_it_needs(
     assert len(sweeps) >= 3
     kept = [k for s in sweeps for k in s["kept"]]
     print(f"\n{len(sweeps)} sweeps beside the job; {len(kept)} times a file of an epoch in flight was kept")
+    assert kept, "no sweep met an epoch in flight: the race this test is about did not happen"
     assert_exactly_once(s3, 6 * ROWS)
     assert readers.reads > 0
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -42,23 +43,26 @@ ORACLE = r"""
 import json, os, sys
 out = {}
 try:
+    import duckdb
+    import polars as pl
     import pyarrow as pa
     import pyarrow.parquet as pq
     from deltalake import DeltaTable, write_deltalake
     path, versions, append = sys.argv[1], json.loads(sys.argv[2]), sys.argv[3] == "1"
-    try:
-        import polars as pl
-    except ImportError:
-        pl = None
+    apps = json.loads(sys.argv[4]) if len(sys.argv) > 4 else []
     for v in versions:
         dt = DeltaTable(path) if v is None else DeltaTable(path, version=v)
         uris = dt.file_uris()
         got = sorted(pq.read_table(uris).column("id").to_pylist()) if uris else []
         names = sorted(os.path.basename(u) for u in uris)
         entry = {"version": dt.version(), "deltalake": got, "files": names}
-        if pl is not None:
-            frame = pl.read_delta(path) if v is None else pl.read_delta(path, version=v)
-            entry["polars"] = sorted(frame["id"].to_list())
+        frame = pl.read_delta(path) if v is None else pl.read_delta(path, version=v)
+        entry["polars"] = sorted(frame["id"].to_list())
+        # DuckDB over deltalake's dataset (DuckDB 2.0's delta extension needs a download).
+        con = duckdb.connect()
+        con.register("view", dt.to_pyarrow_dataset())
+        entry["duckdb"] = sorted(r[0] for r in con.sql("select id from view").fetchall())
+        entry["txn"] = {a: dt.transaction_version(a) for a in apps}
         out[str(v)] = entry
     if append:
         try:
@@ -74,10 +78,21 @@ os._exit(0)
 """
 
 
-def oracle(path: str, versions: list[int | None], *, append: bool = False) -> dict[str, Any]:
-    """deltalake's (and polars') rows at each of ``versions`` (None: the latest), in a subprocess."""
+def oracle(
+    path: str, versions: list[int | None], *, append: bool = False, apps: list[str] | None = None
+) -> dict[str, Any]:
+    """deltalake's, polars' and DuckDB's rows at each of ``versions`` (None: the latest), and
+    deltalake's ``transaction_version`` of each of ``apps``, in a subprocess."""
     done = subprocess.run(
-        [sys.executable, "-c", ORACLE, path, json.dumps(versions), "1" if append else "0"],
+        [
+            sys.executable,
+            "-c",
+            ORACLE,
+            path,
+            json.dumps(versions),
+            "1" if append else "0",
+            json.dumps(apps or []),
+        ],
         capture_output=True,
         text=True,
         timeout=120,
@@ -187,9 +202,7 @@ def test_deltalake_and_polars_read_exactly_the_committed_rows_at_every_version(l
     seen = oracle(lake, versions, append=True)
     for v in versions:
         got = seen[str(v)]
-        assert got["deltalake"] == expected[str(v)], v
-        if "polars" in got:
-            assert got["polars"] == expected[str(v)], v
+        assert got["deltalake"] == got["polars"] == got["duckdb"] == expected[str(v)], v
     assert seen["None"]["version"] == 3
     assert len(seen["3"]["files"]) == 1 and seen["3"]["files"][0].startswith("c")  # the compaction's output
     assert 5000 not in seen["None"]["deltalake"]  # the stray file is not read
@@ -301,8 +314,87 @@ def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
     assert status(lake).delta_view.startswith("unsupported: column 'id' is uint64")  # type: ignore[union-attr]
 
 
+def test_view_checkpoints_are_read_and_versions_before_them_still_are(lake: str, tmp_path: Path) -> None:
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    log = viewed_log(storage, table_id)
+    writer = Writer(log, W1)
+    for i in range(7):
+        writer.append(i * 100)  # versions 0..6: a view checkpoint at 5
+    pq.write_table(  # a stray valid Parquet file with a writer's data-file name
+        pa.Table.from_batches([rows(5000, 7)]),
+        os.path.join(lake, "w1111111111111111-b000000000009-p00000-ffffffffffffffff.parquet"),
+    )
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 7
+    for i in range(8):
+        writer.append(10_000 + i * 100)  # versions 8..15: checkpoints at 10 and 15
+    names = sorted(f.name.rsplit("/", 1)[-1] for f in storage.list("_delta_log"))
+    # Written after their version's commit, then the hint; the one two intervals older is gone.
+    assert [n[:20] for n in names if n.endswith(".checkpoint.parquet")] == [f"{10:020d}", f"{15:020d}"]
+    hint = json.loads(storage.read_bytes("_delta_log/_last_checkpoint"))
+    assert hint["version"] == 15 and hint["numOfAddFiles"] == 1 + 2 * 8 and hint["size"] == 3 + 17
+    versions: list[int | None] = [None, 3, 5, 7, 12]
+    expected = {str(v): ids(read_committed(lake, as_of_version=v)) for v in versions}
+    seen = oracle(lake, versions, apps=[W1])
+    for v in versions:
+        got = seen[str(v)]
+        assert got["deltalake"] == got["polars"] == got["duckdb"] == expected[str(v)], v
+    assert seen["None"]["version"] == 15 and seen["None"]["txn"] == {W1: 14}
+    assert 5000 not in seen["None"]["deltalake"]
+    # The checkpoint alone: a copy without the view commits up to it reads the same.
+    copy = tmp_path / "copy"
+    shutil.copytree(lake, copy)
+    for v in range(16):
+        (copy / delta_commit_name(v)).unlink()
+    alone = oracle(str(copy), [None], apps=[W1])["None"]
+    assert alone["deltalake"] == alone["polars"] == alone["duckdb"] == expected["None"]
+    assert alone["version"] == 15 and alone["txn"] == {W1: 14}
+    # Its adds are the lake's: the sizes, the exact stats, the times of the commits that added them.
+    from_commits = {}
+    for v in range(16):
+        for line in view_bytes(storage, v).splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                from_commits[action["add"]["path"]] = action["add"]
+    checkpoint = pq.read_table(os.path.join(lake, "_delta_log", f"{15:020d}.checkpoint.parquet"))
+    adds = [a for a in checkpoint.column("add").to_pylist() if a is not None]
+    assert len(adds) == 17
+    for a in adds:
+        original = from_commits[a["path"]]
+        assert (a["size"], a["stats"], a["modificationTime"]) == (
+            original["size"],
+            original["stats"],
+            original["modificationTime"],
+        )
+    assert delta_sync(storage, write=False).state == "ok"
+
+
+def test_delta_sync_writes_checkpoints_and_starts_the_view_of_a_vacuumed_lake(lake: str) -> None:
+    from lakesink.maintenance.vacuum import vacuum
+
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    plain = VersionedLog(storage, table_id, checkpoint_interval=5)
+    writer = Writer(plain, W1)
+    for i in range(8):
+        writer.append(i * 100)  # versions 0..7, no view
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 8
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 9 and plain.read_header(0) is None  # the log starts at its checkpoint 5
+    writer.append(1000)  # version 10
+    before = lake_log_digest(storage)
+    report = delta_sync(storage)
+    assert report.state == "ok", report.detail
+    assert report.written == list(range(5, 11)) and report.checkpoints == [5, 10]
+    assert lake_log_digest(storage) == before
+    versions: list[int | None] = [None, 8, 9]
+    seen = oracle(lake, versions)
+    for v in versions:
+        got, expected = seen[str(v)], ids(read_committed(lake, as_of_version=v))
+        assert got["deltalake"] == got["polars"] == got["duckdb"] == expected, v
+    assert delta_sync(storage).written == [] and delta_sync(storage, write=False).state == "ok"
+
+
 @pytest.mark.spark
-def test_a_spark_epoch_writer_keeps_the_view(spark: Any, tmp_path: Path, lake: str) -> None:
+def test_a_spark_epoch_writer_keeps_the_views(spark: Any, tmp_path: Path, lake: str) -> None:
     from test_epoch_v3 import add_input, run
 
     for i in range(3):
@@ -311,8 +403,16 @@ def test_a_spark_epoch_writer_keeps_the_view(spark: Any, tmp_path: Path, lake: s
     assert query.exception() is None
     expected = ids(read_committed(lake))
     assert len(expected) == 150
-    seen = oracle(lake, [None, 0])
-    assert seen["None"]["deltalake"] == expected
+    assert spark.read.parquet(lake).count() == 150  # Spark's own reader, through _spark_metadata/
+    assert status(lake).spark_view == "ok"
+    # A compaction (the lake's own command) and a stray file: every reader still reads the same.
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    stray = pa.table({"id": pa.array(range(7), pa.int64()), "label": pa.array(["stray"] * 7)})
+    pq.write_table(stray, os.path.join(lake, "part-00000-epoch-000000000009-ffffffffffffffff.parquet"))
+    assert spark.read.parquet(lake).count() == 150
+    seen = oracle(lake, [None, 0, 2])
+    assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == expected
     assert seen["0"]["deltalake"] == ids(read_committed(lake, as_of_version=0))
-    assert status(lake).delta_view == "ok" and verify(lake).ok
+    assert seen["2"]["polars"] == expected
+    assert status(lake).delta_view == "ok" and status(lake).spark_view == "ok" and verify(lake).ok
     assert SCHEMA  # (the hand-built lakes' schema; this one is Spark's)

@@ -15,11 +15,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from chaos_hooks import KillPoints, parse_marker
 from faults import start_unchecked
 
 import lakesink
 from lakesink import FormatVersionError, OtherQueryError
+from lakesink.format.names import parse_writer_file
 from lakesink.format.table import read_table_metadata
+from lakesink.format.v3.commits import writer_tag
 from lakesink.format.v3.state import LiveFiles
 from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import verify
@@ -84,6 +87,9 @@ def test_each_batch_is_one_version_and_every_row_lands_once(spark: Any, tmp_path
     ids, live = committed(lake)
     assert ids == list(range(300))
     assert all(f.stats is not None and f.stats["numRecords"] == f.rows for f in live)  # exact stats
+    # Format 3's names say whose batch a file is: w<the query's tag>-b<batch>-p<partition>-...
+    tag = writer_tag(query.id)
+    assert live and all(parse_writer_file(f.path) == (tag, f.batch) for f in live), [f.path for f in live]
     assert not [n for n in os.listdir(lake) if n.endswith(".uncommitted")]
     assert verify(lake).ok
     opened = Lake(lake)
@@ -105,10 +111,16 @@ def test_a_replayed_batch_is_skipped_whole_and_the_lake_keeps_its_format(
     last.unlink()
     (commits / f".{last.name}.crc").unlink(missing_ok=True)
     add_input(tmp_path / "in", 2)
-    query = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    steps = tmp_path / "steps"
+    steps.mkdir()
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk", observer=KillPoints(str(steps), 0))
     assert query.exception() is None, query.exception()
     ids, _ = committed(lake)
     assert ids == list(range(300))  # the replayed batch once, the new one once
+    # The replay's tasks knew batch 1 was in the log (the driver told them): they wrote nothing.
+    published = {parse_marker(n)[1] for n in os.listdir(steps) if n.startswith("after_publish")}
+    records = {parse_marker(n)[1] for n in os.listdir(steps) if n.startswith("before_record")}
+    assert published == {2} and records == {1, 2}, (published, records)
     state = log_of(lake).open()
     assert state.version == 2 and next(iter(state.writers.values())).last_batch == 2
     leftovers = [n for n in os.listdir(lake) if n.endswith(".parquet")]

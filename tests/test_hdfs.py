@@ -241,3 +241,218 @@ def test_both_writer_modes_write_an_hdfs_lake_exactly_once(
     assert open_storage(lake).staged("") == []
     assert main(["verify", lake]) == 0
     assert sorted(read_all(lake).column("id").to_pylist()) == expected
+
+
+# What a real cluster needs: fs.defaultFS from HADOOP_CONF_DIR, the HDFS user ---------------
+
+#: A client process: writes a two-file foreach lake at argv[1] (storage options: JSON argv[2]),
+#: reads it back, prints what it saw as JSON. Run in a process of its own: hdfs-native reads
+#: HADOOP_CONF_DIR when a client is made and HADOOP_USER_NAME at every connection.
+CLIENT = """
+import json, os, sys
+from lakes import SCHEMA, write_file
+from lakesink.format.table import ensure_table
+from lakesink.storage import open_storage
+from lakesink_reader import read_committed
+url, options = sys.argv[1], json.loads(sys.argv[2])
+try:
+    storage = open_storage(url, options)
+    ensure_table(storage, SCHEMA, "foreach")
+    names = [write_file(storage, p, 0, p * 10, 10) for p in range(2)]
+    ids = sorted(read_committed(url, storage_options=options).column("id").to_pylist())
+    owner = storage.client.get_file_info(storage.path_of(names[0])).owner
+    print(json.dumps({"ids": ids, "owner": owner, "path": storage.path_of(names[0]),
+                      "env": os.environ.get("HADOOP_USER_NAME")}))
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+"""
+
+
+def client(url: str, options: dict[str, object] | None = None, **env: str) -> dict[str, object]:
+    """Run CLIENT in a fresh process whose environment has no HADOOP_* but ``env``."""
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("HADOOP_")}
+    tests = str(Path(__file__).resolve().parent)
+    clean["PYTHONPATH"] = os.pathsep.join(p for p in (tests, clean.get("PYTHONPATH")) if p)
+    done = subprocess.run(
+        [sys.executable, "-c", CLIENT, url, json.dumps(options or {})],
+        env={**clean, **env}, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_an_hdfs_url_without_namenode_takes_fs_default_fs_from_hadoop_conf_dir(
+    hdfs_server: HdfsServer, hdfs: str, tmp_path: Path
+) -> None:
+    conf = tmp_path / "hadoop-conf"
+    conf.mkdir()
+    (conf / "core-site.xml").write_text(
+        '<?xml version="1.0"?>\n<configuration>\n  <property><name>fs.defaultFS</name>'
+        f"<value>{hdfs_server.url}</value></property>\n</configuration>\n"
+    )
+    path = "/" + hdfs.split("/", 3)[3] + "/lake"  # /tests/<fresh>/lake
+    seen = client(f"hdfs://{path}", HADOOP_CONF_DIR=str(conf))
+    assert seen["ids"] == list(range(20)), seen
+    # It is the lake at that path on this NameNode, as a client given the address reads it.
+    assert sorted(read_committed_ids(f"{hdfs_server.url}{path}")) == list(range(20))
+    # Without the configuration the URL names no cluster: said, not guessed.
+    seen = client(f"hdfs://{path}/other")
+    assert seen["error"] == "ValueError" and "HADOOP_CONF_DIR" in str(seen["message"]), seen
+
+
+def read_committed_ids(url: str) -> list[int]:
+    from lakesink_reader import read_committed
+
+    return list(read_committed(url).column("id").to_pylist())
+
+
+def test_the_hdfs_user_is_hadoop_user_name_or_the_user_option(hdfs: str) -> None:
+    # The MiniDFSCluster checks permissions (dfs.permissions.enabled): the test process's user
+    # is its superuser, and gives alice and bob each a folder only they may write.
+    admin = open_storage(hdfs)
+    for user in ("alice", "bob"):
+        admin.client.mkdirs(admin.path_of(user), 0o755, True)
+        admin.client.set_owner(admin.path_of(user), user, None)
+        admin.client.set_permission(admin.path_of(user), 0o700)
+
+    as_alice = client(f"{hdfs}/alice/lake", HADOOP_USER_NAME="alice")
+    assert as_alice["ids"] == list(range(20)) and as_alice["owner"] == "alice", as_alice
+
+    as_bob = client(f"{hdfs}/bob/lake", {"user": "bob"})  # the option, with no HADOOP_USER_NAME
+    assert as_bob["ids"] == list(range(20)) and as_bob["owner"] == "bob", as_bob
+    assert as_bob["env"] == "bob"  # set for the process: hdfs-native reads it at every connection
+
+    # The user is the one the NameNode checks: bob may not write alice's lake.
+    denied = client(f"{hdfs}/alice/other", {"user": "bob"})
+    assert denied["error"] == "PermissionError", denied
+    assert "Permission denied: user=bob" in str(denied["message"]) and "\tat org" not in str(
+        denied["message"]
+    )
+    # A process has one HDFS user: an option naming another is refused, not half-applied.
+    clash = client(f"{hdfs}/bob/other", {"user": "bob"}, HADOOP_USER_NAME="alice")
+    assert clash["error"] == "ValueError" and "one user per process" in str(clash["message"]), clash
+    assert not admin.exists("bob/other/_lakesink/table.json")
+
+
+def test_the_user_option_is_checked_and_keys_the_storage_cache() -> None:
+    with pytest.raises(ValueError, match="must be an HDFS user name"):
+        HdfsStorage("hdfs://nn:8020/x", {"user": "two words"})
+    assert open_storage("hdfs://nn:8020/x", {"user": "bob"}) is not open_storage("hdfs://nn:8020/x")
+    assert open_storage("hdfs://nn:8020/x", {"user": "bob"}).user == "bob"  # type: ignore[attr-defined]
+
+
+# A NameNode restarted mid-epoch, under Spark (make chaos) ----------------------------------
+
+
+@pytest.mark.long
+@pytest.mark.chaos
+@pytest.mark.spark
+@pytest.mark.timeout(900)
+def test_a_namenode_restart_mid_epoch_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """An epoch-mode job (lake and checkpoint on HDFS) pauses with epoch 1's files staged; the
+    NameNode is restarted under it (its own MiniDFSCluster, same port, from its edit log). The
+    epoch waits or fails -- a failed job is restarted -- and every row lands exactly once."""
+    import os
+    import random
+    import subprocess
+    import sys
+    import time
+
+    from test_chaos import Harness, committed_ids, kill_group, make_input
+
+    from devtools.hdfs import hdfs_command, start_hdfs, stop_hdfs
+    from lakesink.format.log import EpochLog
+    from lakesink_reader import Lake
+
+    server = start_hdfs()
+    try:
+        lake, checkpoint = f"{server.url}/restart/lake", f"{server.url}/restart/checkpoint"
+        by_file = make_input(tmp_path / "in", files=4)
+        expected = set().union(*by_file.values())
+        harness = Harness(tmp_path, "epoch", lake, {}, {}, checkpoint)
+        markers = tmp_path / "markers"
+        markers.mkdir()
+        cmd = [sys.executable, str(Path(__file__).resolve().parent / "chaos_job.py"), "--mode", "epoch",
+               "--input", str(tmp_path / "in"), "--lake", lake, "--checkpoint", checkpoint,
+               "--partitions", "2", "--fail-every", "0",
+               "--markers", str(markers), "--pause", "1.0"]  # fmt: skip
+        log = tmp_path / "restarted-run.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                deadline = time.monotonic() + 240
+                while not any(m.startswith("before_publish-1-") for m in os.listdir(markers)):
+                    assert proc.poll() is None, log.read_text()[-3000:]
+                    assert time.monotonic() < deadline, "epoch 1 never staged its files"
+                    time.sleep(0.02)
+                # Mid-epoch: epoch 0 committed, epoch 1 staged and not recorded.
+                storage = open_storage(lake)
+                assert EpochLog(storage).has(0) and not EpochLog(storage).has(1)
+                assert proc.poll() is None  # the restart lands under a running job
+                took = hdfs_command(server, "restart-namenode", timeout=120)
+                returncode = proc.wait(300)
+            finally:
+                if proc.poll() is None:
+                    kill_group(proc)
+        restarted_at = [m for m in os.listdir(markers) if m.startswith("before_publish-1-")]
+        causes = [line for line in log.read_text(errors="replace").splitlines() if "Error: " in line]
+        print(f"\nNameNode restarted in {took:.1f} s at {restarted_at}; the job "
+              f"{'rode it out' if returncode == 0 else f'failed ({returncode}): restarting it'}")  # fmt: skip
+        if returncode != 0 and causes:
+            print(f"  cause: {causes[-1].strip()[:300]}")
+        runs = [returncode]
+        while runs[-1] != 0 and len(runs) < 4:
+            outcome = harness.run(None, random.Random(0))
+            print(f"  restart: {outcome}")
+            runs.append(0 if outcome.kind == "finished" else 1)
+        assert runs[-1] == 0, log.read_text()[-3000:]
+        got = committed_ids(lake, {})
+        assert len(got) == len(expected) and set(got) == expected, (
+            f"lost {len(expected - set(got))}, duplicated {len(got) - len(set(got))}"
+        )
+        assert [e.epoch for e in Lake(lake).epochs()] == list(range(len(by_file)))
+        assert harness.leftovers() == {"staged": [], "unrecorded": []}
+    finally:
+        stop_hdfs(server)
+
+
+@pytest.mark.long
+@pytest.mark.chaos
+def test_a_stopped_datanode_fails_the_publish_and_nothing_is_committed() -> None:
+    """With its only DataNode stopped, a file's bytes cannot be written: the write fails (the
+    NameNode still names the dead DataNode), nothing is published under the name, and once the
+    DataNode is back the same name is published with the retry's rows only."""
+    import gc
+
+    from devtools.hdfs import hdfs_command, start_hdfs, stop_hdfs
+
+    def run(server: HdfsServer) -> None:
+        storage = HdfsStorage(f"{server.url}/lake")
+        assert storage.put_if_absent("before.json", b"{}")
+        hdfs_command(server, "stop-datanode")
+        writer = FileWriter(storage, NAME, SCHEMA)
+        writer.write(batch(0, 100_000))  # > 1 MiB: the staged file's bytes go to the dead DataNode
+        with pytest.raises(StorageError, match="cannot reach a DataNode"):
+            writer.publish()  # fails, and discards what it staged
+        assert not storage.exists(NAME) and storage.staged("") == []
+        took = hdfs_command(server, "start-datanode")
+        print(f"\nDataNode back in {took:.1f} s")
+        retry = FileWriter(storage, NAME, SCHEMA)
+        retry.write(batch(1_000, 10))
+        published = retry.publish()
+        assert published is not None and published.won
+        assert ids(storage) == list(range(1_000, 1_010))
+        assert storage.read_bytes("before.json") == b"{}"  # what was there before is untouched
+
+    server = start_hdfs()
+    try:
+        run(server)
+    finally:
+        # hdfs-native clients and writers go while their NameNode is up: one dropped after it is
+        # gone was seen to hold the dropping thread for minutes.
+        gc.collect()
+        stop_hdfs(server)

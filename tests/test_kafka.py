@@ -16,12 +16,21 @@ one broker kill per mode; ``make chaos`` (``LAKESINK_CHAOS_KILLS``) many more, i
 
 Upstream transactions: with ``kafka.isolation.level=read_committed`` no record of an aborted
 transaction reaches the lake.
+
+Restart from the lake (format 3): the checkpoint lost or unusable, ``lakesink offsets`` gives
+the topic's next offsets, continuations that overlap or leave a gap are refused before they
+write, and ``--starting-offsets lake`` continues the writer with every record once. Foreach mode
+on Kafka without a repartition by Kafka partition is refused at ``start()`` (SPARK-28650).
+
+Some tests run a driver of their own with the connector on ``spark.jars`` (the session's
+``spark`` fixture has no connector): ``python tests/test_kafka.py guard|continue ...``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -330,6 +339,277 @@ def test_read_committed_keeps_aborted_transactions_out_of_the_lake(
     assert sorted(values) == sorted(committed)
 
 
+# -- restart from the lake (format 3) -------------------------------------------------------
+
+
+def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int = 3) -> None:
+    """Records ``r<first>`` .. ``r<first + count - 1>``, round-robin over the partitions; acked."""
+    from kafka import KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    try:
+        for n in range(first, first + count):
+            producer.send(topic, f"r{n}".encode(), partition=n % partitions)
+        producer.flush(60)
+    finally:
+        producer.close(30)
+
+
+def next_offsets(kafka: KafkaBroker, topic: str) -> dict[str, int]:
+    """Per partition of ``topic``, the offset after its last record (the next one to read)."""
+    ends: dict[str, int] = {}
+    for partition, offset, _ in topic_records(kafka.bootstrap, topic):
+        ends[str(partition)] = max(ends.get(str(partition), 0), offset + 1)
+    return ends
+
+
+def lake_files(lake: Path) -> dict[str, int]:
+    """Every file under the lake (data, log, table.json), with its size."""
+    return {str(p.relative_to(lake)): p.stat().st_size for p in lake.rglob("*") if p.is_file()}
+
+
+def printed_offsets(lake: Path) -> Any:
+    """What ``lakesink offsets LAKE`` prints (the CLI, in a process of its own), parsed."""
+    import json
+
+    out = subprocess.run(
+        [sys.executable, "-m", "lakesink.cli", "offsets", str(lake)],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(400)
+def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker, tmp_path: Path) -> None:
+    """The recovery procedure of README "Kafka": the lake's offsets, a refused overlap and a
+    refused gap (nothing written; lakesink.write_stream), the continuation with the job's
+    ``--starting-offsets lake`` (every record once), and its restart from its own checkpoint."""
+    import json
+
+    from lakesink_reader import Lake
+
+    topic = f"cont-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 3)
+    produce(kafka.bootstrap, topic, 0, 300)
+    lake, chk = tmp_path / "lake", tmp_path / "chk"
+    began = time.monotonic()
+    epoch3 = ["--format-version", "3", "--available-now", "--max-offsets-per-trigger", "100"]
+    first = Job(job_cmd(kafka, topic, lake, chk, "epoch", *epoch3), tmp_path / "run-1.log")
+    assert first.wait() == 0, first.tail()
+    (old,) = Lake(lake).writers()
+    assert old.last_batch >= 2, f"one batch per 100 records expected, got {old.last_batch + 1}"
+    timings = [f"first run {time.monotonic() - began:.1f} s"]
+
+    # 1. What the lake says: the next offset to read per partition, as startingOffsets takes it.
+    ends = next_offsets(kafka, topic)
+    assert ends == {"0": 100, "1": 100, "2": 100}
+    assert printed_offsets(lake) == {topic: ends}
+    assert Lake(lake).offsets() == [{topic: ends}] == Lake(lake).offsets(old.tag)
+
+    # 2. The checkpoint becomes unusable, as a Spark upgrade can make it: a job asked to start
+    #    from the lake refuses to run on it (before Spark starts), naming what to do.
+    last = old.last_batch
+    (chk / "offsets" / str(last)).write_text('v99\n{"batchWatermarkMs":0}\n{"future":1}')
+    restart = [
+        a for a in job_cmd(kafka, topic, lake, chk, "epoch", "--starting-offsets", "lake") if a != "--verbose"
+    ]
+    damaged = Job(restart, tmp_path / "damaged-offsets.log")
+    assert damaged.wait() == 2, damaged.tail()
+    assert f"does not hold the offsets the lake recorded for its batch {last}" in damaged.tail()
+    (chk / "metadata").write_text("v99\n{}")
+    damaged = Job(restart, tmp_path / "damaged-metadata.log")
+    assert damaged.wait() == 2, damaged.tail()
+    assert "names no query" in damaged.tail() and "move the checkpoint away" in damaged.tail()
+    shutil.rmtree(chk)  # moved away (here: deleted)
+    produce(kafka.bootstrap, topic, 300, 150)  # the topic moves on meanwhile
+
+    # 3. Continuations that do not start where the writer ended are refused before they write
+    #    (lakesink.write_stream, in one Spark session of a process of its own).
+    before = lake_files(lake)
+    cases = {
+        "overlap": (
+            {topic: {**ends, "0": 93}},
+            f"{topic}-0: starts at 93, before 100 (an overlap: rows twice)",
+        ),
+        "gap": ({topic: {**ends, "2": 105}}, f"{topic}-2: starts at 105, after 100 (a gap: rows lost)"),
+    }
+    began = time.monotonic()
+    attempts = {name: json.dumps(start) for name, (start, _) in cases.items()}
+    out = subprocess.run(
+        [sys.executable, __file__, "continue", kafka.bootstrap, topic, str(lake), str(tmp_path), old.id,
+         json.dumps(attempts)],
+        capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    refused = json.loads(out.stdout.strip().splitlines()[-1])
+    for name, (_, complaint) in cases.items():
+        error, files = refused[name]
+        assert complaint in error and "CommitRefusedError" in error, error
+        assert files == before, f"the refused {name} changed the lake"
+    assert [w.id for w in Lake(lake).writers()] == [old.id]
+    timings.append(f"overlap and gap refused in {time.monotonic() - began:.1f} s")
+
+    # 4. The continuation: started where the lake says, continuing the old writer.
+    began = time.monotonic()
+    cont = ["--available-now", "--max-offsets-per-trigger", "100", "--starting-offsets", "lake"]
+    second = Job(job_cmd(kafka, topic, lake, chk, "epoch", *cont), tmp_path / "run-2.log")
+    assert second.wait() == 0, second.tail()
+    assert f"continuing writer {old.id}" in second.tail()
+    timings.append(f"continuation {time.monotonic() - began:.1f} s")
+    got = check_exactly_once(lake, kafka, topic)
+    assert len(got) == 450
+    old_now, new = Lake(lake).writers()
+    assert old_now.id == old.id and old_now.continued_by == new.id and new.continues == old.id
+    assert printed_offsets(lake) == {topic: next_offsets(kafka, topic)}
+
+    # 5. The continuing query restarts from its own checkpoint (the lake's offsets unused).
+    produce(kafka.bootstrap, topic, 450, 30)
+    began = time.monotonic()
+    third = Job(job_cmd(kafka, topic, lake, chk, "epoch", *cont), tmp_path / "run-3.log")
+    assert third.wait() == 0, third.tail()
+    assert "restarts from its checkpoint" in third.tail()
+    timings.append(f"restart {time.monotonic() - began:.1f} s")
+    assert len(check_exactly_once(lake, kafka, topic)) == 480
+    assert [w.id for w in Lake(lake).writers()] == [old.id, new.id]
+    print("\n" + "; ".join(timings))
+
+
+def continuation_driver(
+    bootstrap: str, topic: str, lake: str, workdir: str, writer: str, attempts: str
+) -> Any:
+    """Run in a process of its own (``python tests/test_kafka.py continue ...``): each attempt
+    (name -> startingOffsets JSON) continues ``writer`` with a new checkpoint, through
+    ``lakesink.write_stream``; returns, per attempt, the query's error and the lake's files after it."""
+    import json
+
+    import lakesink
+    from devtools.kafka import CONNECTOR_JARS, jars
+    from devtools.spark import local_session
+
+    spark: Any = local_session("kafka-continue", spark__jars=",".join(str(j) for j in jars(CONNECTOR_JARS)))
+    lakesink.register(spark, warm_up=False)
+    result = {}
+    for name, start in json.loads(attempts).items():
+        df = (
+            spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+            .option("subscribe", topic).option("startingOffsets", start).load()
+            .selectExpr("topic", "partition", "offset", "cast(key as string) key",
+                        "cast(value as string) value", "timestamp")
+        )  # fmt: skip
+        query = lakesink.write_stream(
+            df, lake, checkpoint_location=f"{workdir}/chk-{name}", trigger={"availableNow": True},
+            continue_writer=writer,
+        )  # fmt: skip
+        try:
+            query.awaitTermination(240)
+        except Exception:  # noqa: BLE001 - refused: query.exception() says how
+            pass
+        result[name] = (str(query.exception()), lake_files(Path(lake)))
+    spark.stop()
+    return result
+
+
+# -- foreach mode on Kafka: the guard --------------------------------------------------------
+
+
+def foreach_guard_driver(bootstrap: str, topic: str, workdir: str) -> dict[str, Any]:
+    """Run in a process of its own (``python tests/test_kafka.py guard ...``): a Spark session
+    with the connector, lakesink registered; what the guard makes of foreach writes on Kafka."""
+    import warnings
+
+    from pyspark.sql import functions as F
+
+    import lakesink
+    from devtools.kafka import CONNECTOR_JARS, jars
+    from devtools.spark import local_session
+    from lakesink import LakeForeachWriter
+    from lakesink.spark.preflight import check_foreach_partitioning, kafka_partition_ids
+
+    began = time.monotonic()
+    spark: Any = local_session("kafka-guard", spark__jars=",".join(str(j) for j in jars(CONNECTOR_JARS)))
+    lakesink.register(spark, warm_up=False)
+    kafka = (
+        spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
+        .option("subscribe", topic).option("startingOffsets", "earliest").load()
+        .selectExpr("topic", "partition", "offset", "cast(value as string) value", "timestamp")
+    )  # fmt: skip
+    rate = spark.readStream.format("rate").load()
+    static = spark.range(3).withColumnRenamed("id", "partition")
+    plans = {
+        "kafka": kafka,
+        "hash": kafka.repartition(3, "topic", "partition"),
+        "hash then narrow": kafka.repartition("partition").filter("offset >= 0"),
+        "round robin": kafka.repartition(3),
+        "coalesce": kafka.coalesce(1),
+        "range": kafka.repartitionByRange(3, "partition"),
+        "hash of rand()": kafka.repartition(3, F.rand()),
+        "dropDuplicates": kafka.withWatermark("timestamp", "1 hour").dropDuplicates(["partition", "offset"]),
+        "union with rate": kafka.select("value").union(rate.selectExpr("cast(value as string) value")),
+        "rate": rate,
+        "stream-static join": kafka.join(static, "partition"),
+    }
+    result: dict[str, Any] = {
+        "reach": {
+            name: kafka_partition_ids(df._jdf.queryExecution().analyzed()) for name, df in plans.items()
+        }
+    }
+
+    def start(df: Any, name: str) -> Any:
+        writer = LakeForeachWriter(f"{workdir}/lake-{name}", schema=df.schema)
+        stream = df.writeStream.foreach(writer).option("checkpointLocation", f"{workdir}/chk-{name}")
+        return stream.trigger(availableNow=True).start()
+
+    for name in ("kafka", "round robin"):
+        try:
+            start(plans[name], name.replace(" ", "-")).stop()
+            result[name] = "started"
+        except ValueError as exc:
+            result[name] = str(exc)
+    with warnings.catch_warnings(record=True) as caught:  # (start() would warn the same, then start)
+        warnings.simplefilter("always")
+        check_foreach_partitioning(plans["stream-static join"]._jdf.queryExecution().analyzed)
+    result["join warnings"] = [str(w.message) for w in caught if w.category is RuntimeWarning]
+    result["checked in"] = time.monotonic() - began
+    query = start(plans["hash"], "hash")
+    query.awaitTermination(240)
+    result["hash"] = str(query.exception()) if query.exception() else "done"
+    result["ran in"] = time.monotonic() - began
+    spark.stop()
+    return result
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_foreach_on_kafka_is_refused_without_a_repartition_by_kafka_partition(
+    kafka: KafkaBroker, tmp_path: Path
+) -> None:
+    import json
+
+    topic = f"guard-{uuid.uuid4().hex[:8]}"
+    create_topic(kafka.bootstrap, topic, 3)
+    produce(kafka.bootstrap, topic, 0, 90)
+    out = subprocess.run(
+        [sys.executable, __file__, "guard", kafka.bootstrap, topic, str(tmp_path)],
+        capture_output=True, text=True, timeout=280, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["reach"] == {
+        "kafka": "kafka", "hash": "fixed", "hash then narrow": "fixed", "round robin": "kafka",
+        "coalesce": "kafka", "range": "kafka", "hash of rand()": "kafka", "dropDuplicates": "fixed",
+        "union with rate": "kafka", "rate": "none", "stream-static join": "unknown",
+    }  # fmt: skip
+    for name in ("kafka", "round robin"):
+        assert "SPARK-28650" in result[name] and 'df.repartition(n, "topic", "partition")' in result[name]
+        assert not (tmp_path / f"lake-{name.replace(' ', '-')}").exists()  # refused before it started
+    assert len(result["join warnings"]) == 1 and "cannot tell" in result["join warnings"][0]
+    assert result["hash"] == "done"
+    print(f"\nguard: checks {result['checked in']:.1f} s, the query {result['ran in']:.1f} s into the driver")
+    assert len(check_exactly_once(tmp_path / "lake-hash", kafka, topic)) == 90
+
+
 # -- the job's arguments (no Spark) ---------------------------------------------------------
 
 
@@ -345,7 +625,12 @@ def load_job() -> Any:
     ("args", "complaint"),
     [
         ([], "--source kafka needs --bootstrap HOST:PORT and --topic T"),
-        (["--bootstrap", "h:1", "--topic", "t", "--starting-offsets", "lake"], "is not there yet"),
+        (["--bootstrap", "h:1", "--topic", "t", "--starting-offsets", "lake"], "a foreach lake records no"),
+        (
+            ["--bootstrap", "h:1", "--topic", "t", "--continue-writer", "w", "--mode", "epoch"],
+            "where that writer",
+        ),
+        (["--bootstrap", "h:1", "--topic", "t", "--format-version", "3"], "applies to epoch-mode lakes"),
         (["--bootstrap", "h:1", "--topic", "t", "--starting-offsets", "[1]"], "a JSON object"),
         (["--bootstrap", "h:1", "--topic", "t", "--max-offsets-per-trigger", "-1"], "must be >= 0"),
         (["--bootstrap", "h:1", "--topic", "t", "--kafka-option", "novalue"], "takes KEY=VALUE"),
@@ -362,6 +647,54 @@ def test_kafka_arguments_are_checked(
     assert complaint in capsys.readouterr().err
 
 
+def test_starting_offsets_lake_refuses_what_it_cannot_continue(tmp_path: Path) -> None:
+    """``--starting-offsets lake`` (``lake_start``, before Spark starts): each refusal names why."""
+    from lakes import epoch_lake, v3_table
+
+    from lakesink.format.v3.commits import PendingCommit
+    from lakesink.format.v3.vlog import VersionedLog
+
+    job = load_job()
+
+    def start(lake: Path, *extra: str) -> Any:
+        args = job.parse_args(
+            ["--lake", str(lake), "--checkpoint", str(tmp_path / "chk"), "--source", "kafka",
+             "--mode", "epoch", "--bootstrap", "h:1", "--topic", "ev", "--starting-offsets", "lake", *extra]
+        )  # fmt: skip
+        job.lake_start(args)
+        return args
+
+    with pytest.raises(ValueError, match="no offsets to continue from"):
+        start(tmp_path / "nothing")
+    epoch_lake(str(tmp_path / "v2"))
+    with pytest.raises(ValueError, match=r"needs a format-3 epoch-mode lake.*format-2 epoch-mode"):
+        start(tmp_path / "v2")
+    storage, table_id = v3_table(str(tmp_path / "v3"))
+    log = VersionedLog(storage, table_id)
+    w1, w2 = str(uuid.uuid4()), str(uuid.uuid4())
+    log.commit(
+        PendingCommit.append(writer_id=w1, batch=0, run="run00001", source_offsets=[{"ev": {"0": 7, "1": 9}}])
+    )
+    args = start(tmp_path / "v3")
+    assert (json_of(args.starting_offsets), args.continue_writer) == ({"ev": {"0": 7, "1": 9}}, w1)
+    log.commit(PendingCommit.append(writer_id=w2, batch=0, run="run00002", allow_other_queries=True))
+    with pytest.raises(ValueError, match=r"has 2 writers that are not retired.*--continue-writer"):
+        start(tmp_path / "v3")
+    with pytest.raises(ValueError, match=rf"writer {w2} .* recorded no source offsets"):
+        start(tmp_path / "v3", "--continue-writer", w2)
+    assert (
+        start(tmp_path / "v3", "--continue-writer", w1.replace("-", "")[:16]).continue_writer == w1
+    )  # by tag
+    with pytest.raises(ValueError, match=r"read the topics \['ev'\], and --topic names \['other'\]"):
+        start(tmp_path / "v3", "--continue-writer", w1, "--topic", "other")
+
+
+def json_of(text: str) -> Any:
+    import json
+
+    return json.loads(text)
+
+
 def test_missing_connector_jars_name_make(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(JOB), "--lake", str(tmp_path / "l"), "--checkpoint", str(tmp_path / "c"),
@@ -370,3 +703,12 @@ def test_missing_connector_jars_name_make(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2, out.stdout + out.stderr
     assert "make kafka-jars" in out.stdout and "spark-sql-kafka-0-10" in out.stdout
+
+
+if __name__ == "__main__":  # the drivers that tests run in processes of their own
+    import json
+
+    if sys.argv[1:2] == ["guard"]:
+        print(json.dumps(foreach_guard_driver(*sys.argv[2:5])))
+    elif sys.argv[1:2] == ["continue"]:
+        print(json.dumps(continuation_driver(*sys.argv[2:8])))

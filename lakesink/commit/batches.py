@@ -23,15 +23,17 @@ What happens to this attempt's published files:
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
-from lakesink.format.delta_view import DeltaView
-from lakesink.format.v3.commits import AddFile, Continuation, PendingCommit
+from lakesink.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
+from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
+from lakesink.format.views import derived_views
 from lakesink.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -58,6 +60,9 @@ class BatchCommitter:
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
     delta_log
         Keep the lake's Delta view after each commit (``lakesink.format.delta_view``).
+    spark_metadata
+        Keep the lake's Spark view, ``_spark_metadata/``, after each commit
+        (``lakesink.format.spark_metadata_view``).
     """
 
     def __init__(
@@ -71,6 +76,7 @@ class BatchCommitter:
         checkpoint_interval: int | None = None,
         observer: Observer | None = None,
         delta_log: bool = True,
+        spark_metadata: bool = True,
     ) -> None:
         self.storage = storage
         self.writer_id = writer_id
@@ -81,7 +87,7 @@ class BatchCommitter:
             storage,
             table_id,
             checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL,
-            after_commit=DeltaView(storage, table_id, create=True) if delta_log else None,
+            after_commit=derived_views(storage, table_id, delta_log=delta_log, spark_metadata=spark_metadata),
         )
         self.observer = observer
 
@@ -92,12 +98,27 @@ class BatchCommitter:
         *,
         source_offsets: Any = None,
         continues: Continuation | None = None,
+        state: TableState | None = None,
+        tasks_skipped: bool = False,
     ) -> CommitResult:
         """Commit ``batch`` with this attempt's published ``files`` (see the module docstring).
 
         ``continues``: this writer's first batch takes over from another writer (its start
-        offsets are checked against where that one ended).
+        offsets are checked against where that one ended). ``state``: the state a previous
+        result of this writer left (the cursor): the log validates it and reads only the commits
+        after it. ``tasks_skipped``: some task wrote nothing, taking the batch for a replay;
+        unless the log holds the batch, it is refused rather than committed without their rows.
         """
+        if tasks_skipped:
+            state = self.log.refresh(state) if state is not None else self.log.open()
+            known = state.writers.get(self.writer_id)
+            if known is None or known.last_batch < batch:
+                self._drop(files, listed=(), why=f"batch {batch} has tasks that wrote nothing")
+                raise CommitRefusedError(
+                    f"{self.storage.url}: tasks of batch {batch} of writer {self.writer_id} took it for a "
+                    "replay and wrote nothing, but the log does not hold it (the lake was replaced while "
+                    "the query ran?); nothing of it is committed. Restart the query"
+                )
         pending = PendingCommit.append(
             continues=continues,
             writer_id=self.writer_id,
@@ -109,7 +130,7 @@ class BatchCommitter:
         )
         notify(self.observer, "before_record", batch)
         try:
-            result = self.log.commit(pending)
+            result = self.log.commit(pending, state=state)
         except CommitStateUnknownError:
             raise  # the entry may exist: keep every file; the replay settles it
         except CommitRefusedError:
@@ -128,6 +149,7 @@ class BatchCommitter:
             )  # fmt: skip
             return result
         self._drop(files, listed=self._listed(result), why=f"batch {batch} is already committed")
+        self._check_replayed_offsets(pending, result)
         log.info("batch %d of writer %s was committed before (%s): skipped whole", batch, self.writer_id,
                  result.status)  # fmt: skip
         return result
@@ -148,6 +170,50 @@ class BatchCommitter:
             return
         self._drop(list(files), listed=(), why=f"batch {batch} was aborted")
 
+    def _check_replayed_offsets(self, pending: PendingCommit, result: CommitResult) -> None:
+        """A replay must be of the same batch: CommitRefusedError when the log recorded other
+        source offsets for it. Spark re-plans a batch from its offset log, so a replay has the
+        same offsets -- unless the checkpoint lost its offset and commit logs but kept its
+        ``metadata`` (the query id): Spark then starts again at batch 0 over other input, and
+        skipping those "replays" would drop rows or take others twice, silently."""
+        ref = pending.writer
+        if pending.source_offsets is None or ref is None:
+            return
+        recorded = self._commit_of(ref.batch, result)
+        if recorded is None or recorded.source_offsets is None:
+            return  # vacuumed away, or recorded without offsets: nothing to compare
+        if _canonical(recorded.source_offsets) != _canonical(pending.source_offsets):
+            raise CommitRefusedError(
+                f"{self.storage.url}: batch {ref.batch} of writer {ref.id} was committed at version "
+                f"{recorded.version} with source offsets {_canonical(recorded.source_offsets)}, and this "
+                f"run replays it with {_canonical(pending.source_offsets)}: the query's checkpoint lost "
+                "its offset log but kept its id, so its batches are not the ones the lake holds. "
+                "Nothing of it is committed. Restart from the lake: a new checkpoint, the source "
+                "started at `lakesink offsets`, and continue_writer (README, 'Restart from the lake')"
+            )
+
+    def _commit_of(self, batch: int, result: CommitResult) -> CommitHeader | None:
+        """The header of the commit that holds this writer's ``batch`` (a replay's), or None."""
+        if result.version is not None:
+            return self.log.read_header(result.version)
+        known = result.state.writers.get(self.writer_id)
+        if known is None:
+            return None
+        # An older batch than the writer's last: walk back from its last commit (rare: only a
+        # checkpoint that went back in time replays one).
+        version = known.last_version
+        while version >= known.first_version:
+            header = self.log.read_header(version)
+            if header is None:
+                return None
+            if header.writer is not None and header.writer.id == self.writer_id:
+                if header.writer.batch == batch:
+                    return header
+                if header.writer.batch < batch:
+                    return None
+            version -= 1
+        return None
+
     def _listed(self, result: CommitResult) -> set[str]:
         """The files of the commit that holds the batch, when the result names it (else none)."""
         if result.version is None:
@@ -160,3 +226,7 @@ class BatchCommitter:
         for f in files:
             if f.path not in keep:
                 quietly(lambda f=f: self.storage.delete(f.path), f"delete {f.path} ({why})")  # type: ignore[misc]
+
+
+def _canonical(offsets: Any) -> str:
+    return json.dumps(offsets, sort_keys=True, separators=(",", ":"))

@@ -89,6 +89,16 @@ class WriteOptions:
             raise ValueError(
                 f"unknown compression {self.compression!r}; use one of {list(get_args(Compression))}"
             )
+        if self.compression_level is not None and self.compression in ("zstd", "gzip"):
+            # Checked here, where the writer is configured (the driver), not by every task's
+            # Parquet writer after the query started.
+            low = pa.Codec.minimum_compression_level(self.compression)
+            high = pa.Codec.maximum_compression_level(self.compression)
+            if not low <= self.compression_level <= high:
+                raise ValueError(
+                    f"compression_level {self.compression_level} is out of {self.compression}'s range "
+                    f"{low}..{high}; use a level in it, or None for the codec's default"
+                )
 
 
 @dataclass(frozen=True)

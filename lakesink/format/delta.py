@@ -80,18 +80,7 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
     lines: list[dict[str, Any]] = [{"commitInfo": _commit_info(commit, ms)}]
     if header.version == 0:
         lines.append({"protocol": PROTOCOL})
-        lines.append(
-            {
-                "metaData": {
-                    "id": metadata.table_id,
-                    "format": {"provider": "parquet", "options": {}},
-                    "schemaString": schema_string,
-                    "partitionColumns": [],
-                    "configuration": {},
-                    "createdTime": _ms(metadata.created_at),
-                }
-            }
-        )
+        lines.append({"metaData": _metadata_action(metadata, schema_string)})
     if header.writer is not None:
         lines.append({"txn": {"appId": header.writer.id, "version": header.writer.batch, "lastUpdated": ms}})
     data_change = header.kind == "append"
@@ -120,6 +109,17 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
             add["stats"] = _canonical(a.stats)
         lines.append({"add": add})
     return "".join(_canonical(line) + "\n" for line in lines).encode("utf-8")
+
+
+def _metadata_action(metadata: TableMetadata, schema_string: str) -> dict[str, Any]:
+    return {
+        "id": metadata.table_id,
+        "format": {"provider": "parquet", "options": {}},
+        "schemaString": schema_string,
+        "partitionColumns": [],
+        "configuration": {},
+        "createdTime": _ms(metadata.created_at),
+    }
 
 
 def _commit_info(commit: Commit, ms: int) -> dict[str, Any]:
@@ -249,3 +249,164 @@ def _ms(seconds: float) -> int:
 
 def _canonical(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+# Checkpoints -----------------------------------------------------------------------------------
+
+#: The hint Delta readers read first: ``{"version": c, ...}`` of the newest checkpoint.
+LAST_CHECKPOINT = f"{DELTA_LOG_DIR}/_last_checkpoint"
+
+
+def delta_checkpoint_name(version: int) -> str:
+    """The classic (V1, single-file) checkpoint of view version ``version``."""
+    if version < 0:
+        raise ValueError(f"a Delta version must be >= 0, got {version}")
+    return f"{DELTA_LOG_DIR}/{version:020d}.checkpoint.parquet"
+
+
+def checkpoint_schema() -> pa.Schema:
+    """The Parquet schema of a view checkpoint (Delta PROTOCOL.md, "Checkpoint Schema", V1 spec).
+
+    One column per action kind, a struct each; every row holds one action. ``remove`` is there
+    and always null: the view keeps no tombstones (they serve Delta's VACUUM only, which the
+    fence stops). ``protocol.readerFeatures`` is left out (reader version 1);
+    ``writerFeatures`` is there, as writer version 7 requires.
+    """
+    import pyarrow as pa
+
+    strings = pa.map_(pa.string(), pa.string())
+    return pa.schema(
+        [
+            pa.field(
+                "txn",
+                pa.struct([("appId", pa.string()), ("version", pa.int64()), ("lastUpdated", pa.int64())]),
+            ),
+            pa.field(
+                "add",
+                pa.struct(
+                    [
+                        ("path", pa.string()),
+                        ("partitionValues", strings),
+                        ("size", pa.int64()),
+                        ("modificationTime", pa.int64()),
+                        ("dataChange", pa.bool_()),
+                        ("stats", pa.string()),
+                        ("tags", strings),
+                    ]
+                ),
+            ),
+            pa.field(
+                "remove",
+                pa.struct(
+                    [
+                        ("path", pa.string()),
+                        ("deletionTimestamp", pa.int64()),
+                        ("dataChange", pa.bool_()),
+                        ("extendedFileMetadata", pa.bool_()),
+                        ("partitionValues", strings),
+                        ("size", pa.int64()),
+                    ]
+                ),
+            ),
+            pa.field(
+                "metaData",
+                pa.struct(
+                    [
+                        ("id", pa.string()),
+                        ("name", pa.string()),
+                        ("description", pa.string()),
+                        ("format", pa.struct([("provider", pa.string()), ("options", strings)])),
+                        ("schemaString", pa.string()),
+                        ("partitionColumns", pa.list_(pa.string())),
+                        ("configuration", strings),
+                        ("createdTime", pa.int64()),
+                    ]
+                ),
+            ),
+            pa.field(
+                "protocol",
+                pa.struct(
+                    [
+                        ("minReaderVersion", pa.int32()),
+                        ("minWriterVersion", pa.int32()),
+                        ("writerFeatures", pa.list_(pa.string())),
+                    ]
+                ),
+            ),
+        ]
+    )
+
+
+def delta_checkpoint(
+    metadata: TableMetadata,
+    live: pa.Table,
+    modification_ms: pa.Array[Any],
+    txns: list[tuple[str, int, int]],
+) -> pa.Table:
+    """The rows of the view checkpoint at one version: ``protocol``, ``metaData``, one ``txn``
+    per writer (``(app id, batch, last updated ms)``, sorted by app id), one ``add`` per live file.
+
+    ``live``: the lake's live files at that version (``lakesink.format.v3.checkpoint.LIST_SCHEMA``,
+    sorted by path: ``path``, ``bytes``, ``stats``); ``modification_ms``: per live file, the time
+    (ms) of the lake commit that added it -- what that commit's ``add`` says. Adds carry
+    ``dataChange`` false, as Delta's own checkpoints do.
+    """
+    import pyarrow as pa
+
+    schema = checkpoint_schema()
+    fields = {f.name: f.type for f in schema}
+
+    def rows(column: str, value: pa.Array[Any]) -> pa.Table:
+        return pa.table(
+            {
+                name: (value if name == column else pa.nulls(len(value), type_))
+                for name, type_ in fields.items()
+            },
+            schema=schema,
+        )
+
+    schema_string = _canonical(delta_schema(metadata.schema))
+    meta = _metadata_action(metadata, schema_string)
+    meta_row = {
+        **meta,
+        "name": None,
+        "description": None,
+        "format": {"provider": "parquet", "options": []},
+        "configuration": [],
+    }
+    n = live.num_rows
+    empty_maps = pa.MapArray.from_arrays(
+        pa.array([0] * (n + 1), pa.int64()),  # type: ignore[arg-type]
+        pa.array([], pa.string()),
+        pa.array([], pa.string()),
+    )
+    adds = pa.StructArray.from_arrays(
+        [
+            pa.array([_uri(str(p)) for p in live.column("path").to_pylist()], pa.string()),
+            empty_maps,
+            live.column("bytes").combine_chunks().cast(pa.int64()),
+            modification_ms.cast(pa.int64()),
+            pa.array([False] * n, pa.bool_()),
+            live.column("stats").combine_chunks().cast(pa.string()),
+            pa.nulls(n, fields["add"].field("tags").type),  # type: ignore[attr-defined]
+        ],
+        fields=list(fields["add"]),  # type: ignore[call-overload]
+    )
+    parts = [
+        rows("protocol", pa.array([PROTOCOL], fields["protocol"])),
+        rows("metaData", pa.array([meta_row], fields["metaData"])),
+        rows(
+            "txn",
+            pa.array(
+                [{"appId": a, "version": v, "lastUpdated": t} for a, v, t in sorted(txns)], fields["txn"]
+            ),
+        ),
+        rows("add", adds),
+    ]
+    return pa.concat_tables(parts)
+
+
+def last_checkpoint_doc(version: int, actions: int, adds: int, size: int) -> bytes:
+    """``_delta_log/_last_checkpoint`` for the view checkpoint at ``version``."""
+    doc = {"version": version, "size": actions, "numOfAddFiles": adds, "sizeInBytes": size}
+    return _canonical(doc).encode("utf-8")

@@ -17,19 +17,36 @@ steady state costs the one PUT.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
-from lakesink.format.delta import DeltaViewUnsupported, delta_commit, delta_commit_name, delta_schema
-from lakesink.format.names import META_DIR
+from lakesink.errors import CorruptFileError
+from lakesink.format.delta import (
+    DELTA_LOG_DIR,
+    LAST_CHECKPOINT,
+    DeltaViewUnsupported,
+    delta_checkpoint,
+    delta_checkpoint_name,
+    delta_commit,
+    delta_commit_name,
+    delta_schema,
+    last_checkpoint_doc,
+)
+from lakesink.format.names import META_DIR, TABLE_FILE
 from lakesink.format.table import TableMetadata, read_table_metadata
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
-from lakesink.format.v3.vlog import VersionedLog
+from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
 from lakesink.storage.base import Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +65,9 @@ class _Known:
     stopped: str | None = None
     unsupported: str | None = None
     metadata: TableMetadata | None = None
+    interval: int | None = None
+    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
+    times: dict[int, int] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
 
 
@@ -79,13 +99,30 @@ class DeltaView:
         self.storage = storage
         self.table_id = table_id
         self.create = create
-        self.known = _known(storage, table_id)
-        if metadata is not None and self.known.metadata is None:
-            self.known.metadata = metadata
+        self._given = metadata
+        #: Maintenance ops (``create=False``: compaction, vacuum, through
+        #: ``lakesink.maintenance.compact.open_v3``) also continue the Spark view
+        #: (``_spark_metadata/``), if the lake has one: a compaction is what it must show.
+        self.spark: AfterCommit | None = None
+        if not create:
+            from lakesink.format.spark_metadata_view import SparkView
+
+            self.spark = SparkView(storage, table_id, create=False)
+
+    @property
+    def known(self) -> _Known:
+        """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
+        known = _known(self.storage, self.table_id)
+        if known.metadata is None and self._given is not None:
+            known.metadata = self._given
+        return known
 
     def __call__(self, commit: Commit, state: TableState) -> None:
+        if self.spark is not None:
+            self.spark(commit, state)
+        remember_time(self.known.times, commit)
         try:
-            self._after(commit)
+            self._after(commit, state)
         except Exception:
             log.warning(
                 "updating the Delta view of %s at version %d failed; the lake commit stands, and the "
@@ -95,7 +132,7 @@ class DeltaView:
                 exc_info=True,
             )
 
-    def _after(self, commit: Commit) -> None:
+    def _after(self, commit: Commit, state: TableState) -> None:
         k, v = self.known, commit.version
         if k.unsupported is not None or k.stopped is not None:
             return
@@ -127,7 +164,39 @@ class DeltaView:
                     return
                 if not self._write(older):
                     return
-        self._write(commit)
+                if self._due(u):
+                    self._checkpoint(u, None, vlog)
+        if self._write(commit) and self._due(v):
+            self._checkpoint(v, state, None)
+
+    def _due(self, version: int) -> bool:
+        return version > 0 and version % self._interval() == 0
+
+    def _interval(self) -> int:
+        if self.known.interval is None:
+            self.known.interval = table_interval(self.storage)
+        return self.known.interval
+
+    def _checkpoint(self, version: int, state: TableState | None, vlog: VersionedLog | None) -> None:
+        """The view checkpoint at ``version``, after its commit (derived work: a failure is logged)."""
+        try:
+            write_view_checkpoint(
+                self.storage,
+                self._metadata(),
+                vlog or VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval()),
+                version,
+                state=state,
+                interval=self._interval(),
+                times=self.known.times,
+            )
+        except Exception:
+            log.warning(
+                "writing the Delta view checkpoint of %s at version %d failed; Delta readers read the "
+                "commits instead, and `lakesink delta-sync` writes it",
+                self.storage.url,
+                version,
+                exc_info=True,
+            )
 
     def _gap_start(self, v: int) -> int | None:
         """The first missing version of a view that lacks ``v - 1``, when the gap is small."""
@@ -195,6 +264,238 @@ def _stop_reason(storage: Storage) -> str:
         return f"{STOP_FILE} says the view was touched by a foreign writer"
 
 
+# View checkpoints -----------------------------------------------------------------------------
+
+#: View checkpoints kept: writing one deletes the one this many intervals older (the view is
+#: derived, and its commits are all kept: time travel to older versions reads those).
+KEEP_CHECKPOINTS = 2
+
+
+def table_interval(storage: Storage) -> int:
+    """table.json's ``checkpoint_interval`` N (the lake's checkpoints, and the views' too)."""
+    try:
+        doc = json.loads(storage.read_bytes(TABLE_FILE))
+    except (OSError, ValueError):
+        return DEFAULT_CHECKPOINT_INTERVAL
+    interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
+    return interval if type(interval) is int and interval >= 1 else DEFAULT_CHECKPOINT_INTERVAL
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+#: Commit times a process keeps per lake (a cache: beyond it, headers or older snapshots say).
+MAX_TIMES = 100_000
+
+
+def remember_time(times: dict[int, int], commit: Commit) -> None:
+    """Keep ``commit``'s time (ms) for the snapshots that list its files, in a bounded cache."""
+    if len(times) >= MAX_TIMES:
+        times.clear()
+    times[commit.version] = _ms(commit.header.committed_at)
+
+
+def live_at(storage: Storage, vlog: VersionedLog, version: int, interval: int, files: int | None) -> pa.Table:
+    """The lake's live files at ``version`` (the list of its checkpoint there, or the nearest one
+    below and the commits since), checked against the state's file count ``files``."""
+    from lakesink.format.v3.checkpoint import live_files_table
+
+    live = live_files_table(storage, vlog.table_id, version, interval=interval, read_commit=vlog.read_commit)
+    if files is not None and live.num_rows != files:
+        raise CorruptFileError(
+            f"{storage.url}: {live.num_rows} live file(s) derived at version {version}, the log's state "
+            f"says {files}"
+        )
+    return live
+
+
+def added_times(
+    storage: Storage,
+    vlog: VersionedLog,
+    live: pa.Table,
+    *,
+    times: dict[int, int],
+    prior: Callable[[], dict[str, int] | None] | None = None,
+) -> pa.Array[Any]:
+    """Per live file, the time (ms) of the lake commit that added it: what that commit's view
+    entry says (``modificationTime``). From ``times`` (version -> ms, filled here: a writer's
+    process knows the versions it committed), then ``prior`` (path -> ms from an older snapshot
+    of the view, read only when needed), the commits' headers, and for versions the lake's log no
+    longer holds the Delta view's commit of that version; else the time of the oldest retained
+    lake commit (a rebuilt view of a vacuumed lake: the only time left)."""
+    import pyarrow as pa
+
+    paths = [str(p) for p in live.column("path").to_pylist()]
+    versions = [int(v or 0) for v in live.column("added_version").to_pylist()]
+    known: dict[str, int] = {}
+    if prior is not None and any(v not in times for v in versions):
+        known = prior() or {}
+    need = sorted({v for p, v in zip(paths, versions, strict=True) if v not in times and p not in known})
+    if need:
+        for v, header in zip(need, parallel(vlog.read_header, need), strict=True):
+            if header is not None:
+                times[v] = _ms(header.committed_at)
+        fallback: int | None = None
+        for v in (v for v in need if v not in times):
+            found = _view_commit_ms(storage, v)
+            if found is None:
+                if fallback is None:
+                    fallback = _oldest_commit_ms(storage, vlog)
+                found = fallback
+            times[v] = found
+    out = [times[v] if v in times else known[p] for p, v in zip(paths, versions, strict=True)]
+    return pa.array(out, pa.int64())
+
+
+def _view_commit_ms(storage: Storage, version: int) -> int | None:
+    try:
+        first = storage.read_bytes(delta_commit_name(version)).split(b"\n", 1)[0]
+        return int(json.loads(first)["commitInfo"]["timestamp"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _oldest_commit_ms(storage: Storage, vlog: VersionedLog) -> int:
+    from lakesink.maintenance.sweep import oldest_commit
+
+    oldest = oldest_commit(storage, vlog)
+    header = vlog.read_header(oldest) if oldest is not None else None
+    if header is None:
+        raise CorruptFileError(f"{storage.url}: the lake's log has no commit to date its files by")
+    return _ms(header.committed_at)
+
+
+def view_checkpoints(storage: Storage) -> list[int]:
+    """The versions of the view checkpoints there (a listing of ``_delta_log/``)."""
+    found = []
+    for f in storage.list(DELTA_LOG_DIR):
+        name = f.name.rsplit("/", 1)[-1]
+        if name.endswith(".checkpoint.parquet") and name[:20].isdigit() and len(name) == 39:
+            found.append(int(name[:20]))
+    return sorted(found)
+
+
+def _prior_times(storage: Storage, version: int) -> dict[str, int] | None:
+    """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)."""
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    try:
+        table = pq.read_table(
+            f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", columns=["add"], filesystem=fs
+        )
+    except (OSError, ValueError):
+        return None
+    from urllib.parse import unquote
+
+    out: dict[str, int] = {}
+    for add in table.column("add").to_pylist():
+        if add is not None and add.get("modificationTime") is not None:
+            out[unquote(add["path"])] = int(add["modificationTime"])
+    return out
+
+
+def _hint_version(storage: Storage) -> int | None:
+    try:
+        return int(json.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_view_checkpoint(
+    storage: Storage,
+    metadata: TableMetadata,
+    vlog: VersionedLog,
+    version: int,
+    *,
+    state: TableState | None = None,
+    interval: int | None = None,
+    times: dict[int, int] | None = None,
+) -> bool:
+    """Make sure the view checkpoint at ``version`` exists, then advance ``_last_checkpoint``.
+
+    Only ever after the view's commit ``version`` exists (a checkpoint of a version Delta
+    readers cannot see would be a lie). Built from the lake -- its live files at ``version``
+    (path, size, exact stats), the writers' last batches (``txn``), table.json (``protocol``,
+    ``metaData``) -- never from the view. Written create-if-absent: a checkpoint already there
+    (this process's, another writer's, or a Delta tool's) stands. Then the hint, when it names
+    an older one, and the checkpoint ``KEEP_CHECKPOINTS`` intervals older is deleted.
+    Returns whether this call created it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    interval = interval or table_interval(storage)
+    if not storage.exists(delta_commit_name(version)):
+        raise FileNotFoundError(f"{storage.url}/{delta_commit_name(version)}: no view commit to checkpoint")
+    name = delta_checkpoint_name(version)
+    created = False
+    if not storage.exists(name):
+        state = state if state is not None else vlog.snapshot(at_most=version).state
+        if state.version != version:
+            raise CorruptFileError(
+                f"{storage.url}: the lake's state at version {version} is at {state.version}"
+            )
+        live = live_at(storage, vlog, version, interval, state.counts.files)
+        hint = _hint_version(storage)
+        prior = (
+            functools.partial(_prior_times, storage, hint) if hint is not None and hint < version else None
+        )
+        stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
+        txns = [(w.id, w.last_batch, _ms(w.committed_at)) for w in state.writers.values()]
+        table = delta_checkpoint(metadata, live, stamps, txns)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=65_536, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        created = storage.put_if_absent(name, data)
+        if not created:
+            log.info("%s/%s exists with other bytes (another writer's): kept", storage.url, name)
+        hint_doc = last_checkpoint_doc(version, table.num_rows, live.num_rows, len(data))
+    else:  # there already: the hint needs its row count (``size`` is required), from the footer
+        fs, base = storage.arrow_filesystem()
+        rows = pq.read_metadata(f"{base.rstrip('/')}/{name}", filesystem=fs).num_rows
+        hint_doc = json.dumps({"size": rows, "version": version}, separators=(",", ":")).encode()
+    hint = _hint_version(storage)
+    if hint is None or hint < version:
+        storage.put(LAST_CHECKPOINT, hint_doc)
+    older = version - KEEP_CHECKPOINTS * interval
+    if older > 0 and (version % interval == 0):
+        storage.delete(delta_checkpoint_name(older))
+    if created:
+        log.info("wrote the Delta view checkpoint of %s at version %d", storage.url, version)
+    return created
+
+
+def check_view_checkpoint(storage: Storage, vlog: VersionedLog, version: int, interval: int) -> str | None:
+    """None when the view checkpoint at ``version`` holds exactly the lake's live files there
+    (paths and sizes) and the table's protocol; else what differs."""
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    table = pq.read_table(f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", filesystem=fs)
+    seen: dict[str, int] = {}
+    protocols = []
+    for row in table.select([c for c in ("add", "protocol") if c in table.column_names]).to_pylist():
+        if row.get("add") is not None:
+            seen[unquote(row["add"]["path"])] = int(row["add"]["size"])
+        if row.get("protocol") is not None:
+            protocols.append(row["protocol"])
+    live = live_at(storage, vlog, version, interval, None)
+    expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
+    if seen != expected:
+        extra, lost = len(set(seen) - set(expected)), len(set(expected) - set(seen))
+        return (
+            f"the view checkpoint at version {version} lists other files than the lake ({extra} more, "
+            f"{lost} fewer)"
+        )
+    if len(protocols) != 1 or protocols[0].get("minWriterVersion") != 7:
+        return f"the view checkpoint at version {version} has another protocol: {protocols}"
+    return None
+
+
 # Checking and syncing -------------------------------------------------------------------------
 
 
@@ -205,8 +506,8 @@ class DeltaViewReport:
     ``state``: ``ok`` (the view has every retained lake version, each with lakesink's bytes),
     ``absent`` (no view), ``behind`` (versions missing: ``missing``), ``foreign`` (``foreign``
     versions hold other bytes; writers stopped updating it), ``unsupported`` (the schema has
-    types Delta cannot take), ``needs_checkpoint`` (the view lacks versions the lake has
-    vacuumed away: only a view checkpoint could start it again, not written yet).
+    types Delta cannot take). A view of a lake whose oldest versions are vacuumed starts at a
+    view checkpoint at the oldest retained version.
     """
 
     path: str
@@ -217,6 +518,8 @@ class DeltaViewReport:
     written: list[int] = field(default_factory=list)
     missing: list[int] = field(default_factory=list)
     foreign: list[int] = field(default_factory=list)
+    #: View checkpoints written by this sync.
+    checkpoints: list[int] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -255,13 +558,14 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
         report.state = "absent" if not present else "ok"
         return report
     oldest = oldest_commit(storage, vlog) or 0
-    if oldest > 0 and not all(u in present for u in range(oldest)):
-        report.state = "needs_checkpoint"
-        report.detail = (
-            f"the lake's versions below {oldest} are vacuumed and the view lacks some of them: a view "
-            "checkpoint is needed to start it again (not written by lakesink yet)"
-        )
-        return report
+    interval = table_interval(storage)
+    checkpoints = view_checkpoints(storage)
+    # A lake whose oldest versions are vacuumed: the view cannot hold them, and starts (again)
+    # at a checkpoint at or above the oldest retained version.
+    start_checkpoint: int | None = None
+    vacuumed = oldest > 0 and not all(u in present for u in range(oldest))
+    if vacuumed and not any(c >= oldest for c in checkpoints):
+        start_checkpoint = oldest
     if not present and not write:
         report.state = "absent"
         return report
@@ -302,11 +606,47 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
         report.detail = (
             f"{len(report.missing)} version(s) missing from {report.missing[0]}: run `lakesink delta-sync`"
         )
-    elif write:
-        storage.delete(STOP_FILE)
+    else:
+        _sync_checkpoints(
+            storage, metadata, vlog, report, latest, interval, start_checkpoint, checkpoints, write
+        )
+        if write and report.state == "ok":
+            storage.delete(STOP_FILE)
     forget(storage, metadata.table_id or "")
     report.view_version = max(present | set(report.written)) if present or report.written else None
     return report
+
+
+def _sync_checkpoints(
+    storage: Storage,
+    metadata: TableMetadata,
+    vlog: VersionedLog,
+    report: DeltaViewReport,
+    latest: int,
+    interval: int,
+    start_checkpoint: int | None,
+    checkpoints: list[int],
+    write: bool,
+) -> None:
+    """The view checkpoints: the one a view restarted on a vacuumed lake needs (at its oldest
+    version), the newest due one, and the newest there checked against the lake."""
+    due = latest // interval * interval
+    wanted = sorted({c for c in (start_checkpoint, due) if c is not None and c > 0})
+    wanted = [c for c in wanted if storage.exists(delta_commit_name(c))]  # never without its commit
+    for c in wanted:
+        if c in checkpoints:
+            continue
+        if write:
+            write_view_checkpoint(storage, metadata, vlog, c, interval=interval)
+            report.checkpoints.append(c)
+        elif c == start_checkpoint:
+            report.state = "behind"
+            report.detail = f"the lake's versions below {c} are vacuumed: the view needs a checkpoint at {c}"
+    newest = max([c for c in checkpoints if c <= latest] + report.checkpoints, default=None)
+    if newest is not None and report.state == "ok":
+        problem = check_view_checkpoint(storage, vlog, newest, interval)
+        if problem is not None:
+            report.state, report.foreign, report.detail = "foreign", [newest], problem
 
 
 def check_view(storage: Storage, metadata: TableMetadata, vlog: VersionedLog, latest: int) -> DeltaViewReport:

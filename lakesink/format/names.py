@@ -51,7 +51,13 @@ FileState = Literal["staged", "published", "committed"]
 _DATA_FILE = re.compile(
     r"^part-(?P<partition>\d{5,})-epoch-(?P<epoch>\d{12,})(?:-(?P<writer>[0-9a-f]{8,}))?\.parquet$"
 )
-_STAGED = re.compile(r"^\.(?P<final>part-.+\.parquet)\.(?P<attempt>[0-9a-f]{8,})\.uncommitted$")
+#: Format 3's epoch writer: ``w<tag>-b<batch:012d>-p<partition:05d>-<attempt>.parquet``. The tag
+#: (``lakesink.format.v3.commits.writer_tag``) says whose file it is, so a sweep can settle it
+#: by that writer's last batch, and a writer can find its own files of one batch by prefix.
+_WRITER_FILE = re.compile(
+    r"^w(?P<writer>[0-9a-f]{16})-b(?P<epoch>\d{12,})-p(?P<partition>\d{5,})-(?P<attempt>[0-9a-f]{8,})\.parquet$"
+)
+_STAGED = re.compile(r"^\.(?P<final>(?:part|w)[-0-9a-f].+\.parquet)\.(?P<attempt>[0-9a-f]{8,})\.uncommitted$")
 
 
 @dataclass(frozen=True)
@@ -60,10 +66,11 @@ class DataFileName:
 
     name: str
     partition: int
-    epoch: int
+    epoch: int  # format 3's writer files: the writer's batch
     state: Literal["staged", "published"]
     final_name: str  # the published name (the name itself, for a published file)
-    writer: str | None  # foreach: the query tag; epoch: the task attempt's id
+    # foreach: the query tag; epoch mode, format 2: the task attempt's id; format 3: the writer's tag
+    writer: str | None
 
 
 def new_attempt_id() -> str:
@@ -87,6 +94,17 @@ def data_file_name(partition: int, epoch: int, writer_id: str | None = None) -> 
     return f"part-{partition:05d}-epoch-{epoch:012d}{suffix}{DATA_SUFFIX}"
 
 
+def writer_file_name(tag: str, batch: int, partition: int, attempt_id: str) -> str:
+    """Format 3: the published name of a task attempt's file of batch ``batch`` of the writer
+    tagged ``tag``. Unique to the attempt, so a publish never meets another file; the log, not
+    the name, makes it committed."""
+    if not re.fullmatch(r"[0-9a-f]{16}", tag) or not re.fullmatch(r"[0-9a-f]{8,}", attempt_id):
+        raise ValueError(f"bad writer file name parts: tag {tag!r}, attempt {attempt_id!r}")
+    if partition < 0 or batch < 0:
+        raise ValueError(f"partition and batch must be >= 0, got ({partition}, {batch})")
+    return f"w{tag}-b{batch:012d}-p{partition:05d}-{attempt_id}{DATA_SUFFIX}"
+
+
 def staged_name(final_name: str, attempt_id: str) -> str:
     """Name under which an attempt stages ``final_name``: hidden ('.' first) and '.uncommitted'."""
     return f".{final_name}.{attempt_id}{STAGED_SUFFIX}"
@@ -96,7 +114,7 @@ def parse_data_file(name: str) -> DataFileName | None:
     """Parse a base name at the table root; None for anything that is not a lake data file."""
     staged = _STAGED.match(name)
     final = staged.group("final") if staged else name
-    match = _DATA_FILE.match(final)
+    match = _DATA_FILE.match(final) or _WRITER_FILE.match(final)
     if match is None:
         return None
     return DataFileName(
@@ -107,6 +125,13 @@ def parse_data_file(name: str) -> DataFileName | None:
         final_name=final,
         writer=match.group("writer"),
     )
+
+
+def parse_writer_file(name: str) -> tuple[str, int] | None:
+    """Format 3: (writer tag, batch) of a writer file's published base name (or the final name a
+    storage reports for a staged one); None for any other name."""
+    match = _WRITER_FILE.match(name)
+    return (match.group("writer"), int(match.group("epoch"))) if match else None
 
 
 #: Format 3: leases of running maintenance ops (``<op token>.json``), hints for sweeps, never locks.

@@ -59,6 +59,9 @@ class LakeStatus:
     #: Format-3 epoch lakes: the Delta view's state (``ok``, ``absent``, ``behind: ...``,
     #: ``foreign: ...``, ``unsupported: ...``); None for lakes that have no view.
     delta_view: str | None = None
+    #: Format-3 epoch lakes: the Spark view's state (``ok``, ``absent``, ``behind: ...``,
+    #: ``foreign: ...``); None for lakes that have no view.
+    spark_view: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +105,12 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
         view: str | None = check_view(storage, read_table_metadata(storage), vlog, state.version).summary()
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
         view = f"unknown: {exc!r}"
+    try:
+        from lakesink.format.spark_metadata_view import check_spark_view
+
+        spark_view: str | None = check_spark_view(storage).summary()
+    except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
+        spark_view = f"unknown: {exc!r}"
     small = sum(state.counts.histogram[: size_bucket(SMALL_FILE_BYTES)])
     writers = [
         WriterStatus(
@@ -130,6 +139,7 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
         writers=writers,
         running_ops=len(leases),
         delta_view=view,
+        spark_view=spark_view,
     )
 
 

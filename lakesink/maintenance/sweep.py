@@ -13,8 +13,9 @@ change, so
   it is garbage, removed whatever its age;
 - a published, unrecorded file of an epoch *not* settled may be a commit in flight (its record
   is written next): it is never removed. The replay of that epoch settles it;
-- staged data of a settled epoch (foreach mode: of a (partition, epoch) already published) is
-  a dead or losing attempt's: removed whatever its age;
+- staged data of a settled epoch is a dead or losing attempt's: removed whatever its age. Not
+  in foreach mode, where nothing settles a staged file: one whose (partition, epoch) is
+  published may be the longer retry about to replace a truncated file (``FileWriter.publish``);
 - other staged data may belong to a task that is still writing: removed only when older than
   ``older_than``. If that guess is wrong, the task's publish fails and Spark retries the task;
   nothing committed is touched.
@@ -26,7 +27,6 @@ a multipart object's LastModified is when its upload began.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +44,7 @@ from lakesink.format.names import (
     PROBE_PREFIX,
     parse_compaction_file,
     parse_data_file,
+    parse_writer_file,
 )
 from lakesink.format.table import read_table_metadata
 from lakesink.format.v3.state import TableState
@@ -221,8 +222,9 @@ def sweep(
                 settled = epoch is not None and epoch in recorded_epochs
                 why = f"epoch {epoch} is recorded without it"
             else:
-                settled = staged.name in published
-                why = f"{staged.name} is published by another attempt"
+                # Foreach: a published name does not settle a staged attempt at it, which may
+                # be the longer retry about to replace a truncated file (FileWriter.publish).
+                settled, why = False, ""
             if not settled and (age is None or age < older_than):
                 continue  # may be a live task's: too young to judge
             reason = why if settled else f"staged {age:.0f} s ago, longer than {older_than:g} s"
@@ -279,12 +281,6 @@ def sweep_after_commit(storage: Storage, *, older_than: float) -> SweepReport | 
 
 
 # Format 3: the log-driven sweep shared with vacuum (docs/design/format-v3.md, section 11) --------
-
-#: A writer's data file under format 3's own names (landing step 5 of the design):
-#: ``w<tag>-b<batch:012d>-p<partition:05d>-<attempt>.parquet``.
-_WRITER_FILE = re.compile(
-    r"^w(?P<tag>[0-9a-f]{16})-b(?P<batch>\d{12,})-p(?P<partition>\d{5,})-(?P<attempt>[0-9a-f]{8,})\.parquet$"
-)
 
 
 @dataclass(frozen=True)
@@ -432,9 +428,9 @@ def _producer(state: TableState, name: str) -> tuple[int | None, bool | None, st
                 "once idle for --abandon-older-than)"
             ),
         )
-    match = _WRITER_FILE.match(name)
-    if match is not None:
-        tag, batch = match.group("tag"), int(match.group("batch"))
+    written = parse_writer_file(name)
+    if written is not None:
+        tag, batch = written
         writers = [w for w in state.writers.values() if w.tag == tag]
         if not writers:
             return batch, False, f"no writer of tag {tag} has committed yet: its first batch may be in flight"

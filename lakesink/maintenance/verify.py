@@ -40,10 +40,14 @@ class VerifyReport:
     #: A view a foreign writer touched is a problem (Delta readers may read other rows).
     delta_view: str | None = None
     delta_view_ok: bool = True
+    #: Format-3 epoch lakes: what Spark reads of ``_spark_metadata/`` checked against the lake.
+    #: A view a foreign writer touched is a problem (``spark.read`` may read other rows).
+    spark_view: str | None = None
+    spark_view_ok: bool = True
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.delta_view_ok
+        return not self.problems and self.delta_view_ok and self.spark_view_ok
 
 
 def verify(
@@ -89,6 +93,10 @@ def verify(
 
         view = delta_sync(storage, write=False)
         report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
+        from lakesink.format.spark_metadata_view import spark_sync
+
+        spark = spark_sync(storage, write=False)
+        report.spark_view, report.spark_view_ok = spark.summary(), spark.state != "foreign"
     return report
 
 

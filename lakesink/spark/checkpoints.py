@@ -10,6 +10,16 @@ but Spark keeps both in the checkpoint folder, in formats stable since Spark 2:
   (Kafka's: a NUL byte or not, a version line, then the JSON), written when the query first
   plans batch 0.
 
+Spark's Kafka source (``KafkaMicroBatchStream``, checked against connector 4.2.0 and a real
+broker in tests/test_kafka.py; the v1 ``KafkaSource`` uses the same writer) writes
+``sources/<i>/0`` through its ``KafkaSourceInitialOffsetWriter``: a NUL byte, ``v1``, then
+``{"ev":{"0":100,"1":100}}``, ``startingOffsets`` with -1/-2 resolved to the partitions'
+latest/earliest offsets at that time (and every partition of the subscription named: the
+source refuses specific offsets that leave one out). Its line in ``offsets/<batch>`` is the same
+JSON, the next offset to read per partition at the batch's end: what ``lakesink offsets``
+prints, and what ``startingOffsets`` takes back. Python data sources record no initial offsets
+(their continuations declare them).
+
 A continuation (``continue_writer``: a new query that takes over from a writer whose
 checkpoint was lost, docs/design/format-v3.md section 9) starts where that writer ended: its
 start offsets are the sources' initial offsets, or, for sources that do not record them, the

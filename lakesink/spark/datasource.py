@@ -32,7 +32,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from lakesink.errors import CommitError
 from lakesink.format.log import CommittedFile
-from lakesink.format.names import data_file_name, new_attempt_id
+from lakesink.format.names import data_file_name, new_attempt_id, writer_file_name
+from lakesink.spark.runs import cursor_enabled, run_memo
 from lakesink.spark.workers import freeze_heap_once
 
 if TYPE_CHECKING:
@@ -132,6 +133,7 @@ class LakeSinkDataSource(DataSource):
             table.format_version,
             table.table_id,
             table.checkpoint_interval,
+            committed_through(self.config, table, self.run_token) if table.format_version >= 3 else None,
         )
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -142,23 +144,18 @@ class LakeSinkDataSource(DataSource):
         )
 
 
-_CHECKED: dict[tuple[str, bytes, str], TableMetadata] = {}
-
-
 def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> TableMetadata:
-    """``ensure_table`` once per run of the query in this Python worker, not once per micro-batch.
-
-    Keyed by the run as well as the table: Spark reuses its Python workers across queries, and a
-    lake deleted and written again by a fresh query in the same session needs its table
-    metadata created again (keyed by path alone, the second run committed into a lake with no
-    ``table.json``, which no reader accepts).
-    """
+    """``ensure_table`` once per run of the query in this Python worker, not once per micro-batch
+    (``lakesink.spark.runs``: keyed by the run, so a lake deleted and written again by a fresh
+    query in the same session gets its table metadata created again)."""
     from lakesink.format.table import ensure_table
 
-    key = (config.storage().url, schema.serialize().to_pybytes(), run_token)
-    if key not in _CHECKED:
+    memo = run_memo(config.storage().url, run_token)
+    key = schema.serialize().to_pybytes()
+    if memo.table is None or memo.table_schema != key:
         # check_store: once per run, the store must still honour create-if-absent writes.
-        _CHECKED[key] = ensure_table(
+        memo.table_schema = key
+        memo.table = ensure_table(
             config.storage(),
             schema,
             "epoch",
@@ -166,7 +163,29 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
             format_version=config.sink.format_version,
             checkpoint_interval=config.sink.checkpoint_interval,
         )
-    return _CHECKED[key]
+    return memo.table
+
+
+def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) -> int | None:
+    """Format 3: the last batch the log holds of this query (from its checkpoint's id) when the
+    run planned its first batch; None when unknown. Tasks of a batch at or below it write
+    nothing: a replay, which the driver skips whole. Read once per run: replays come first in
+    a run, and a stale answer only costs a task its wasted write (the driver decides)."""
+    from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
+    from lakesink.spark import checkpoints
+
+    memo = run_memo(config.storage().url, run_token)
+    if memo.committed_through is None and config.checkpoint_location and table.table_id:
+        writer = checkpoints.query_id(
+            checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+        )
+        if writer is None:
+            return None
+        interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
+        state = VersionedLog(config.storage(), table.table_id, checkpoint_interval=interval).open()
+        last = state.writers[writer].last_batch if writer in state.writers else -1
+        memo.committed_through = (writer, last)
+    return memo.committed_through[1] if memo.committed_through else None
 
 
 class LakeStreamWriter(DataSourceStreamArrowWriter):
@@ -180,6 +199,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         format_version: int = 2,
         table_id: str | None = None,
         checkpoint_interval: int | None = None,
+        committed_through: int | None = None,
     ) -> None:
         self.config = config
         self.schema = schema
@@ -187,6 +207,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         self.format_version = format_version  # 3: the versioned log (``lakesink.commit.batches``)
         self.table_id = table_id
         self.checkpoint_interval = checkpoint_interval  # table.json's, format 3
+        # Format 3: this writer's last batch in the log when the run began (replays write nothing).
+        self.committed_through = committed_through
 
     def __repr__(self) -> str:
         return f"LakeStreamWriter({self.config.path!r})"
@@ -207,14 +229,22 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         partition, epoch = ctx.partitionId(), batch_id(ctx)
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         storage = self.config.storage()
-        # Format 2: a replay of a recorded epoch writes nothing. Format 3 leaves replays to the
-        # driver's commit (it skips them whole); a replay's task writes its file once more.
-        if self.format_version < 3 and EpochCommitter(storage, query_id=query_id).committed(epoch):
-            # A replay of a committed epoch: the driver will skip it whole, so write nothing.
+        # A replay of a committed epoch writes nothing: the driver will skip it whole. Format 2
+        # asks its epoch log; format 3 was told by the driver (``committed_through``).
+        if (
+            epoch <= self.committed_through
+            if self.format_version >= 3 and self.committed_through is not None
+            else self.format_version < 3 and EpochCommitter(storage, query_id=query_id).committed(epoch)
+        ):
             for _ in iterator:
                 pass
             return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
-        name = data_file_name(partition, epoch, new_attempt_id())
+        if self.format_version >= 3 and query_id:
+            from lakesink.format.v3.commits import writer_tag
+
+            name = writer_file_name(writer_tag(query_id), epoch, partition, new_attempt_id())
+        else:
+            name = data_file_name(partition, epoch, new_attempt_id())
         writer = FileWriter(
             storage,
             name,
@@ -250,27 +280,39 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         freeze_heap_once()
         ours = _messages(messages, batchId)
         if self.format_version >= 3:
-            batches = self._batches(ours)
-            continues = (
-                continuation(self.config, batches.log.open(), batches.writer_id) if batchId == 0 else None
-            )
-            batches.commit(
-                batchId, _adds(ours), source_offsets=self._source_offsets(batchId), continues=continues
-            )
-            if self.run_token not in _SWEPT:  # once per run, after its first commit: what kills left
-                from lakesink.maintenance.sweep import sweep_after_commit
-
-                sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
-                _SWEPT.add(self.run_token)
+            self._commit_v3(ours, batchId)
             return
-        sweep = self.run_token not in _SWEPT  # once per run of the query, after its first commit
+        memo = run_memo(self.config.storage().url, self.run_token)
         self._committer(ours).commit(
             batchId,
             [f for m in ours for f in m.files],
             source_offsets=self._source_offsets(batchId),
-            sweep_older_than=self.config.sink.staged_cleanup_age if sweep else None,
+            sweep_older_than=None if memo.swept else self.config.sink.staged_cleanup_age,
         )
-        _SWEPT.add(self.run_token)
+        memo.swept = True  # once per run of the query, after its first commit
+
+    def _commit_v3(self, ours: Sequence[EpochCommitMessage], batch: int) -> None:
+        """One batch as one version of the versioned log, from this run's cursor when it has one."""
+        memo = run_memo(self.config.storage().url, self.run_token)
+        batches = self._batches(ours)
+        cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None
+        continues = None
+        if batch == 0:
+            continues = continuation(self.config, batches.log.open(), batches.writer_id)
+        result = batches.commit(
+            batch,
+            _adds(ours),
+            source_offsets=self._source_offsets(batch),
+            continues=continues,
+            state=cursor,
+            tasks_skipped=any(m.skipped for m in ours),
+        )
+        memo.cursor = result.state
+        if not memo.swept:  # once per run, after its first commit: what kills left
+            from lakesink.maintenance.sweep import sweep_after_commit
+
+            sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
+            memo.swept = True
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""
@@ -287,7 +329,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
         return EpochCommitter(
             self.config.storage(),
-            query_id=next((m.query_id for m in messages if m.query_id), None),
+            # Never None: a commit without a query id would skip every ownership check.
+            query_id=self._writer_id(messages),
             checkpoint_interval=self.config.sink.checkpoint_interval,
             observer=self.config.observer,
         )
@@ -306,6 +349,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             checkpoint_interval=self.checkpoint_interval,
             observer=self.config.observer,
             delta_log=self.config.sink.delta_log,
+            spark_metadata=self.config.sink.spark_metadata,
         )
 
     def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:
@@ -413,9 +457,6 @@ def continuation(config: SinkConfig, state: Any, writer: str) -> Any:
     return Continuation(
         old.id, old.last_batch, old.last_version, start, offsets_check_kind(old.offsets, start)
     )
-
-
-_SWEPT: set[str] = set()
 
 
 def batch_id(ctx: Any) -> int:

@@ -26,18 +26,13 @@ import pyarrow as pa
 from lakesink.commit import FileWriter, Observer, WriteOptions
 from lakesink.errors import CommitError, StorageError
 from lakesink.format.names import data_file_name
-from lakesink.format.table import TableMetadata, check_compatible, ensure_table, find_table
+from lakesink.format.table import ensure_table, find_table
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import Storage, open_storage
 from lakesink.storage.options import Redacted, check_storage_options
 
 log = logging.getLogger(__name__)
-
-#: The table this worker process last checked per (url, query tag), and for which epoch: checked
-#: once per epoch, not per task. Not once per process: Spark reuses Python workers, and a lake
-#: deleted while its query was stopped must get its table metadata back when the query resumes.
-_TABLES: dict[tuple[str, str | None], tuple[int | None, TableMetadata]] = {}
 
 
 class LakeForeachWriter:
@@ -202,13 +197,10 @@ class LakeForeachWriter:
         self._file.write(rows_to_batch(rows, self.schema))
 
     def _check_table(self, storage: Storage, schema: pa.Schema) -> None:
-        key = (storage.url, self._tag)
-        checked_epoch, table = _TABLES.get(key, (None, None))
-        if table is None or checked_epoch != self._epoch:
-            table = ensure_table(storage, schema, "foreach", owner_query=self._tag)
-            _TABLES[key] = (self._epoch, table)
-        else:
-            check_compatible(table, schema, "foreach", storage.url)  # this writer's schema may differ
+        # Every task reads table.json (one small read per (partition, epoch) file): remembering
+        # it in the worker process is a cache that a lake deleted and recreated, or another
+        # query in the same reused worker, could trip over.
+        table = ensure_table(storage, schema, "foreach", owner_query=self._tag)
         owner = table.owner_query
         if owner and self._tag and owner != self._tag and not self.allow_other_queries:
             raise CommitError(

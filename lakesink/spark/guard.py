@@ -84,6 +84,8 @@ class PendingWrite:
     output_mode: str | None
     schema: Callable[[], Any] = field(repr=False)  # the stream's StructType, computed when needed
     connect: bool = False
+    #: The stream's analyzed logical plan (a JVM object; classic API only), read when needed.
+    plan: Callable[[], Any] | None = field(default=None, repr=False)
 
     @property
     def is_lakesink(self) -> bool:
@@ -159,6 +161,7 @@ def _classic_pending(writer: Any) -> PendingWrite | None:
         columns,
         None if mode is None else str(mode).lower(),
         lambda: df.schema,
+        plan=lambda: df._jdf.queryExecution().analyzed(),
     )
 
 
@@ -253,6 +256,8 @@ def check_foreach_stream(pending: PendingWrite, foreach_writer: LakeForeachWrite
     if not pending.connect:
         preflight.check_worker_python(pending.spark)
     _check_append(pending, "LakeForeachWriter")
+    if pending.plan is not None:  # over Connect the plan is the server's: not judged
+        preflight.check_foreach_partitioning(pending.plan)
     query = _query_identity(pending, foreach_writer.storage_options)
     _lake_check(pending, lambda: preflight.check_foreach_start(foreach_writer, foreach_writer.schema, query))
 

@@ -10,7 +10,9 @@ checked here instead, once, before anything starts:
   seen from the driver, so only a missing ``PYSPARK_PYTHON`` is warned about);
 - :func:`check_epoch_start` and :func:`check_foreach_start`: the lake fits the stream (a folder,
   not a file; the same mode and schema; the store answers) and belongs to this query, which is
-  known before it starts from the ``metadata`` file in its checkpoint folder (:class:`QueryIdentity`).
+  known before it starts from the ``metadata`` file in its checkpoint folder (:class:`QueryIdentity`);
+- :func:`check_foreach_partitioning`: a foreach write on Spark's Kafka source gets its partition
+  ids from a hash of the rows, not straight from the source (which changes them on restart).
 
 The writers keep their own checks (in tasks, at commit): these only move the usual failures
 to the front.
@@ -25,7 +27,7 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
@@ -309,4 +311,94 @@ def check_foreach_start(writer: LakeForeachWriter, schema: pa.Schema | None, que
             "A new checkpoint re-reads the input from the start: every row would be written again. "
             "Restart from the original checkpoint, or write to a new lake path; if this query writes "
             "different rows, pass LakeForeachWriter(..., allow_other_queries=True)."
+        )
+
+
+# Foreach mode and Kafka ---------------------------------------------------------------------
+
+#: Logical operators under which a row stays in the Spark partition its input row was in, or is
+#: placed by where its input rows were (round-robin, range and coalescing repartitions): what
+#: the Kafka source decides about partition ids reaches the sink through them unchanged.
+_FOLLOW_INPUT = frozenset(
+    {
+        "Project", "Filter", "Union", "SubqueryAlias", "EventTimeWatermark", "ResolvedHint",
+        "MapInArrow", "MapInPandas", "PythonMapInArrow", "MapPartitions", "MapPartitionsInR",
+        "MapPartitionsInRWithArrow", "MapElements", "TypedFilter", "AppendColumns", "Generate",
+        "Expand", "SerializeFromObject", "DeserializeToObject", "Sample", "WithMetadata",
+        "Repartition", "RepartitionByExpression", "RebalancePartitions",
+    }
+)  # fmt: skip
+
+#: Stateful operators: Spark shuffles their input by their keys (a hash of each row's keys).
+_KEYED = frozenset(
+    {
+        "Aggregate", "Deduplicate", "DeduplicateWithinWatermark", "FlatMapGroupsWithState",
+        "FlatMapGroupsInPandasWithState", "TransformWithState", "TransformWithStateInPySpark",
+        "TransformWithStateInPandas",
+    }
+)  # fmt: skip
+
+#: What reaches a sink from a plan (or part of it): Kafka's partition ids ("kafka"), none of them
+#: ("fixed": shuffled by the rows' own columns), cannot tell ("unknown"), or it reads no Kafka.
+_Reach = Literal["kafka", "fixed", "unknown", "none"]
+
+
+def kafka_partition_ids(plan: Any) -> _Reach:
+    """Whether the Spark partition ids a sink sees come straight from a Kafka source in ``plan``
+    (a streaming DataFrame's analyzed logical plan, a py4j object): "kafka"; "fixed" when a
+    deterministic hash repartition (or a stateful operator's shuffle by keys) comes between;
+    "unknown" when an operator lakesink does not know does; "none" without Kafka.
+    """
+    name = str(plan.getClass().getSimpleName())
+    if name.startswith("StreamingRelation"):
+        source = str(plan.sourceName()).lower()  # format("kafka"), or the provider's class name
+        return "kafka" if source == "kafka" or source.endswith(".kafkasourceprovider") else "none"
+    hashed = name == "RepartitionByExpression" and plan.deterministic()
+    if hashed and str(plan.partitioning().getClass().getSimpleName()) == "HashPartitioning":
+        return "fixed"  # each row's partition is a hash of its own columns
+    if name in _KEYED and plan.deterministic():
+        return "fixed"
+    children = plan.children()
+    found: set[_Reach] = {kafka_partition_ids(children.apply(i)) for i in range(children.size())}
+    if name == "Join" and all(children.apply(i).isStreaming() for i in range(children.size())):
+        return "fixed"  # a stream-stream join shuffles both sides by their keys
+    if "kafka" in found and name not in _FOLLOW_INPUT:
+        return "unknown"  # e.g. a stream-static join: broadcast keeps the stream's partitions
+    return next((r for r in ("kafka", "unknown", "fixed") if r in found), "none")  # type: ignore[return-value]
+
+
+def check_foreach_partitioning(plan: Any) -> None:
+    """Refuse a foreach write whose partition ids come straight from Spark's Kafka source.
+
+    The Kafka source does not keep which Spark partition reads which Kafka partition across a
+    restart (it follows the order of the offsets: live from the broker in the first run, parsed
+    from the checkpoint in a replay; SPARK-28650), and a foreach writer needs a replayed epoch
+    to bring the same rows under the same partition id: killed after publishing part of an
+    epoch, a restarted query duplicates one Kafka partition's records and loses another's.
+    ``plan`` is a callable giving the stream's analyzed plan (the JVM's); a plan that cannot be
+    read is not judged. Warns when an operator lakesink does not know stands between.
+    """
+    try:
+        reach = kafka_partition_ids(plan())
+    except Exception:  # noqa: BLE001 - another Spark's plan: the writer's own guarantees apply
+        return
+    fix = (
+        'repartition the stream by the Kafka partition before the writer -- df.repartition(n, "topic", '
+        '"partition"), with the same n at every restart -- or write in epoch mode (format("lakesink") '
+        "or lakesink.write_stream), which needs nothing of the kind (README, 'Kafka')"
+    )
+    if reach == "kafka":
+        raise ValueError(
+            "LakeForeachWriter on Spark's Kafka source without a repartition: which Spark partition reads "
+            "which Kafka partition changes across a restart (SPARK-28650), and a foreach writer needs a "
+            "replayed epoch to bring the same rows under the same partition id -- a query killed "
+            "mid-epoch would, restarted, write one Kafka partition's records twice and lose another's. "
+            f"To write exactly once, {fix}"
+        )
+    if reach == "unknown":
+        warn_at_caller(
+            "LakeForeachWriter on Spark's Kafka source: lakesink cannot tell whether the operators between "
+            "the source and the writer keep each record under the same Spark partition id across a restart, "
+            f"which a foreach writer needs for exactly once (SPARK-28650). If they do not, {fix}",
+            RuntimeWarning,
         )

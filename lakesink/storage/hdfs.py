@@ -16,9 +16,17 @@ length and modification time the sealed file had; a rename keeps both) is our su
 source still there with the destination free is a rename that never happened, tried again.
 
 Paths: ``hdfs://namenode:port/path`` names the NameNode; ``hdfs:///path`` takes
-``fs.defaultFS`` from ``$HADOOP_CONF_DIR`` (core-site.xml, hdfs-site.xml: HA nameservices
-too). The user is the process's user, or ``HADOOP_USER_NAME`` (simple authentication).
-``storage_options={"config": {...}}`` adds Hadoop configuration keys.
+``fs.defaultFS`` from ``$HADOOP_CONF_DIR`` (else ``$HADOOP_HOME/etc/hadoop``): hdfs-native
+reads ``core-site.xml`` and ``hdfs-site.xml`` there (HA nameservices too) when a client is made,
+in each process that makes one. ``storage_options={"config": {...}}`` adds Hadoop configuration
+keys over those files.
+
+The user (simple authentication): ``HADOOP_USER_NAME``, else the process's user. hdfs-native
+reads ``HADOOP_USER_NAME`` each time it opens a NameNode connection (a reconnect too) and its
+Python API takes no user, so ``storage_options={"user": "name"}`` sets ``HADOOP_USER_NAME`` for
+the whole process when a client is first made -- and refuses (ValueError) when the process
+already has another one: one process, one HDFS user. The option travels with the writer, so
+Spark's Python workers take it too; Spark's own checkpoint writes use the JVM's user.
 """
 
 from __future__ import annotations
@@ -33,12 +41,13 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
-from hdfs_native import Client, FileStatus, WriteOptions
+from hdfs_native import Client, FileStatus, FileWriter, WriteOptions
 
-from lakesink.errors import CommitError, StorageError, quietly
+from lakesink.errors import CommitError, StorageError, log, quietly
 from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
 from lakesink.storage.base import (
     Sealed,
@@ -55,7 +64,10 @@ if TYPE_CHECKING:
     import pyarrow.fs
 
 HDFS_SCHEMES = ("hdfs", "viewfs")
-HDFS_OPTIONS = ("config",)
+HDFS_OPTIONS = ("config", "user")
+USER_ENV = "HADOOP_USER_NAME"
+USER_KEY = "lakesink.user"  # the user option, in the settings (see hdfs_settings)
+_USER_LOCK = threading.Lock()
 _STAGED = re.compile(r"^\.(?P<final>.+)\.(?P<attempt>[0-9a-f]{8,})" + re.escape(STAGED_SUFFIX) + "$")
 #: Writes reach hdfs-native in pieces of about this size (pyarrow writes many small pieces).
 _BUFFER = 1 << 20
@@ -81,7 +93,11 @@ class HdfsSealed(Sealed):
 
 
 def hdfs_settings(options: object, url: str) -> dict[str, str]:
-    """The Hadoop configuration from ``storage_options`` (``{"config": {key: value}}``)."""
+    """The Hadoop configuration from ``storage_options`` (``{"config": {key: value}}``).
+
+    The ``user`` option stands in it as ``lakesink.user`` (hdfs-native ignores keys it does not
+    know): open_storage's cache keys on these settings, so lakes opened as two users differ.
+    """
     given = check_storage_options(options, url)
     unknown = sorted(set(given) - set(HDFS_OPTIONS))
     if unknown:
@@ -91,7 +107,38 @@ def hdfs_settings(options: object, url: str) -> dict[str, str]:
         raise TypeError(
             f"storage_options 'config' for {url} must be a dict of Hadoop configuration keys to values"
         )
-    return {key: str(value) for key, value in config.items()}
+    settings = {key: str(value) for key, value in config.items()}
+    user = hdfs_user(options, url)
+    if user is not None:
+        settings[USER_KEY] = user
+    return settings
+
+
+def hdfs_user(options: object, url: str) -> str | None:
+    """The ``user`` storage option: a non-empty name without whitespace, or None."""
+    user = check_storage_options(options, url).get("user")
+    if user is None:
+        return None
+    if not isinstance(user, str) or not user or any(c.isspace() for c in user):
+        raise ValueError(f"storage_options 'user' for {url} must be an HDFS user name, got {user!r}")
+    return user
+
+
+def pin_user(user: str, url: str) -> None:
+    """Make ``user`` this process's HDFS user (``HADOOP_USER_NAME``); ValueError if it has another.
+
+    hdfs-native reads the variable at every NameNode connection, so it cannot be set for one
+    client only: it is set for the process, once, and a different user later is refused.
+    """
+    with _USER_LOCK:
+        current = os.environ.get(USER_ENV)
+        if current is None:
+            os.environ[USER_ENV] = user
+        elif current != user:
+            raise ValueError(
+                f"{url}: storage_options user={user!r}, but this process's HDFS user is already "
+                f"{USER_ENV}={current!r} (hdfs-native reads it at every connection: one user per process)"
+            )
 
 
 def parse_hdfs_url(url: str) -> tuple[str | None, str]:
@@ -116,8 +163,23 @@ def _answer_lost(exc: OSError) -> bool:
 
 def _first_line(exc: BaseException) -> str:
     """An HDFS error's message without the NameNode's Java stack trace."""
+    rpc = _rpc_error(exc)
+    if rpc is not None:
+        return f"{rpc[0].rsplit('.', 1)[-1]}: {rpc[1]}"
     text = str(exc.args[-1] if exc.args and isinstance(exc.args[-1], str) else exc)
     return text.strip().splitlines()[0] if text.strip() else type(exc).__name__
+
+
+#: hdfs-native's RuntimeError for a NameNode's Java exception: ``RPCError("class", "message\n\tat ...")``.
+_RPC_ERROR = re.compile(r'RPCError\("(?P<cls>[\w.$]+)", "(?P<msg>(?:[^"\\]|\\[^n])*)')
+
+
+def _rpc_error(exc: BaseException) -> tuple[str, str] | None:
+    """(Java class, first line of its message) of a NameNode's exception, else None."""
+    match = _RPC_ERROR.search(str(exc))
+    if match is None:
+        return None
+    return match.group("cls"), match.group("msg").replace('\\"', '"').strip()
 
 
 class HdfsStagedFile:
@@ -129,6 +191,8 @@ class HdfsStagedFile:
         self._buffer = bytearray()
         self._size = 0
         self._closed = False
+        self._writer: FileWriter | None = None
+        self._staged, self._path = "", ""
         for attempt in range(RENAME_ATTEMPTS):
             self._staged = _sibling(name, staged_name(name.rsplit("/", 1)[-1], new_attempt_id()))
             self._path = storage.path_of(self._staged)
@@ -144,7 +208,7 @@ class HdfsStagedFile:
                         # A fresh attempt id is never taken: our own create whose answer was lost
                         # (retried by hdfs-native: "exists"), or a dropped connection. A file it
                         # made has no writer here: drop it and stage under a new name.
-                        quietly(lambda: storage.delete(self._staged), f"delete staged {self._path}")
+                        quietly(partial(storage.delete_retrying, self._staged), f"delete staged {self._path}")
                         continue
                 break
             except FileExistsError as exc:
@@ -159,8 +223,8 @@ class HdfsStagedFile:
 
     def _drain(self) -> None:
         if self._buffer:
-            with self._storage.errors(self._staged):
-                self._writer.write(bytes(self._buffer))
+            with self._storage.errors(self._staged, data=True):
+                self._open_writer().write(bytes(self._buffer))
             self._buffer.clear()
 
     def tell(self) -> int:
@@ -179,10 +243,10 @@ class HdfsStagedFile:
 
     def seal(self) -> HdfsSealed:
         self._drain()
-        with self._storage.errors(self._staged):
+        with self._storage.errors(self._staged, data=True):
             if self._size:
-                self._writer.hsync()  # the DataNodes fsync the last block before we publish
-            self._writer.close()
+                self._open_writer().hsync()  # the DataNodes fsync the last block before we publish
+            self._open_writer().close()
             self._closed = True
             status = self._storage.client.get_file_info(self._path)
         if status.length != self._size:
@@ -197,8 +261,34 @@ class HdfsStagedFile:
         if not self._closed:
             self._closed = True
             self._buffer.clear()
-            quietly(self._writer.close, f"close staged file {self._path}")
+            self._close_quietly()
         self._storage.delete(self._staged)
+
+    def _open_writer(self) -> FileWriter:
+        if self._writer is None:
+            raise StorageError(f"staged file {self._path} was discarded")
+        return self._writer
+
+    def _close_quietly(self) -> None:
+        """Close the hdfs-native writer, logging a failure without its traceback, and drop it.
+
+        A logged traceback would keep the writer, and through it the client, alive for as long
+        as the log record lives (pytest keeps them until a test's teardown); a client dropped
+        after its NameNode has gone away was seen to hold the dropping thread for minutes.
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            writer.close()
+        except Exception as exc:  # noqa: BLE001 - a cleanup step: the caller's outcome wins
+            log.warning(
+                "could not close staged file %s (%s: %s); the orphan sweep will remove what is left",
+                self._path,
+                type(exc).__name__,
+                _first_line(exc),
+            )
+        del writer
 
 
 def _sibling(name: str, base: str) -> str:
@@ -212,6 +302,7 @@ class HdfsStorage:
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.namenode, self.root = parse_hdfs_url(url)
         self._config = hdfs_settings(storage_options, url)
+        self.user = hdfs_user(storage_options, url)
         self.url = f"{self.namenode}{self.root}" if self.namenode else f"hdfs://{self.root}"
         self._lock = threading.Lock()
         self._clients: dict[str, Client] = {}
@@ -239,6 +330,8 @@ class HdfsStorage:
             with self._lock:
                 client = self._clients.get(kind)
                 if client is None:
+                    if self.user is not None:
+                        pin_user(self.user, self.url)
                     config = dict(self._config)
                     if kind == "opening":  # one try: an unreachable NameNode at start is a config error
                         config["dfs.client.failover.max.attempts"] = "0"
@@ -252,9 +345,13 @@ class HdfsStorage:
         return self._client("main")
 
     @contextlib.contextmanager
-    def errors(self, name: str | None) -> Iterator[None]:
-        """hdfs-native's errors with the path and without Java stack traces; unreachable: StorageError."""
+    def errors(self, name: str | None, *, data: bool = False) -> Iterator[None]:
+        """hdfs-native's errors with the path and without Java stack traces; unreachable: StorageError.
+
+        ``data``: the call writes a file's bytes, to a DataNode, which is what may be unreachable.
+        """
         where = f"{self.url}/{name}" if name else self.url
+        unreachable = "a DataNode (or the NameNode) for" if data else "the HDFS NameNode of"
         try:
             yield
         except (
@@ -265,7 +362,16 @@ class HdfsStorage:
             IsADirectoryError,
         ) as exc:
             raise type(exc)(exc.errno or _ERRNO[type(exc)], _first_line(exc), where) from exc
-        except RuntimeError as exc:  # hdfs-native's configuration errors
+        except RuntimeError as exc:  # hdfs-native's configuration errors, the NameNode's exceptions
+            rpc = _rpc_error(exc)
+            if rpc is not None and rpc[0].endswith("AccessControlException"):
+                raise PermissionError(errno.EACCES, rpc[1], where) from exc
+            if "No fs.defaultFS setting found" in str(exc):
+                raise ValueError(
+                    f"{self.url} names no NameNode and no fs.defaultFS is configured: give it "
+                    "(hdfs://namenode:8020/path), or set HADOOP_CONF_DIR to the folder of your "
+                    "cluster's core-site.xml"
+                ) from exc
             if "No NameNode hosts" in str(exc):
                 raise ValueError(
                     f"{self.url}: no NameNode found for {self.namenode or 'fs.defaultFS'}: give its port "
@@ -273,10 +379,10 @@ class HdfsStorage:
                 ) from exc
             raise StorageError(f"HDFS client error on {where}: {_first_line(exc)}") from exc
         except (ConnectionError, TimeoutError) as exc:
-            raise StorageError(f"cannot reach the HDFS NameNode of {where}: {_first_line(exc)}") from exc
+            raise StorageError(f"cannot reach {unreachable} {where}: {_first_line(exc)}") from exc
         except OSError as exc:
             if "Connection refused" in str(exc) or "os error 111" in str(exc):
-                raise StorageError(f"cannot reach the HDFS NameNode of {where}: {_first_line(exc)}") from exc
+                raise StorageError(f"cannot reach {unreachable} {where}: {_first_line(exc)}") from exc
             if "ParentNotDirectory" in str(exc):
                 raise NotADirectoryError(errno.ENOTDIR, _first_line(exc), where) from exc
             raise StorageError(f"HDFS error on {where}: {_first_line(exc)}") from exc
@@ -441,6 +547,18 @@ class HdfsStorage:
         with self.errors(name):
             self.client.delete(self.path_of(name), False)
 
+    def delete_retrying(self, name: str) -> None:
+        """:meth:`delete`, tried again while the connection that just lost an answer is still
+        reported as disconnected (hdfs-native notices a dropped connection a few calls late)."""
+        for attempt in range(5):
+            try:
+                self.delete(name)
+                return
+            except StorageError as exc:
+                if "disconnected" not in str(exc) or attempt == 4:
+                    raise
+                time.sleep(0.1 * 2**attempt)
+
     def root_exists(self) -> bool:
         with self.errors(None):
             try:
@@ -485,7 +603,8 @@ class HdfsStorage:
         from hdfs_native.fsspec import HdfsFileSystem
         from pyarrow.fs import FSSpecHandler, PyFileSystem
 
+        client = self.client  # first: it sets the process's user (the ``user`` option) if it must
         parsed = urlparse(self.namenode or "hdfs://")
         fs = HdfsFileSystem(host=parsed.hostname, port=parsed.port, skip_instance_cache=True, **self._config)
-        fs.client = self.client  # the same NameNode, configuration and user as the writers
+        fs.client = client  # the same NameNode, configuration and user as the writers
         return PyFileSystem(FSSpecHandler(fs)), self.root  # type: ignore[abstract]

@@ -494,10 +494,12 @@ def _kafka_problems(
                 problems.append(f"{where}: starts at {begin}, after {end} (a gap: rows lost)")
     for topic, partitions in sorted(starts.items()):
         for partition, begin in sorted(partitions.items()):
-            if partition not in ended.get(topic, {}) and begin != _KAFKA_EARLIEST:
+            # A partition added since: from its beginning. Spark records -2 (earliest) resolved,
+            # as 0 for a partition whose log still starts there.
+            if partition not in ended.get(topic, {}) and begin not in (_KAFKA_EARLIEST, 0):
                 problems.append(
                     f"source {index} {topic}-{partition}: new since the writer ended, so it must start "
-                    f"at -2 (earliest), not {begin}"
+                    f"at -2 (earliest) or 0, not {begin}"
                 )
     return problems
 

@@ -323,11 +323,15 @@ class VersionedLog:
 
     def read_headers(self, start: int, stop: int | None = None) -> list[CommitHeader]:
         """Headers of versions ``start, start+1, ...`` up to ``stop`` (inclusive) or to the
-        first missing version, read :data:`READ_BATCH` at a time in parallel."""
+        first missing version, read in parallel rounds of 1, 2, 4, ... up to :data:`READ_BATCH`
+        versions: a writer's cursor usually finds one new version or none, and should not
+        read 16 absent ones to learn it."""
         found: list[CommitHeader] = []
         version = start
+        size = 1
         while stop is None or version <= stop:
-            end = version + READ_BATCH if stop is None else min(version + READ_BATCH, stop + 1)
+            end = version + size if stop is None else min(version + size, stop + 1)
+            size = min(2 * size, READ_BATCH)
             for header in parallel(self.read_header, range(version, end)):
                 if header is None:
                     return found  # later versions read meanwhile may exist; the log ends here

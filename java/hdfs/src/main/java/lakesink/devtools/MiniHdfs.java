@@ -1,6 +1,9 @@
 package lakesink.devtools;
 
+import java.io.BufferedReader;
 import java.io.File;
+import java.io.InputStreamReader;
+import java.nio.charset.StandardCharsets;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.hdfs.HdfsConfiguration;
 import org.apache.hadoop.hdfs.MiniDFSCluster;
@@ -12,6 +15,16 @@ import org.apache.hadoop.hdfs.MiniDFSCluster;
  * <p>Arguments: BASE_DIR [RPC_PORT [HTTP_PORT]] (ports 0 or absent: chosen free by the kernel).
  * Prints "READY hdfs://127.0.0.1:PORT HTTP_PORT" once the DataNode has registered, and shuts
  * the cluster down when its standard input reaches EOF (its parent went away).
+ *
+ * <p>Commands on standard input, one a line, for fault tests; each answers "DONE COMMAND" (or
+ * "FAILED COMMAND: reason") when it has taken effect:
+ *
+ * <ul>
+ *   <li>{@code stop-datanode}: stop the DataNode (the cluster has none until restarted);
+ *   <li>{@code start-datanode}: restart the stopped DataNode on its ports, wait for it;
+ *   <li>{@code restart-namenode}: stop the NameNode and start it again on the same port, from
+ *       its image and edit log (what it had committed), and wait until it is active.
+ * </ul>
  */
 public final class MiniHdfs {
   private MiniHdfs() {}
@@ -44,8 +57,41 @@ public final class MiniHdfs {
       int http = cluster.getNameNode().getHttpAddress().getPort();
       System.out.println("READY hdfs://127.0.0.1:" + port + " " + http);
       System.out.flush();
-      while (System.in.read() != -1) {
-        // the parent holds our stdin open; EOF means it went away or asked us to stop
+      BufferedReader in =
+          new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+      MiniDFSCluster.DataNodeProperties stopped = null;
+      String line;
+      // the parent holds our stdin open; EOF means it went away or asked us to stop
+      while ((line = in.readLine()) != null) {
+        String command = line.trim();
+        if (command.isEmpty()) {
+          continue;
+        }
+        try {
+          switch (command) {
+            case "stop-datanode":
+              if (stopped == null) {
+                stopped = cluster.stopDataNode(0);
+              }
+              break;
+            case "start-datanode":
+              if (stopped != null) {
+                cluster.restartDataNode(stopped, true);
+                stopped = null;
+                cluster.waitActive();
+              }
+              break;
+            case "restart-namenode":
+              cluster.restartNameNode(true);
+              break;
+            default:
+              throw new IllegalArgumentException("unknown command");
+          }
+          System.out.println("DONE " + command);
+        } catch (Exception e) {
+          System.out.println("FAILED " + command + ": " + e);
+        }
+        System.out.flush();
       }
     } finally {
       cluster.shutdown(true);

@@ -1,0 +1,70 @@
+"""What the epoch writer's driver remembers about one run of a streaming query between batches.
+
+Spark builds a fresh ``LakeStreamWriter`` for every micro-batch (unpickled in a Python worker
+it reuses across batches and queries), so nothing the writer learns survives on the object:
+whether this run has checked its table and the store, whether it has swept what earlier runs
+left, and the log state its last commit folded (the design's *cursor*, docs/design/format-v3.md
+section 7). This module is the one place that keeps those, and it keeps them so that nothing
+can trip over them:
+
+- **keyed by the run**: ``LakeSinkDataSource`` draws a random run token at each query start,
+  and every memo is under it (with the lake's URL), so a second query, a restarted query, or a
+  test in the same Python worker never sees another run's memo;
+- **only time is saved**: a memo lost (another worker process, the bound below) means the check,
+  sweep or log read runs again; the cursor is validated against the log before each use
+  (``VersionedLog.refresh`` re-reads the commit it was folded at: another token, or a log
+  of another table, is refused; a vanished commit means a fresh read);
+- **bounded**: the runs seen last, at most :data:`MAX_RUNS` of them.
+
+``LAKESINK_NO_CURSOR=1`` turns the cursor off (every commit reads the log afresh): the commit
+tests run once that way too, and must pass unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lakesink.format.table import TableMetadata
+    from lakesink.format.v3.state import TableState
+
+#: Runs remembered per process: a driver worker serves a handful of queries at a time.
+MAX_RUNS = 16
+NO_CURSOR_ENV = "LAKESINK_NO_CURSOR"
+
+
+@dataclass
+class RunMemo:
+    """One run's memo on one lake: what its driver has done already."""
+
+    table: TableMetadata | None = None  # table.json as checked (with the store) at the run's start
+    table_schema: bytes = b""  # the writer's schema that table was checked for (serialized)
+    committed_through: tuple[str, int] | None = None  # format 3: (writer, its last batch) at the start
+    swept: bool = False  # the sweep after the run's first commit ran
+    cursor: TableState | None = None  # format 3: the log state after this run's last commit
+
+
+_RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()
+_LOCK = threading.Lock()
+
+
+def run_memo(url: str, run_token: str) -> RunMemo:
+    """The memo of run ``run_token`` on the lake at ``url`` (a fresh one the first time)."""
+    key = (url, run_token)
+    with _LOCK:
+        memo = _RUNS.get(key)
+        if memo is None:
+            memo = _RUNS[key] = RunMemo()
+            while len(_RUNS) > MAX_RUNS:
+                _RUNS.popitem(last=False)
+        else:
+            _RUNS.move_to_end(key)
+        return memo
+
+
+def cursor_enabled() -> bool:
+    return os.environ.get(NO_CURSOR_ENV, "") not in ("1", "true", "yes")

@@ -1,0 +1,133 @@
+"""The format-3 batch commit (``lakesink.commit.batches``) without Spark: the driver's cursor, and
+a batch whose tasks took it for a replay. The writer's doors are in test_epoch_v3.py."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from lakesink.commit.batches import BatchCommitter
+from lakesink.errors import CommitRefusedError, CorruptFileError
+from lakesink.format.v3.commits import AddFile
+from lakesink.storage.local import LocalStorage
+
+TABLE = "7ab1e000000000000000000000000001"
+W1 = "11111111-1111-4111-8111-111111111111"
+W2 = "22222222-2222-4222-8222-222222222222"
+
+
+class CountingStorage(LocalStorage):
+    """Local storage that counts the objects read."""
+
+    reads: list[str]
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.reads = []
+
+    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+        self.reads.append(name)
+        return super().read_bytes(name, first_contact=first_contact)
+
+
+def published(storage: LocalStorage, name: str) -> AddFile:
+    storage.put(name, b"x" * 10)
+    return AddFile(name, 1, 10, partition=0)
+
+
+def committer(storage: LocalStorage, writer: str = W1, **kw: object) -> BatchCommitter:
+    return BatchCommitter(
+        storage,
+        table_id=TABLE,
+        writer_id=writer,
+        run="run-00000001",
+        checkpoint_interval=10,
+        delta_log=False,
+        **kw,
+    )  # type: ignore[arg-type]
+
+
+def test_a_cursor_reads_two_commits_where_an_open_reads_the_checkpoint_and_every_header_after_it(
+    tmp_path: Path,
+) -> None:
+    storage = CountingStorage(str(tmp_path))
+    ours = committer(storage)
+    result = None
+    for batch in range(15):  # a checkpoint at version 10, then five headers after it
+        result = ours.commit(batch, [published(storage, f"a{batch}.parquet")])
+    assert result is not None and result.version == 14
+    committer(storage, W2, allow_other_queries=True).commit(0, [])  # another writer's version 15
+
+    storage.reads.clear()
+    fresh = ours.commit(15, [published(storage, "a15.parquet")])
+    from_open = list(storage.reads)
+    storage.reads.clear()
+    cursor = ours.commit(16, [published(storage, "a16.parquet")], state=fresh.state)
+    # With the cursor: the commit it was folded at (same token: the same log) and the probe of
+    # the next version, which is absent; then the create.
+    assert storage.reads == [
+        "_lakesink/log/00000000000000000016.json",
+        "_lakesink/log/00000000000000000017.json",
+    ], storage.reads
+    assert len(from_open) >= len(storage.reads) + 6, from_open  # hint, checkpoint, headers 11..16
+    assert cursor.version == 17 and cursor.state == ours.log.open()
+
+    # The cursor also brings in what others committed since (W2's next batch).
+    other = committer(storage, W2, allow_other_queries=True).commit(1, [])
+    after = ours.commit(17, [], state=cursor.state)
+    assert (other.version, after.version) == (18, 19)
+
+
+def test_a_cursor_of_a_replaced_lake_is_refused_and_nothing_is_committed(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    ours = committer(storage)
+    result = ours.commit(0, [published(storage, "a0.parquet")])
+    # The lake is deleted and written again (same table id, as a copy would have): the commit at
+    # the cursor's version is another one now.
+    shutil.rmtree(tmp_path / "_lakesink")
+    committer(storage, W2).commit(0, [published(storage, "b0.parquet")])
+    late = published(storage, "a1.parquet")
+    with pytest.raises(CorruptFileError, match=r"not .* that this writer's state was folded from"):
+        ours.commit(1, [late], state=result.state)
+    assert ours.log.open().writers.keys() == {W2}
+    assert not (tmp_path / "a1.parquet").exists()  # nothing of it committed: its file went
+
+
+def test_a_batch_whose_tasks_skipped_it_is_committed_only_as_a_replay(tmp_path: Path) -> None:
+    storage = LocalStorage(str(tmp_path))
+    ours = committer(storage)
+    ours.commit(0, [published(storage, "a0.parquet")])
+    # Tasks that took batch 0 for a replay (it is one): skipped whole.
+    assert ours.commit(0, [], tasks_skipped=True).status == "replayed"
+    # Tasks that took batch 1 for a replay when the log does not hold it: refused, never an
+    # empty commit that would lose their rows.
+    written = published(storage, "a1-p1.parquet")  # a task that did write
+    with pytest.raises(CommitRefusedError, match="took it for a replay"):
+        ours.commit(1, [written], tasks_skipped=True)
+    assert ours.log.open().writers[W1].last_batch == 0
+    assert not (tmp_path / "a1-p1.parquet").exists()
+
+
+def test_a_replay_with_other_source_offsets_is_refused(tmp_path: Path) -> None:
+    # A checkpoint that lost its offset log but kept its id restarts at batch 0 over other input:
+    # its "replays" are other batches, and skipping them would lose or double rows silently.
+    storage = LocalStorage(str(tmp_path))
+    ours = committer(storage)
+    for batch in range(3):
+        ours.commit(
+            batch, [published(storage, f"a{batch}.parquet")], source_offsets=[{"ev": {"0": 10 * (batch + 1)}}]
+        )
+    # The same batch with the same offsets (Spark re-plans it from its offset log): skipped.
+    assert ours.commit(2, [], source_offsets=[{"ev": {"0": 30}}]).status == "replayed"
+    assert ours.commit(0, [], source_offsets=[{"ev": {"0": 10}}]).status == "replayed"  # an older one
+    with pytest.raises(
+        CommitRefusedError,
+        match=r"batch 0 .* with source offsets \[\{\"ev\":\{\"0\":10\}\}\].* replays it with",
+    ):
+        ours.commit(0, [published(storage, "b0.parquet")], source_offsets=[{"ev": {"0": 4}}])
+    with pytest.raises(CommitRefusedError, match="Restart from the lake"):
+        ours.commit(2, [], source_offsets=[{"ev": {"0": 25}}])
+    assert not (tmp_path / "b0.parquet").exists()
+    assert ours.log.open().version == 2  # nothing committed
