@@ -82,7 +82,7 @@ run-s3: java $(STAMP) ## demo against a moto S3 server on 127.0.0.1 that it star
 run-hdfs: java $(STAMP) hdfs-jars ## demo against a MiniDFSCluster on 127.0.0.1 that it starts and stops (checkpoint there too)
 	$(PY) scripts/demo.py --target hdfs --mode $(MODE)
 
-run-cluster: java $(STAMP) ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
+run-cluster: java $(STAMP) hdfs-jars ## standalone master + 2 workers on 127.0.0.1: local and moto S3 lakes, read back
 	$(PY) scripts/cluster.py demo
 
 run-kafka: java $(STAMP) kafka-jars ## demo: a Kafka broker it starts and stops, a producer, the job killed and restarted
@@ -91,15 +91,15 @@ run-kafka: java $(STAMP) kafka-jars ## demo: a Kafka broker it starts and stops,
 test: java $(STAMP) hdfs-jars kafka-jars ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
 	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
-chaos: java $(STAMP) kafka-jars ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
+chaos: java $(STAMP) hdfs-jars kafka-jars ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 	@# The epoch writer's cursor only saves time: its suite passes unchanged without it.
 	LAKESINK_NO_CURSOR=1 $(PY) -m pytest -m "not long" tests/test_epoch_v3.py $(PYTEST_ARGS)
 
-cluster: java $(STAMP) ## every standalone-cluster case: 2 modes x local/S3 x executor/worker kill (~8 min)
+cluster: java $(STAMP) hdfs-jars ## every standalone-cluster case: 2 modes x local/S3/HDFS x executor/worker kill (~12 min)
 	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)
 
-bench: java $(STAMP) ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
+bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
 	$(PY) -m compileall -q lakesink lakesink_reader reader devtools bench
