@@ -89,7 +89,8 @@ def cached_table(base: Path, kind: str, count: int, build: Callable[[Path, int],
     """
     from lakesink.format.names import FORMAT_VERSION
 
-    root = base / f"open-{kind}-{count}-v{FORMAT_VERSION}"
+    version = 2 if kind == "epochs" else FORMAT_VERSION  # see build_many_epochs
+    root = base / f"open-{kind}-{count}-v{version}"
     marker = base / f"{root.name}.complete"
     if not marker.exists():
         shutil.rmtree(root, ignore_errors=True)
@@ -118,7 +119,8 @@ def build_many_files(root: Path, count: int) -> None:
 
 
 def build_many_epochs(root: Path, count: int) -> None:
-    """An epoch-mode table of ``count`` epochs of one tiny file each, logged as a writer logs them.
+    """A format-2 epoch-mode table of ``count`` epochs of one tiny file each, logged as a
+    format-2 writer logs them (format 3's log at scale is ``log_scale``'s).
 
     Each epoch: its file, its record, then the log checkpoint segment when one is due --
     what ``EpochCommitter`` does, minus the checks a single writer needs no proof of here.
@@ -130,7 +132,7 @@ def build_many_epochs(root: Path, count: int) -> None:
 
     storage = LocalStorage(str(root))
     root.mkdir(parents=True)
-    ensure_table(storage, input_schema(), "epoch")
+    ensure_table(storage, input_schema(), "epoch", format_version=2)
     data = tiny_parquet()
     log = EpochLog(storage)
     with no_fsync():

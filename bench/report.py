@@ -283,7 +283,8 @@ def reader(results: Mapping[str, Any]) -> Section | None:
     )
     ours, theirs = r["read_committed_seconds"], r["pyarrow_dataset_seconds"]
     section.rows.append([f"read {r['rows']:,} committed rows", _s(ours, 3), _s(theirs, 3), _x(r["ratio"])])
-    for key, what in (("open_many_files", "files (foreach)"), ("open_many_epochs", "epochs (epoch mode)")):
+    opened = (("open_many_files", "files (foreach)"), ("open_many_epochs", "epochs (format-2 epoch mode)"))
+    for key, what in opened:
         o = results[key]
         ours, theirs = o["open_seconds"], o["pyarrow_dataset_open_seconds"]
         section.rows.append(

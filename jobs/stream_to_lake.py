@@ -45,12 +45,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval")
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
     p.add_argument(
-        "--format-version",
-        type=int,
-        choices=(2, 3),
-        help="epoch mode: the format of a new lake (default: lakesink's); an existing lake keeps its own",
-    )
-    p.add_argument(
         "--partitions",
         type=int,
         default=0,
@@ -83,8 +77,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         check_kafka_args(p, args)
     if args.continue_writer and args.source != "kafka":
         p.error("--continue-writer is for --source kafka (continuing from the Kafka offsets a lake records)")
-    if args.format_version is not None and args.mode != "epoch":
-        p.error("--format-version applies to epoch-mode lakes (--mode epoch)")
     if args.rows_per_second < 1:
         p.error(f"--rows-per-second must be >= 1, got {args.rows_per_second}")
     if args.source == "files" and args.input_format == "auto":
@@ -474,8 +466,6 @@ def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> A
         from lakesink import write_stream
 
         sink: dict[str, Any] = {}
-        if args.format_version is not None:
-            sink["format_version"] = args.format_version
         if getattr(args, "continue_writer", None):
             sink["continue_writer"] = args.continue_writer
         return write_stream(

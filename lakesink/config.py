@@ -46,9 +46,11 @@ class SinkOptions:
         Seconds after which staged data of an epoch not yet committed counts as a dead task's,
         for the sweep a writer runs after the first commit of each run.
     format_version
-        The lake format of a lake this writer creates: 2, or 3 (the versioned log of
-        docs/design/format-v3.md, landing step by step: see README). None: 2 for a new lake;
-        an existing lake is written in its own format (asking for another one is refused).
+        None (the default): a new lake is format 3 (docs/FORMAT.md), an existing format-3 lake is
+        written, and a format-1/2 lake is refused with the command that converts it (``lakesink
+        upgrade PATH``). 3: the same. 2: *deprecated*, kept only to build format-2 lakes for the
+        upgrade's tests and the bench's baseline: creates or writes a format-2 lake (one query,
+        no offsets, no compaction); removed in the next release.
     allow_other_queries
         Let this query write to a lake that other streaming queries (other checkpoints) write
         too: each of them exactly once. Only for queries that write *different* rows: a new
@@ -106,8 +108,7 @@ class SinkOptions:
             isinstance(self.format_version, bool) or self.format_version not in WRITABLE_FORMATS
         ):
             raise ValueError(
-                f"format_version must be one of {list(WRITABLE_FORMATS)} (or None: the lake's own, 2 for a "
-                f"new lake), got {self.format_version!r}"
+                f"format_version must be 3 (or None, the same; 2 is deprecated), got {self.format_version!r}"
             )
 
 

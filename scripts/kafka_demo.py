@@ -104,7 +104,6 @@ def main() -> int:
     args = p.parse_args()
     if args.from_lake and args.mode != "epoch":
         p.error("--from-lake needs --mode epoch (a foreach lake records no offsets)")
-    v3 = ("--format-version", "3") if args.from_lake else ()
     for stale in ("kafka", "kafka-lake", "kafka-checkpoint"):
         shutil.rmtree(DEMO / stale, ignore_errors=True)
     DEMO.mkdir(exist_ok=True)
@@ -120,7 +119,7 @@ def main() -> int:
         producer.start()
         print(f"producing {args.records} records into {TOPIC} (3 partitions), ~{args.rate}/s; "
               f"streaming them in {args.mode} mode", flush=True)  # fmt: skip
-        running = job(broker, args.mode, DEMO / "kafka-run-1.log", *v3)
+        running = job(broker, args.mode, DEMO / "kafka-run-1.log")
         deadline = time.monotonic() + 180
         while commits() < 3 and running.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -41,9 +41,9 @@ def write_file(storage: Storage, partition: int, epoch: int, start: int, count: 
 
 
 def foreach_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file: int = 100) -> Storage:
-    """A foreach-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, all committed."""
+    """A format-2 foreach-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, all committed."""
     storage = open_storage(path)
-    ensure_table(storage, SCHEMA, "foreach")
+    ensure_table(storage, SCHEMA, "foreach", format_version=2)
     n = 0
     for epoch in range(epochs):
         for partition in range(partitions):
@@ -53,12 +53,12 @@ def foreach_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_fi
 
 
 def epoch_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file: int = 100) -> Storage:
-    """An epoch-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, every epoch recorded."""
+    """A format-2 epoch-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, every epoch recorded."""
     from lakesink.commit import EpochCommitter
     from lakesink.format.log import CommittedFile
 
     storage = open_storage(path)
-    ensure_table(storage, SCHEMA, "epoch")
+    ensure_table(storage, SCHEMA, "epoch", format_version=2)
     committer = EpochCommitter(storage, query_id="q")
     n = 0
     for epoch in range(epochs):

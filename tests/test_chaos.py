@@ -55,26 +55,24 @@ from lakesink_reader import Lake, read_committed
 
 TESTS_DIR = Path(__file__).resolve().parent
 TARGETS = {
+    # Epoch mode (format 3, the versioned log): "record" is the log's append.
     "epoch": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
     "foreach": ("in_write", "before_publish", "after_publish"),
-    # Epoch mode on a lake of format 3 (the versioned log): "record" is the log's append.
-    "epoch3": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
+    # The deprecated format-2 writer (``format_version=2``): only as the upgrade test's input.
+    "epoch2": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
 }
 #: ``make test`` aims at every point of each mode once, the points split between the backends
 #: (each run starts a JVM: 15-40 s here); ``make chaos`` sets LAKESINK_CHAOS_KILLS and aims at
 #: every point on both backends, with random kills between, at later epochs too.
 BOUNDED = {
-    ("epoch", "local"): ("in_write", "before_record", "after_record"),
-    ("epoch", "s3"): ("before_publish", "after_publish", "after_record"),
+    ("epoch", "local"): ("in_write", "after_publish", "after_record"),
+    ("epoch", "s3"): ("before_publish", "before_record", "after_record"),
     ("foreach", "local"): ("in_write", "after_publish"),
     ("foreach", "s3"): ("before_publish",),
-    ("epoch3", "local"): ("after_publish", "after_record"),
-    ("epoch3", "s3"): ("before_record",),
     # HDFS (the checkpoint on HDFS too): each mode once, at a step that holds an open HDFS file
-    # or a renamed one; format 3 on HDFS only in the long run.
+    # or a renamed one.
     ("epoch", "hdfs"): ("after_publish",),
     ("foreach", "hdfs"): ("in_write",),
-    ("epoch3", "hdfs"): (),
 }
 KILLS = int(os.environ.get("LAKESINK_CHAOS_KILLS", "0"))
 LONG = KILLS > 0
@@ -153,13 +151,13 @@ class Harness:
         markers.mkdir()
         # Epoch mode: another partitioning at every restart; foreach mode: always the same.
         partitions = (2, 3, 4)[run % 3] if self.mode != "foreach" else 3
-        mode = "epoch" if self.mode == "epoch3" else self.mode
+        mode = "epoch" if self.mode == "epoch2" else self.mode
         cmd = [sys.executable, str(TESTS_DIR / "chaos_job.py"), "--mode", mode,
                "--input", str(self.work / "in"), "--lake", self.lake, "--checkpoint", self.checkpoint,
                "--partitions", str(partitions),
                "--storage-options", json.dumps(self.writer_options)]  # fmt: skip
-        if self.mode == "epoch3":
-            cmd += ["--format-version", "3"]
+        if self.mode == "epoch2":
+            cmd += ["--format-version", "2"]
         if target is not None:
             cmd += ["--markers", str(markers), "--pause", str(0.05 if target == "random" else PAUSE)]
         log = self.work / f"run-{run}.log"
@@ -240,7 +238,7 @@ class Harness:
 
     def recorded(self, epoch: int) -> bool:
         """Whether the lake's log holds ``epoch`` (format 3: the writer's batch)."""
-        if self.mode == "epoch3":
+        if self.mode != "epoch2":
             if not self.storage.exists(TABLE_FILE):
                 return False
             writers = Lake(self.lake, self.reader_options).writers()
@@ -259,7 +257,7 @@ class Harness:
         if self.mode != "foreach":
             recorded = (
                 {f.name for f in Lake(self.lake, self.reader_options).files()}
-                if self.mode == "epoch3"
+                if self.mode == "epoch"
                 else {f.name for f in EpochLog(storage).committed_files()}
             )
             found["unrecorded"] = sorted(
@@ -332,7 +330,7 @@ def backend(
         yield f"s3://{BUCKET}/chaos", writer, dict(server.storage_options), proxy
 
 
-@pytest.mark.parametrize("mode", ["epoch", "foreach", "epoch3"])
+@pytest.mark.parametrize("mode", ["epoch", "foreach"])
 def test_kill_anywhere_and_restart_commits_every_row_exactly_once(
     mode: str,
     backend: tuple[str, dict[str, Any], dict[str, Any], FaultProxy | None],
@@ -363,7 +361,7 @@ def test_kill_anywhere_and_restart_commits_every_row_exactly_once(
             harness.check_landing(outcome)
             killed_staged |= set(harness.staged())  # a killed store probe's file too
             if harness.storage.exists(TABLE_FILE):
-                check_whole_epochs(committed_ids(lake, reader_options), by_file, whole=mode == "epoch")
+                check_whole_epochs(committed_ids(lake, reader_options), by_file, whole=mode != "foreach")
     for _ in range(3):  # a run may fail for good (a fault that outlasted its retries): restart it
         started = time.monotonic()
         final = harness.run(None, rng)
@@ -578,12 +576,12 @@ def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_
         from s3server import BUCKET
 
         lake, options = f"s3://{BUCKET}/chaos-maint", request.getfixturevalue("s3").storage_options
-    plan = ["after_publish"] if not LONG else schedule("epoch3", backend_kind)
+    plan = ["after_publish"] if not LONG else schedule("epoch", backend_kind)
     print(f"\nchaos: upgrade, compaction and vacuum killed, {backend_kind}, LAKESINK_CHAOS_SEED={chaos_seed}")
     rng = random.Random(chaos_seed)
     by_file = make_input(tmp_path / "in", files=2 * len(plan) + 4)
     expected = set().union(*by_file.values())
-    harness = Harness(tmp_path, "epoch", lake, options, options)
+    harness = Harness(tmp_path, "epoch2", lake, options, options)
     assert harness.run("after_record", rng).kind == "killed"  # format 2, killed after a record
 
     from lakesink.maintenance.upgrade import STEPS
@@ -598,7 +596,7 @@ def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_
     ]
     assert Lake(lake, options).metadata.format_version == 3
 
-    harness.mode = "epoch3"  # the same checkpoint writes format 3 now
+    harness.mode = "epoch"  # the same checkpoint writes format 3 now
     outcomes = []
     with MaintenanceLoop(lake, options, rng, tmp_path) as loop:
         for target in plan:

@@ -35,7 +35,7 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Storage]
         table = open_storage(f"s3://{BUCKET}/lake", server.storage_options)
     else:
         table = open_storage(str(tmp_path / "lake"))
-    ensure_table(table, SCHEMA, "epoch")
+    ensure_table(table, SCHEMA, "epoch", format_version=2)
     yield table
 
 
@@ -188,7 +188,7 @@ def test_a_lost_answer_to_the_record_is_our_commit_not_a_lost_race(s3: Any) -> N
     with FaultProxy(s3.endpoint_url) as proxy:
         options = {**s3.storage_options, "endpoint_url": proxy.endpoint_url}
         storage = open_storage(f"s3://{BUCKET}/lake", options)
-        ensure_table(storage, SCHEMA, "epoch")
+        ensure_table(storage, SCHEMA, "epoch", format_version=2)
         files = [task(storage, 0, p, f"{p}".rjust(16, "a"), start=p * 10) for p in range(2)]
         lost = proxy.add_rule(
             Rule(Action.LOSE_RESPONSE, operation="PutObject", key=r"epochs/0+\.json$", times=1)
@@ -212,7 +212,7 @@ def test_derived_work_that_fails_never_fails_a_committed_epoch(s3: Any) -> None:
             "config_kwargs": {"retries": {"max_attempts": 1}},
         }
         storage = open_storage(f"s3://{BUCKET}/lake", options)
-        ensure_table(storage, SCHEMA, "epoch")
+        ensure_table(storage, SCHEMA, "epoch", format_version=2)
         committer = EpochCommitter(storage, query_id="q1", checkpoint_interval=1)
         committer.commit(0, [task(storage, 0, 0, "a" * 16)])
         proxy.add_rule(Rule(Action.ERROR_500, key="checkpoint"))

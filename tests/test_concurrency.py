@@ -39,7 +39,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.s3, pytest.mark.timeout(600)]
 TESTS_DIR = Path(__file__).resolve().parent
 LAKE = f"s3://{BUCKET}/live"
 ROWS = 100
-RECORD = r"_lakesink/epochs/\d{20}\.json$"
+RECORD = r"_lakesink/log/\d{20}\.json$"  # a format-3 log commit (one per batch here)
 
 
 def make_input(folder: Path, files: int) -> None:
@@ -55,7 +55,7 @@ def make_input(folder: Path, files: int) -> None:
 
 @pytest.fixture
 def slow_commits(s3: S3Server) -> Iterator[tuple[FaultProxy, dict[str, Any]]]:
-    """A proxy that delays every epoch record by 1.5 s; the writer's storage options through it."""
+    """A proxy that delays every log commit by 1.5 s; the writer's storage options through it."""
     with FaultProxy(s3.endpoint_url) as proxy:
         proxy.add_rule(Rule(Action.DELAY, operation="PutObject", key=RECORD, seconds=1.5))
         yield proxy, {**s3.storage_options, "endpoint_url": proxy.endpoint_url}
@@ -103,7 +103,7 @@ def wait_for(what: str, check: Callable[[], bool], timeout: float = 120) -> None
 
 
 def recorded(s3: S3Server) -> int:
-    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix="live/_lakesink/epochs/")
+    listed = s3.client().list_objects_v2(Bucket=BUCKET, Prefix="live/_lakesink/log/")
     return sum(
         1 for o in listed.get("Contents", []) if o["Key"].endswith(".json") and "checkpoint" not in o["Key"]
     )
@@ -178,7 +178,7 @@ def test_a_second_query_on_a_live_lake_is_refused_and_breaks_nothing(
             query.stop()
     assert live.exception() is None, live.exception()
     error = str(second.exception())
-    assert "CommitError" in error and f"streaming query {live.id}" in error
+    assert "CommitRefusedError" in error and f"has writers already: {live.id}" in error
     assert_exactly_once(s3, 6 * ROWS)
     assert readers.reads > 0
 

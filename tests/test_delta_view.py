@@ -277,6 +277,26 @@ def test_delta_sync_writes_the_view_of_a_lake_written_without_it(lake: str, caps
     assert delta_sync(storage).written == []  # idempotent
 
 
+def test_a_lake_deleted_and_recreated_in_one_process_gets_a_view_of_its_own(lake: str) -> None:
+    """What a process remembers of a view is keyed by the table id: the new lake at the old
+    path starts its view at version 0, with its own table id, and nothing of the old lake."""
+    storage, old_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, old_id), W1)
+    for start in (0, 20, 40):
+        writer.append(start)
+    shutil.rmtree(lake)
+    storage, new_id = v3_table(lake)
+    log = VersionedLog(storage, new_id, after_commit=DeltaView(storage, new_id, create=True))  # no forget
+    Writer(log, W2).append(100)
+    assert [f.name.rsplit("/", 1)[-1] for f in storage.list("_delta_log")] == [f"{0:020d}.json"]
+    meta = next(
+        json.loads(line)["metaData"] for line in view_bytes(storage, 0).splitlines() if b"metaData" in line
+    )
+    assert meta["id"] == new_id != old_id
+    seen = oracle(lake, [None])["None"]
+    assert seen["deltalake"] == seen["polars"] == seen["duckdb"] == list(range(100, 120))
+
+
 def test_the_delta_log_option_and_a_writer_that_fills_a_small_gap(lake: str) -> None:
     assert SinkConfig.from_options({"path": lake, "delta_log": "false"}).sink.delta_log is False
     assert SinkConfig.from_options({"path": lake, "delta_log": "true"}).sink.delta_log is True

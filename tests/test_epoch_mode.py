@@ -112,7 +112,7 @@ def test_write_stream_replay_is_skipped_whole_even_with_other_partitioning(
         )
     )
     first = {f.name for f in Lake(lake).files()}
-    records = sorted(os.listdir(Path(lake, "_lakesink", "epochs")))
+    records = sorted(os.listdir(Path(lake, "_lakesink", "log")))
     # Forget on Spark's side that epoch 1 was committed: Spark replays it, now as 5 partitions.
     commits = chk / "commits"
     (commits / "1").unlink()
@@ -127,7 +127,7 @@ def test_write_stream_replay_is_skipped_whole_even_with_other_partitioning(
     )
     assert ids(read_committed(lake)) == list(range(1_000))
     assert {f.name for f in Lake(lake).files()} == first
-    assert sorted(os.listdir(Path(lake, "_lakesink", "epochs"))) == records
+    assert sorted(os.listdir(Path(lake, "_lakesink", "log"))) == records
     assert staged_leftovers(lake) == []
     assert {n for n in os.listdir(lake) if n.endswith(".parquet")} == first
 

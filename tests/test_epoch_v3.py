@@ -265,13 +265,14 @@ def test_without_the_option_a_second_query_is_refused_and_nothing_is_lost(
     v2_lake = str(tmp_path / "v2-lake")
     lakesink.write_stream(
         stream(spark, tmp_path / "b"), v2_lake, checkpoint_location=str(tmp_path / "chk-v2"),
-        trigger={"availableNow": True},
+        trigger={"availableNow": True}, format_version=2,
     ).awaitTermination(300)  # fmt: skip
-    with pytest.raises(FormatVersionError, match="needs a lake of format 3"):
-        lakesink.write_stream(
-            stream(spark, tmp_path / "b"), v2_lake, checkpoint_location=str(tmp_path / "chk-v2b"),
-            allow_other_queries=True,
-        )  # fmt: skip
+    for version, complaint in ((2, "needs a lake of format 3"), (None, "`lakesink upgrade")):
+        with pytest.raises(FormatVersionError, match=complaint):
+            lakesink.write_stream(
+                stream(spark, tmp_path / "b"), v2_lake, checkpoint_location=str(tmp_path / "chk-v2b"),
+                allow_other_queries=True, format_version=version,
+            )  # fmt: skip
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))
 
 

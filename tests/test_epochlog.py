@@ -110,7 +110,7 @@ def test_a_format_1_log_with_cumulative_checkpoints_reads_and_grows(tmp_path: Pa
 def build_log(root: Path, epochs: int, *, interval: int = 100) -> None:
     """A table of ``epochs`` epochs, one tiny data file each, log written directly."""
     storage = open_storage(str(root))
-    ensure_table(storage, SCHEMA, "epoch")
+    ensure_table(storage, SCHEMA, "epoch", format_version=2)
     template = _one_row_file(0)
     log = EpochLog(storage, checkpoint_interval=interval)
     segment: list[dict[str, object]] = []

@@ -158,11 +158,17 @@ def epochs(chk: Path, kind: str) -> set[int]:
 
 
 def published(lake: Path, epoch: int) -> bool:
-    """Whether a data file of ``epoch`` is published in ``lake`` (staged files are hidden)."""
+    """Whether a data file of ``epoch`` (a foreach epoch, an epoch writer's batch) is published in
+    ``lake`` (staged files are hidden)."""
+    from lakesink.format.names import parse_data_file
+
     try:
-        return any(f"-epoch-{epoch:012d}-" in n and n.endswith(".parquet") for n in os.listdir(lake))
+        names = os.listdir(lake)
     except FileNotFoundError:
         return False
+    return any(
+        (p := parse_data_file(n)) is not None and p.state == "published" and p.epoch == epoch for n in names
+    )
 
 
 def wait_mid_epoch(
@@ -395,7 +401,7 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker
     produce(kafka.bootstrap, topic, 0, 300)
     lake, chk = tmp_path / "lake", tmp_path / "chk"
     began = time.monotonic()
-    epoch3 = ["--format-version", "3", "--available-now", "--max-offsets-per-trigger", "100"]
+    epoch3 = ["--available-now", "--max-offsets-per-trigger", "100"]
     first = Job(job_cmd(kafka, topic, lake, chk, "epoch", *epoch3), tmp_path / "run-1.log")
     assert first.wait() == 0, first.tail()
     (old,) = Lake(lake).writers()
@@ -630,7 +636,6 @@ def load_job() -> Any:
             ["--bootstrap", "h:1", "--topic", "t", "--continue-writer", "w", "--mode", "epoch"],
             "where that writer",
         ),
-        (["--bootstrap", "h:1", "--topic", "t", "--format-version", "3"], "applies to epoch-mode lakes"),
         (["--bootstrap", "h:1", "--topic", "t", "--starting-offsets", "[1]"], "a JSON object"),
         (["--bootstrap", "h:1", "--topic", "t", "--max-offsets-per-trigger", "-1"], "must be >= 0"),
         (["--bootstrap", "h:1", "--topic", "t", "--kafka-option", "novalue"], "takes KEY=VALUE"),

@@ -19,6 +19,7 @@ from live import kill_when_ready
 from lakesink import CommitError
 from lakesink.cli import main
 from lakesink.commit import EpochCommitter, FileWriter
+from lakesink.errors import FormatVersionError
 from lakesink.format.log import CommittedFile, EpochLog, EpochRecord
 from lakesink.format.names import EPOCHS_DIR, TABLE_FILE, data_file_name, epoch_record_name
 from lakesink.format.table import read_table_metadata
@@ -239,6 +240,18 @@ def test_a_record_after_the_fence_is_reported(lake: str, capsys: Any) -> None:
     assert "after the upgrade's fence at epoch 2" in err and "epoch 3" in err
 
 
+@pytest.mark.spark
+def test_a_foreach_writer_refuses_a_format_2_lake_until_it_is_upgraded(lake: str) -> None:
+    from lakesink.spark.foreach import LakeForeachWriter
+
+    foreach_lake(lake)
+    with pytest.raises(FormatVersionError, match=rf"format 2.*`lakesink upgrade {lake}`"):
+        LakeForeachWriter(lake, schema=SCHEMA)  # on the driver, before any task
+    upgrade(lake)
+    assert fmt(lake) == 3
+    LakeForeachWriter(lake, schema=SCHEMA)
+
+
 def test_foreach_lakes_get_table_json_only(lake: str, capsys: Any) -> None:
     foreach_lake(lake)
     before = ids(lake)
@@ -285,10 +298,10 @@ def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path, la
 
     import lakesink
 
-    def run() -> Any:
+    def run(**options: Any) -> Any:
         query = lakesink.write_stream(
             stream(spark, tmp_path / "in").repartition(2), lake, checkpoint_location=str(tmp_path / "chk"),
-            trigger={"availableNow": True},
+            trigger={"availableNow": True}, **options,
         )  # fmt: skip
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()
@@ -296,8 +309,12 @@ def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path, la
 
     for i in range(2):
         add_input(tmp_path / "in", i)
-    query = run()
+    query = run(format_version=2)  # deprecated: how a lake of lakesink 0.1 is made here
     assert fmt(lake) == 2 and [e.epoch for e in Lake(lake).epochs()] == [0, 1]
+    before = meta_files(lake)
+    with pytest.raises(FormatVersionError, match=rf"format 2.*`lakesink upgrade {lake}`"):
+        run()  # a writer of today refuses the old lake, before it writes anything
+    assert meta_files(lake) == before and ids(lake) == list(range(200))
     report = upgrade(lake)
     assert (report.fence_epoch, report.upgrade_version) == (2, 2)
     assert ids(lake) == list(range(200)) and ids(lake, as_of_epoch=0) == list(range(100))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from lakesink.format.table import TableMetadata, read_table_metadata
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
+from lakesink.format.view_memo import ViewMemos
 from lakesink.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -71,19 +71,16 @@ class _Known:
     warned: set[str] = field(default_factory=set)
 
 
-_KNOWN: dict[tuple[str, str], _Known] = {}
-_LOCK = threading.Lock()
+_MEMOS = ViewMemos(_Known)
 
 
 def _known(storage: Storage, table_id: str) -> _Known:
-    with _LOCK:
-        return _KNOWN.setdefault((storage.url, table_id), _Known())
+    return _MEMOS.get(storage.url, table_id)
 
 
 def forget(storage: Storage, table_id: str) -> None:
-    """Drop what this process knows of a lake's view (after delta-sync, in tests)."""
-    with _LOCK:
-        _KNOWN.pop((storage.url, table_id), None)
+    """Drop what this process knows of a lake's view (after a sync, in tests)."""
+    _MEMOS.forget(storage.url, table_id)
 
 
 class DeltaView:

@@ -30,8 +30,8 @@ from typing import Any, TypeVar
 from lakesink.errors import CorruptFileError, FormatVersionError
 from lakesink.format.names import (
     EPOCH_LAST_CHECKPOINT,
+    EPOCH_LOG_FORMAT_VERSION,
     EPOCHS_DIR,
-    FORMAT_VERSION,
     epoch_checkpoint_name,
     epoch_record_name,
     parse_epoch_log_entry,
@@ -173,7 +173,7 @@ class EpochLog:
         the record found)`` when another commit recorded the epoch first. Every file listed
         must already be published.
         """
-        doc = {"format_version": FORMAT_VERSION, **record.to_doc()}
+        doc = {"format_version": EPOCH_LOG_FORMAT_VERSION, **record.to_doc()}
         name = epoch_record_name(record.epoch)
         if self.storage.put_if_absent(name, json.dumps(doc).encode()):
             return True, record
@@ -202,7 +202,7 @@ class EpochLog:
         first = chain[-1] + 1 if chain else 0
         records = [r for r in self._read_records(range(first, epoch + 1)) if r is not None]
         doc = {
-            "format_version": FORMAT_VERSION,
+            "format_version": EPOCH_LOG_FORMAT_VERSION,
             "epoch": epoch,
             "first_epoch": first,
             "previous": chain,
@@ -375,10 +375,10 @@ class EpochLog:
             version = int(doc.get("format_version", 0))
         except (ValueError, AttributeError) as exc:
             raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
-        if version > FORMAT_VERSION:
+        if version > EPOCH_LOG_FORMAT_VERSION:
             raise FormatVersionError(
                 f"{where}: written by lake format version {version}, newer than this lakesink "
-                f"understands ({FORMAT_VERSION}); upgrade lakesink"
+                f"understands ({EPOCH_LOG_FORMAT_VERSION}); upgrade lakesink"
             )
         return dict(doc)
 

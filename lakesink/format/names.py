@@ -10,14 +10,19 @@ import uuid
 from dataclasses import dataclass
 from typing import Literal
 
-#: Version of the lake contract in docs/FORMAT.md. Bump it with every change to the contract.
+#: Version of the lake contract in docs/FORMAT.md, and the format of every new lake. Bump it
+#: with every change to the contract.
 #: 2: epoch records carry a commit id; log checkpoints hold one segment of epochs each;
 #: table.json carries a table id (and, in foreach mode, the owning query).
-FORMAT_VERSION = 2
-#: The newest lake format this code reads -- and writes, where a writer asks for it: format 3
-#: (docs/design/format-v3.md, the versioned log) is written by the epoch writer with
-#: ``format_version=3`` while it lands; new lakes are format 2 until then.
+#: 3: the versioned log (``_lakesink/log/``) that several writers share, with source offsets,
+#: compaction and vacuum; writers refuse format-1/2 lakes until ``lakesink upgrade`` converts them.
+FORMAT_VERSION = 3
+#: The newest lake format this code reads.
 READABLE_FORMAT_VERSION = 3
+#: The format of the format-2 epoch log's records and checkpoints (``_lakesink/epochs/``): what
+#: format-2 lakes hold, what ``lakesink upgrade`` fences, and what the deprecated
+#: ``format_version=2`` writer still writes.
+EPOCH_LOG_FORMAT_VERSION = 2
 
 #: Hidden folder at the table root holding table metadata and the epoch log. Spark, pyarrow
 #: and DuckDB skip names starting with "_" or "." -- and no file in it ends in ".parquet".

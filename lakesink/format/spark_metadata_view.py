@@ -52,7 +52,6 @@ import functools
 import json
 import logging
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -63,6 +62,7 @@ from lakesink.format.names import META_DIR
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
+from lakesink.format.view_memo import ViewMemos
 from lakesink.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -260,19 +260,16 @@ class _Known:
     warned: set[str] = field(default_factory=set)
 
 
-_KNOWN: dict[tuple[str, str], _Known] = {}
-_LOCK = threading.Lock()
+_MEMOS = ViewMemos(_Known)
 
 
 def _known(storage: Storage, table_id: str) -> _Known:
-    with _LOCK:
-        return _KNOWN.setdefault((storage.url, table_id), _Known())
+    return _MEMOS.get(storage.url, table_id)
 
 
 def forget(storage: Storage, table_id: str) -> None:
     """Drop what this process knows of a lake's Spark view (after a sync, in tests)."""
-    with _LOCK:
-        _KNOWN.pop((storage.url, table_id), None)
+    _MEMOS.forget(storage.url, table_id)
 
 
 class Foreign(Exception):

@@ -200,6 +200,24 @@ def check_compatible(existing: TableMetadata, schema: pa.Schema, mode: WriterMod
         )
 
 
+def check_writable_format(existing: TableMetadata, asked: int | None, url: str) -> None:
+    """Refuse to write a lake of another format than the writer ``asked`` for (None: the
+    current one): a writer cannot convert a lake, and a format-1/2 lake is converted by
+    ``lakesink upgrade`` (only the deprecated ``format_version=2`` still writes one)."""
+    if asked is not None and existing.format_version != asked:
+        raise FormatVersionError(
+            f"{url!r} is a lake of format {existing.format_version}, and this writer was asked for "
+            f"format {asked}: format_version applies to new lakes. Drop the option to write this lake "
+            "in its own format, or write to a new lake path."
+        )
+    if asked is None and existing.format_version < FORMAT_VERSION:
+        raise FormatVersionError(
+            f"{url!r} is a lake of format {existing.format_version}, which this lakesink reads but no "
+            f"longer writes: convert it in place with `lakesink upgrade {url}` (safe to rerun or to "
+            "kill; readers keep reading), then restart this query from its checkpoint."
+        )
+
+
 def ensure_table(
     storage: Storage,
     schema: pa.Schema,
@@ -221,8 +239,11 @@ def ensure_table(
 
     ``format_version``: the format of a table this call creates (None: ``FORMAT_VERSION``); an
     existing table of another format is refused (FormatVersionError), as a writer cannot
-    convert one. ``check_store`` runs that check on an existing table too: a lake outlives the endpoint it
-    was created through (a gateway, a proxy, a migration to another store), so each run of a
+    convert one -- a format-1/2 table also when none is asked for: ``lakesink upgrade`` converts
+    it (``format_version=2``, deprecated, still writes one; see :func:`check_writable_format`).
+
+    ``check_store`` runs the store check on an existing table too: a lake outlives the endpoint
+    it was created through (a gateway, a proxy, a migration to another store), so each run of a
     query checks it once, when it starts (the epoch writer's driver; the foreach writer's
     constructor).
     """
@@ -241,12 +262,7 @@ def ensure_table(
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
-    if format_version is not None and existing.format_version != format_version:
-        raise FormatVersionError(
-            f"{storage.url!r} is a lake of format {existing.format_version}, and this writer was asked "
-            f"for format {format_version}: the option applies to new lakes. Drop it to write this lake "
-            "in its own format, or write to a new lake path."
-        )
+    check_writable_format(existing, format_version, storage.url)
     if check_store:
         storage.check_conditional_writes()
     return existing

@@ -287,8 +287,8 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
     if metadata.format_version < 3:
         raise FormatVersionError(
             f"{what} needs lake format 3: {storage.url} is format {metadata.format_version}, which has no "
-            "versioned log to commit to (its epoch log records appends only). Write new lakes with "
-            "format_version=3 (`lakesink upgrade PATH` converts old ones once it lands)"
+            "versioned log to commit to (its epoch log records appends only): convert it with "
+            f"`lakesink upgrade {storage.url}` first"
         )
     if metadata.mode != "epoch":
         raise ValueError(

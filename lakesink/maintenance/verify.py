@@ -69,11 +69,11 @@ def verify(
     )
     metadata = read_table_metadata(storage)
     listing = {entry.name: entry.size for entry in storage.list("")}
-    if metadata.format_version >= 3:
+    if metadata.mode == "epoch" and metadata.format_version >= 3:
         committed = _live_files(storage, metadata.table_id or "")
     elif metadata.mode == "epoch":
         committed = EpochLog(storage).committed_files()
-    else:
+    else:  # foreach, any format: a file is committed by its published name
         committed = [
             CommittedFile(name, parsed.partition, parsed.epoch, -1, size)
             for name, size in listing.items()

@@ -123,8 +123,8 @@ class LakeSinkDataSource(DataSource):
 
             raise FormatVersionError(
                 f"allow_other_queries needs a lake of format 3, and {self.config.path!r} is of format "
-                f"{table.format_version}: its epoch log takes one query. Write the other query to a new "
-                "lake created with format_version=3."
+                f"{table.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
+                f"{self.config.path}`, or write the other query to a new lake."
             )
         return LakeStreamWriter(
             self.config,
@@ -196,7 +196,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         config: SinkConfig,
         schema: pa.Schema,
         run_token: str,
-        format_version: int = 2,
+        format_version: int = 3,
         table_id: str | None = None,
         checkpoint_interval: int | None = None,
         committed_through: int | None = None,

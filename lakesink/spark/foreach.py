@@ -26,7 +26,7 @@ import pyarrow as pa
 from lakesink.commit import FileWriter, Observer, WriteOptions
 from lakesink.errors import CommitError, StorageError
 from lakesink.format.names import data_file_name
-from lakesink.format.table import ensure_table, find_table
+from lakesink.format.table import check_writable_format, ensure_table, find_table
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import Storage, open_storage
@@ -101,6 +101,7 @@ class LakeForeachWriter:
                 raise
             existing = None  # a Spark Connect client need not reach the lake: its server's tasks check it
         if existing is not None:
+            check_writable_format(existing, None, storage.url)
             storage.check_conditional_writes()
         self._reset()
 

@@ -33,7 +33,7 @@ import pyarrow as pa
 
 from lakesink.errors import FormatVersionError, OtherQueryError, WorkerPythonError
 from lakesink.format.log import EpochLog
-from lakesink.format.table import check_compatible, find_table
+from lakesink.format.table import check_compatible, check_writable_format, find_table
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
 from lakesink.storage import open_storage
@@ -237,13 +237,7 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     if existing is None:
         return
     check_compatible(existing, schema, "epoch", storage.url)
-    asked = config.sink.format_version
-    if asked is not None and asked != existing.format_version:
-        raise FormatVersionError(
-            f"{storage.url!r} is a lake of format {existing.format_version}, and this writer was asked "
-            f"for format {asked}: format_version applies to new lakes. Drop the option to write this "
-            "lake in its own format, or write to a new lake path."
-        )
+    check_writable_format(existing, config.sink.format_version, storage.url)
     if config.sink.continue_writer and existing.format_version < 3:
         raise FormatVersionError(
             f"continue_writer needs a lake of format 3, and {storage.url!r} is of format "
@@ -252,8 +246,8 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     if config.sink.allow_other_queries and existing.format_version < 3:
         raise FormatVersionError(
             f"allow_other_queries needs a lake of format 3, and {storage.url!r} is of format "
-            f"{existing.format_version}: its epoch log takes one query. Write the other query to a new "
-            "lake created with format_version=3."
+            f"{existing.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
+            f"{storage.url}`, or write the other query to a new lake."
         )
     if not query.known or config.sink.allow_other_queries or config.sink.continue_writer:
         return  # a continuation is judged on its offsets, when the first batch is planned
