@@ -1,7 +1,7 @@
 """HDFS lakes on a real HDFS (a MiniDFSCluster on 127.0.0.1): lost answers at the wire, both
 writer modes from Spark with the checkpoint on HDFS too, the reader without Java, orphans and verify.
 
-The storage contract itself runs over HDFS in tests/test_storage_contract.py.
+The storage contract itself runs over HDFS in tests/test_storage_hdfs.py.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
@@ -64,6 +64,30 @@ def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storag
         return storage
 
 
+def _local_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
+    from lakesink.storage.local import LocalStorage
+    from lakesink.storage.options import check_local_options
+
+    check_local_options(storage_options, url)
+    parsed = urlparse(url)
+    if parsed.scheme.lower() != "file":
+        return LocalStorage(url)
+    if parsed.netloc not in ("", "localhost"):
+        raise ValueError(f"file:// URL {url!r} names the host {parsed.netloc!r}: use file:///path")
+    return LocalStorage(unquote(parsed.path))
+
+
+#: The backend of each URL scheme ("": a local path). A new backend is one module implementing
+#: ``base.Storage``, one entry here, and a suite subclassing ``storage.contract.StorageContract``.
+BACKENDS: dict[str, Callable[[str, Mapping[str, Any] | None], Storage]] = {
+    "": _local_storage,
+    "file": _local_storage,
+    **dict.fromkeys(_S3_SCHEMES, _s3_storage),
+    "hdfs": _hdfs_storage,
+    "viewfs": _hdfs_storage,
+}
+
+
 def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None) -> Storage:
     """The backend for ``url``: a local path / ``file://`` URL, ``s3://bucket/prefix`` or ``hdfs://nn:port/path``.
 
@@ -74,22 +98,12 @@ def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any]
         url = os.fspath(url)
     if not isinstance(url, str) or not url:
         raise ValueError(f"lake path must be a non-empty string or path, got {url!r}")
-    parsed = urlparse(url)
-    scheme = parsed.scheme.lower()
-    if scheme in ("", "file") or (len(scheme) == 1 and url[1:2] == ":"):
-        from lakesink.storage.local import LocalStorage
-        from lakesink.storage.options import check_local_options
-
-        check_local_options(storage_options, url)
-        if scheme != "file":
-            return LocalStorage(url)
-        if parsed.netloc not in ("", "localhost"):
-            raise ValueError(f"file:// URL {url!r} names the host {parsed.netloc!r}: use file:///path")
-        return LocalStorage(unquote(parsed.path))
-    if scheme in _S3_SCHEMES:
-        return _s3_storage(url, storage_options)
-    if scheme in ("hdfs", "viewfs"):
-        return _hdfs_storage(url, storage_options)
-    raise ValueError(
-        f"unsupported lake URL scheme {scheme!r} in {url!r}: use a local path, file://, s3:// or hdfs://"
-    )
+    scheme = urlparse(url).scheme.lower()
+    if len(scheme) == 1 and url[1:2] == ":":
+        scheme = ""  # a Windows drive letter, not a scheme
+    backend = BACKENDS.get(scheme)
+    if backend is None:
+        raise ValueError(
+            f"unsupported lake URL scheme {scheme!r} in {url!r}: use a local path, file://, s3:// or hdfs://"
+        )
+    return backend(url, storage_options)

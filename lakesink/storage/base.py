@@ -3,7 +3,7 @@
 A backend stages a file invisibly, publishes it without clobbering, discards it; lists,
 reads and creates small files (create-if-absent); and lists and drops staged data that
 crashed writers left. Every operation means the same on every backend; the shared suite
-(tests/test_storage_contract.py) runs over each implementation.
+(``lakesink.storage.contract``) runs over each implementation.
 
 Every write here may be retried after a lost answer (by botocore, or by NFS retransmitting a
 ``link``): each operation says what it returns when an earlier try of the same call already

@@ -1,0 +1,16 @@
+"""The storage contract (lakesink.storage.contract) on HDFS: the session's MiniDFSCluster."""
+
+from __future__ import annotations
+
+import pytest
+
+from lakesink.storage import Storage, open_storage
+from lakesink.storage.contract import StorageContract
+
+pytestmark = pytest.mark.hdfs
+
+
+class TestHdfsStorage(StorageContract):
+    @pytest.fixture
+    def storage(self, hdfs: str) -> Storage:
+        return open_storage(f"{hdfs}/lake")  # the fixture gives each test its own folder
