@@ -19,6 +19,7 @@ from hdfsserver import HdfsServer
 
 from lakesink.commit import FileWriter
 from lakesink.errors import StorageError
+from lakesink.format.table import probe_store
 from lakesink.storage import open_storage
 from lakesink.storage.hdfs import HdfsSealed, HdfsStorage
 
@@ -143,7 +144,7 @@ def test_a_staged_create_whose_answer_was_lost_starts_a_new_staged_file(
 
 def test_the_probe_passes_and_leaves_nothing(hdfs: str) -> None:
     storage = open_storage(hdfs)
-    storage.check_conditional_writes()
+    probe_store(storage)
     assert storage.list("_lakesink") == [] and storage.staged("_lakesink") == []
 
 

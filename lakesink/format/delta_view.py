@@ -38,7 +38,7 @@ from lakesink.format.delta import (
     last_checkpoint_doc,
 )
 from lakesink.format.names import META_DIR, TABLE_FILE
-from lakesink.format.table import TableMetadata, read_table_metadata
+from lakesink.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
@@ -567,7 +567,7 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
         report.state = "absent"
         return report
     if write:
-        storage.check_conditional_writes()  # a writing command: refuse on a store that overwrites
+        probe_store(storage)  # a writing command: refuse on a store that overwrites
     for v in range(oldest, latest + 1):
         commit = vlog.read_commit(v)
         if commit is None:

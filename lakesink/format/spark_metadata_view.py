@@ -59,6 +59,7 @@ from urllib.parse import quote, unquote
 
 from lakesink.format.delta_view import added_times, live_at, remember_time, table_interval
 from lakesink.format.names import META_DIR
+from lakesink.format.table import probe_store
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
@@ -577,7 +578,7 @@ def spark_sync(storage: Storage, *, write: bool = True, deep: bool = True) -> Sp
                 "reads the files of that version (run `lakesink sync-views`)"
             )
         return report
-    storage.check_conditional_writes()
+    probe_store(storage)
     commit = vlog.read_commit(latest)
     if commit is None:
         raise FileNotFoundError(

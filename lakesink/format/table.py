@@ -24,7 +24,7 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.format.names import FORMAT_VERSION, READABLE_FORMAT_VERSION, TABLE_FILE
+from lakesink.format.names import FORMAT_VERSION, READABLE_FORMAT_VERSION, TABLE_FILE, probe_name
 from lakesink.storage.base import Storage
 
 WriterMode = Literal["foreach", "epoch"]
@@ -200,6 +200,13 @@ def check_compatible(existing: TableMetadata, schema: pa.Schema, mode: WriterMod
         )
 
 
+def probe_store(storage: Storage) -> None:
+    """Refuse (StorageError) a store that would silently overwrite a create-if-absent write:
+    exactly-once cannot hold there. Probes with temporary objects under ``_lakesink/`` (see
+    ``names.PROBE_PREFIX``: sweeps leave a young one alone)."""
+    storage.check_conditional_writes(probe_name())
+
+
 def check_writable_format(existing: TableMetadata, asked: int | None, url: str) -> None:
     """Refuse to write a lake of another format than the writer ``asked`` for (None: the
     current one): a writer cannot convert a lake, and a format-1/2 lake is converted by
@@ -257,12 +264,12 @@ def ensure_table(
             format_version=version,
             checkpoint_interval=checkpoint_interval,
         )
-        storage.check_conditional_writes()
+        probe_store(storage)
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
     check_writable_format(existing, format_version, storage.url)
     if check_store:
-        storage.check_conditional_writes()
+        probe_store(storage)
     return existing

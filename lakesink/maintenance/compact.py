@@ -61,7 +61,7 @@ from lakesink.format.names import (
     new_attempt_id,
     parse_compaction_file,
 )
-from lakesink.format.table import TableMetadata, read_table_metadata
+from lakesink.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog
@@ -209,7 +209,7 @@ def compact(
     )
     metadata, vlog = open_v3(storage, "compaction")
     if not dry_run and check_store:
-        storage.check_conditional_writes()  # a store that overwrites: refuse before writing anything
+        probe_store(storage)  # a store that overwrites: refuse before writing anything
     token = new_op_token()
     snap = vlog.snapshot()
     report = CompactReport(storage.url, token, snap.version, "dry_run" if dry_run else "nothing_to_do", 0)

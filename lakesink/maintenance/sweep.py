@@ -46,7 +46,7 @@ from lakesink.format.names import (
     parse_data_file,
     parse_writer_file,
 )
-from lakesink.format.table import read_table_metadata
+from lakesink.format.table import probe_store, read_table_metadata
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, parallel
 from lakesink.storage import StagedEntry, Storage, open_storage
@@ -168,7 +168,7 @@ def sweep(
     )
     metadata = read_table_metadata(storage)  # refuses a folder that is not a lake
     if delete and check_store:
-        storage.check_conditional_writes()  # a store that overwrites: refuse before touching anything
+        probe_store(storage)  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
     report = SweepReport(storage.url, float(older_than), delete)
     if metadata.format_version >= 3 and metadata.mode == "epoch":

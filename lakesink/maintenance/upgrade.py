@@ -37,7 +37,7 @@ from typing import Any
 from lakesink.errors import CommitConflictError, CorruptFileError
 from lakesink.format.log import UPGRADE_FENCE_PREFIX, EpochLog, EpochRecord
 from lakesink.format.names import TABLE_FILE, epoch_record_name
-from lakesink.format.table import read_table_metadata
+from lakesink.format.table import probe_store, read_table_metadata
 from lakesink.format.v3.checkpoint import (
     LIST_ROW_GROUP_ROWS,
     LIST_SCHEMA,
@@ -199,7 +199,7 @@ def upgrade(
     if metadata.mode == "foreach":
         if not check:
             if check_store:
-                storage.check_conditional_writes()
+                probe_store(storage)
             _commit_point(storage, doc, table_id, metadata.format_version, None, None, time.time())
             report.status = "upgraded"
             _call(hook, "committed")
@@ -218,10 +218,10 @@ def upgrade(
             report.checkpoint_version = len(records) or None
             return report
         if check_store:
-            storage.check_conditional_writes()
+            probe_store(storage)
         records, fence_at, report.fence_created = _fence(storage, v2, records)
     elif not check and check_store:
-        storage.check_conditional_writes()
+        probe_store(storage)
     plan = _plan(records, fence_at, table_id, storage)
     report.fence_epoch = plan.fence.epoch
     report.first_epoch = records[0].epoch if plan.imports else None

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lakesink.errors import CorruptFileError, LakeSinkError
+from lakesink.format.table import probe_store
 from lakesink.format.v3.commits import PendingCommit, new_op_token
 from lakesink.format.v3.vlog import Snapshot, VersionedLog, parallel, parse_commit_name
 from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, Orphan, SweepReport, _remove, plan_v3
@@ -137,7 +138,7 @@ def vacuum(
     )
     _, vlog = open_v3(storage, "vacuum")
     if delete and check_store:
-        storage.check_conditional_writes()  # a store that overwrites: refuse before touching anything
+        probe_store(storage)  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
     snap = vlog.snapshot()
     state = snap.state

@@ -26,7 +26,7 @@ import pyarrow as pa
 from lakesink.commit import FileWriter, Observer, WriteOptions
 from lakesink.errors import CommitError, StorageError
 from lakesink.format.names import data_file_name
-from lakesink.format.table import check_writable_format, ensure_table, find_table
+from lakesink.format.table import check_writable_format, ensure_table, find_table, probe_store
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import Storage, open_storage
@@ -102,7 +102,7 @@ class LakeForeachWriter:
             existing = None  # a Spark Connect client need not reach the lake: its server's tasks check it
         if existing is not None:
             check_writable_format(existing, None, storage.url)
-            storage.check_conditional_writes()
+            probe_store(storage)
         self._reset()
 
     def __repr__(self) -> str:  # never shows storage_options: they may hold secrets

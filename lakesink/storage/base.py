@@ -164,8 +164,11 @@ class Storage(Protocol):
         """Whether the table root exists at all (for "table not found" errors)."""
         ...
 
-    def check_conditional_writes(self) -> None:
-        """Raise StorageError if this storage would silently overwrite a create-if-absent write."""
+    def check_conditional_writes(self, name: str) -> None:
+        """Raise StorageError if this storage would silently overwrite a create-if-absent write.
+
+        The probe writes (and removes) temporary objects at ``name``, which the caller picks
+        (the lake's layout: ``lakesink.format.table.probe_store``)."""
         ...
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:

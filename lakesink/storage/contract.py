@@ -224,7 +224,7 @@ class StorageContract:
         dead.discard()  # the dead writer's own cleanup, had it lived, is harmless now
 
     def test_root_checks_and_conditional_writes(self, storage: Storage) -> None:
-        storage.check_conditional_writes()  # moto and POSIX honour create-if-absent
+        storage.check_conditional_writes("_lakesink/probe-contract")  # moto and POSIX honour it
         storage.put_if_absent("_lakesink/table.json", b"{}")
         assert storage.root_exists()
         assert leftovers(storage) == [] and [f.name for f in storage.list("_lakesink")] == [

@@ -48,7 +48,7 @@ from urllib.parse import urlparse
 from hdfs_native import Client, FileStatus, FileWriter, WriteOptions
 
 from lakesink.errors import CommitError, StorageError, log, quietly
-from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
+from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink.storage.base import (
     Sealed,
     StagedEntry,
@@ -566,14 +566,13 @@ class HdfsStorage:
             except FileNotFoundError:
                 return False
 
-    def check_conditional_writes(self) -> None:
+    def check_conditional_writes(self, name: str) -> None:
         """Probe that ``create`` and ``rename`` with overwrite=False refuse an existing name.
 
         HDFS refuses both; a file system that only looks like HDFS (a gateway, a proxy) might
         not, and would let a retried or concurrent write replace committed data. Costs a few
         NameNode calls, once per writer start.
         """
-        name = probe_name()
         advice = (
             f"the HDFS at {self.url} replaced an existing file on {{}} with overwrite=False, so a "
             "retried or concurrent write could silently replace committed data; lakesink cannot "

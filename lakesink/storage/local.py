@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakesink.errors import quietly
-from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, probe_name, staged_name
+from lakesink.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink.storage.base import (
     Sealed,
     StagedEntry,
@@ -310,7 +310,7 @@ class LocalStorage:
     def root_exists(self) -> bool:
         return os.path.isdir(self.root)
 
-    def check_conditional_writes(self) -> None:
+    def check_conditional_writes(self, name: str) -> None:
         """Check that a no-clobber publish refuses an existing name, as POSIX ``link(2)`` does.
 
         A POSIX file system never replaces a file through ``link`` or ``renameat2(NOREPLACE)``,
@@ -319,7 +319,6 @@ class LocalStorage:
         data. The probe is a temporary file under ``_lakesink/``, published twice: a few local
         file operations.
         """
-        name = probe_name()
         try:
             check_put_if_absent(
                 self,

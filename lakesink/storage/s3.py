@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import ClientError
 
 from lakesink.errors import CommitError, StorageError, quietly
-from lakesink.format.names import STAGING_DIR, probe_name
+from lakesink.format.names import STAGING_DIR
 from lakesink.storage.base import Sealed, StagedEntry, StoredFile, check_put_if_absent, expect_sealed
 from lakesink.storage.options import s3_client_settings
 from lakesink.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
@@ -416,14 +416,13 @@ class S3Storage:
             return True
         return next(iter(self._uploads(prefix, None)), None) is not None
 
-    def check_conditional_writes(self) -> None:
+    def check_conditional_writes(self, name: str) -> None:
         """Probe that ``If-None-Match: *`` is honoured by PutObject and CompleteMultipartUpload.
 
         A store that ignores the header would let a second attempt silently replace a
         published file or a commit record (last writer wins): exactly-once cannot hold there,
         so the writer is refused when it creates a table. Costs six requests, once per table.
         """
-        name = probe_name()
         key = self.key_of(name)
         advice = (
             f"the S3 endpoint {self.endpoint} does not honour If-None-Match: * on {{}}, so a "
