@@ -11,6 +11,7 @@ import base64
 import dataclasses
 import json
 import pickle
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
@@ -109,6 +110,14 @@ class SinkOptions:
         ):
             raise ValueError(
                 f"format_version must be 3 (or None, the same; 2 is deprecated), got {self.format_version!r}"
+            )
+        if self.format_version == 2:
+            warnings.warn(
+                "format_version=2 is deprecated and goes in the next release: it writes the old "
+                "format-2 lake (one query, no offsets, no compaction). Drop the option: new lakes are "
+                "format 3, and `lakesink upgrade PATH` converts a format-2 one.",
+                DeprecationWarning,
+                stacklevel=2,
             )
 
 

@@ -240,6 +240,17 @@ def test_a_record_after_the_fence_is_reported(lake: str, capsys: Any) -> None:
     assert "after the upgrade's fence at epoch 2" in err and "epoch 3" in err
 
 
+def test_format_version_2_is_deprecated_and_other_versions_are_refused(lake: str) -> None:
+    from lakesink.config import SinkConfig
+
+    with pytest.warns(DeprecationWarning, match="format_version=2 is deprecated.*lakesink upgrade"):
+        SinkConfig.from_options({"path": lake, "format_version": "2"})
+    assert SinkConfig.from_keywords(lake, format_version=3).sink.format_version == 3
+    for bad in (1, 4, True):
+        with pytest.raises(ValueError, match=rf"format_version must be 3 .*got {bad!r}"):
+            SinkConfig.from_keywords(lake, format_version=bad)
+
+
 @pytest.mark.spark
 def test_a_foreach_writer_refuses_a_format_2_lake_until_it_is_upgraded(lake: str) -> None:
     from lakesink.spark.foreach import LakeForeachWriter
