@@ -137,6 +137,38 @@ def test_paths_are_absolute_uris_as_spark_names_them() -> None:
     assert uri("hdfs://nn:8020/data/lake") == "hdfs://nn:8020/data/lake"
 
 
+def test_a_compact_batch_is_one_spark_entry_per_live_file_in_path_order() -> None:
+    """The Arrow-built compact batch, byte for byte against Spark's line format written one
+    entry at a time: names that need quoting, missing sizes and times, a sliced table."""
+    from urllib.parse import quote
+
+    from lakesink.format.spark_metadata_view import BLOCK_SIZE, compact_batch, parse_batch
+
+    paths = [
+        "c00-a.parquet",
+        "day=2026-11-22/country=FR é/x%y.parquet",
+        "w01-b000000000001-p00000-ff.parquet",
+    ]
+    live = pa.table({"path": paths, "bytes": pa.array([10, None, 3_000_000_000], pa.int64())})
+    stamps = pa.array([1_795_000_000_000, 5, None], pa.int64())
+    base = "s3a://bucket/a%20lake"
+    for table, times in ((live, stamps), (live.slice(1), stamps[1:]), (live.slice(0, 0), stamps[:0])):
+        lines = [
+            json.dumps(
+                {"path": f"{base}/{quote(p, safe='/')}", "size": s or 0, "isDir": False,
+                 "modificationTime": t or 0, "blockReplication": 1, "blockSize": BLOCK_SIZE, "action": "add"},
+                separators=(",", ":"),
+            )
+            for p, s, t in zip(table.column("path").to_pylist(), table.column("bytes").to_pylist(),
+                               times.to_pylist(), strict=True)
+        ]  # fmt: skip
+        data = compact_batch(base, table, times)
+        assert data == ("v1" + "".join("\n" + line for line in lines)).encode()
+        assert [e["path"] for e in parse_batch(data)] == [
+            f"{base}/{quote(p, safe='/')}" for p in table["path"].to_pylist()
+        ]
+
+
 def test_a_foreign_batch_stops_the_view_and_sync_views_rebuilds_it(lake: str, capsys: Any) -> None:
     from lakesink.cli import main
 

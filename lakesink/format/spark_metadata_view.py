@@ -150,16 +150,51 @@ def adds_batch(base: str, commit: Commit) -> bytes:
     )
 
 
+#: Path characters ``quote(p, safe="/")`` leaves as they are: a path of only these needs no quoting.
+_UNQUOTED_PATH = r"^[A-Za-z0-9_.~/-]*$"
+
+
 def compact_batch(base: str, live: pa.Table, stamps: pa.Array[Any]) -> bytes:
-    """A compact batch: every live file (the lake's list at one version, sorted by path)."""
-    paths = [str(p) for p in live.column("path").to_pylist()]
-    sizes = [int(s or 0) for s in live.column("bytes").to_pylist()]
-    return _batch_bytes(
-        [
-            _entry(f"{base}/{quote(p, safe='/')}", s, int(t or 0))
-            for p, s, t in zip(paths, sizes, stamps.to_pylist(), strict=True)
-        ]
+    """A compact batch: every live file (the lake's list at one version, sorted by path).
+
+    Built in Arrow, not as a Python string per file: at a million live files the batch is
+    ~200 MB, and building it from Python strings took 0.75 GiB and 1.5 s (Arrow: 0.35 GiB,
+    0.8 s). The bytes are exactly those of :func:`_entry` per file (two writers must derive
+    the same view; tests/test_spark_view.py compares them).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if live.num_rows == 0:
+        return _batch_bytes([])
+    paths = live.column("path").combine_chunks().cast(pa.string())
+    if not pc.all(pc.match_substring_regex(paths, _UNQUOTED_PATH)).as_py():
+        paths = pa.array([quote(str(p), safe="/") for p in paths.to_pylist()], pa.string())
+    fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
+    sizes: Any = fill(live.column("bytes").combine_chunks(), 0)
+    times: Any = fill(stamps, 0)
+    sizes, times = (a.cast(pa.int64()).cast(pa.string()) for a in (sizes, times))
+    # Each line starts with its newline, the first with the header too: the batch is then the
+    # lines' bytes back to back, copied out of Arrow once.
+    starts = pa.array(["v1\n"] + ["\n"] * (live.num_rows - 1), pa.string())
+    lines = pc.binary_join_element_wise(
+        starts,
+        f'{{"path":"{base}/',
+        paths,
+        '","size":',
+        sizes,
+        ',"isDir":false,"modificationTime":',
+        times,
+        f',"blockReplication":1,"blockSize":{BLOCK_SIZE},"action":"add"}}',
+        "",
     )
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    bounds = pa.Array.from_buffers(
+        pa.int32(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
+    )
+    first, end = bounds[0].as_py(), bounds[len(lines)].as_py()
+    return bytes(lines.buffers()[2][first:end].to_pybytes())
 
 
 def parse_batch(data: bytes) -> list[dict[str, object]]:
