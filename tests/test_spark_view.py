@@ -124,6 +124,20 @@ def test_a_compaction_jumps_to_a_compact_batch_and_the_interval_is_pinned(lake: 
     ]
     report = spark_sync(storage, write=False)
     assert (report.state, report.view_version, report.batch) == ("ok", 13, 39)
+    # A process that knows no commit times (a restarted writer) carries each file's time over
+    # from the previous compact batch: the same time in 49.compact as in 39.compact.
+    forget(storage, table_id)
+    writer.log = viewed_log(storage, table_id, delta_log=False)
+    for i in range(10):
+        writer.append(5000 + i * 100)  # versions 14..23: batches 40..48, then the compact 49
+
+    def times(name: str) -> dict[str, int]:
+        entries = parse_batch(storage.read_bytes(f"{SPARK_DIR}/{name}"))
+        return {str(e["path"]): int(e["modificationTime"]) for e in entries}  # type: ignore[call-overload]
+
+    before, after = times("39.compact"), times("49.compact")
+    assert len(before) == 21 and len(after) == 41 and set(before) < set(after)
+    assert {p: after[p] for p in before} == before
 
 
 def test_paths_are_absolute_uris_as_spark_names_them() -> None:

@@ -313,36 +313,68 @@ def added_times(
     live: pa.Table,
     *,
     times: dict[int, int],
-    prior: Callable[[], dict[str, int] | None] | None = None,
+    prior: Callable[[], pa.Table | None] | None = None,
 ) -> pa.Array[Any]:
     """Per live file, the time (ms) of the lake commit that added it: what that commit's view
     entry says (``modificationTime``). From ``times`` (version -> ms, filled here: a writer's
-    process knows the versions it committed), then ``prior`` (path -> ms from an older snapshot
-    of the view, read only when needed), the commits' headers, and for versions the lake's log no
-    longer holds the Delta view's commit of that version; else the time of the oldest retained
-    lake commit (a rebuilt view of a vacuumed lake: the only time left)."""
+    process knows the versions it committed), then ``prior`` (a table of ``path`` -> ``ms`` from
+    an older snapshot of the view, see :func:`prior_table`, read only when needed), the commits'
+    headers, and for versions the lake's log no longer holds the Delta view's commit of that
+    version; else the time of the oldest retained lake commit (a rebuilt view of a vacuumed
+    lake: the only time left). In Arrow: a view of a million files is a million lookups."""
     import pyarrow as pa
+    import pyarrow.compute as pc
 
-    paths = [str(p) for p in live.column("path").to_pylist()]
-    versions = [int(v or 0) for v in live.column("added_version").to_pylist()]
-    known: dict[str, int] = {}
-    if prior is not None and any(v not in times for v in versions):
-        known = prior() or {}
-    need = sorted({v for p, v in zip(paths, versions, strict=True) if v not in times and p not in known})
+    fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
+    versions: Any = fill(live.column("added_version").combine_chunks(), 0).cast(pa.int64())
+    missing = [v for v in (int(v) for v in pc.unique(versions).to_pylist()) if v not in times]
+    known: Any = None  # per live file: its time in the prior view, or null
+    if prior is not None and missing:
+        found = prior()
+        if found is not None:
+            where = pc.index_in(live.column("path").combine_chunks(), value_set=found.column("path"))
+            known = pc.take(found.column("ms"), where)
+    need = missing
+    if need and known is not None:
+        unknown = pc.and_(pc.is_in(versions, value_set=pa.array(need, pa.int64())), pc.is_null(known))
+        need = sorted(int(v) for v in pc.unique(pc.filter(versions, unknown)).to_pylist())
     if need:
         for v, header in zip(need, parallel(vlog.read_header, need), strict=True):
             if header is not None:
                 times[v] = _ms(header.committed_at)
         fallback: int | None = None
         for v in (v for v in need if v not in times):
-            found = _view_commit_ms(storage, v)
-            if found is None:
+            ms = _view_commit_ms(storage, v)
+            if ms is None:
                 if fallback is None:
                     fallback = _oldest_commit_ms(storage, vlog)
-                found = fallback
-            times[v] = found
-    out = [times[v] if v in times else known[p] for p, v in zip(paths, versions, strict=True)]
-    return pa.array(out, pa.int64())
+                ms = fallback
+            times[v] = ms
+    by_version = pc.take(
+        pa.array(list(times.values()), pa.int64()),
+        pc.index_in(versions, value_set=pa.array(list(times.keys()), pa.int64())),
+    )
+    out: Any = by_version if known is None else pc.coalesce(by_version, known)
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out  # type: ignore[no-any-return]
+
+
+def prior_table(paths: Any, ms: Any) -> pa.Table | None:
+    """The ``prior`` of :func:`added_times`: view paths (percent-encoded, relative) -> ms, the
+    rows with a null in either dropped; None when none is left."""
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.table({"path": paths, "ms": ms}).filter(
+        pc.and_(pc.is_valid(paths), pc.is_valid(ms))
+    )  # fmt: skip
+    if table.num_rows == 0:
+        return None
+    path: Any = table.column("path").combine_chunks().cast(pa.string())
+    if pc.any(pc.match_substring(path, "%")).as_py():
+        path = pa.array([unquote(p) for p in path.to_pylist()], pa.string())
+    return pa.table({"path": path, "ms": table.column("ms").cast(pa.int64())})
 
 
 def _view_commit_ms(storage: Storage, version: int) -> int | None:
@@ -373,7 +405,7 @@ def view_checkpoints(storage: Storage) -> list[int]:
     return sorted(found)
 
 
-def _prior_times(storage: Storage, version: int) -> dict[str, int] | None:
+def _prior_times(storage: Storage, version: int) -> pa.Table | None:
     """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)."""
     import pyarrow.parquet as pq
 
@@ -384,13 +416,10 @@ def _prior_times(storage: Storage, version: int) -> dict[str, int] | None:
         )
     except (OSError, ValueError):
         return None
-    from urllib.parse import unquote
+    import pyarrow.compute as pc
 
-    out: dict[str, int] = {}
-    for add in table.column("add").to_pylist():
-        if add is not None and add.get("modificationTime") is not None:
-            out[unquote(add["path"])] = int(add["modificationTime"])
-    return out
+    adds: Any = table.column("add").combine_chunks()
+    return prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
 
 
 def _hint_version(storage: Storage) -> int | None:
