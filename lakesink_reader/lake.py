@@ -557,8 +557,9 @@ def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
     try:
         data = storage.read_bytes(TABLE_FILE, first_contact=True)
     except (FileNotFoundError, NotADirectoryError):
-        read_table_metadata(storage)  # raises the error that names the path
-        raise
+        read_table_metadata(storage)  # raises the error that names the path...
+        # ...unless a first writer created the lake in between: it is there now.
+        data = storage.read_bytes(TABLE_FILE, first_contact=True)
     metadata = TableMetadata.from_json(data, _where(storage))
     doc = json.loads(data)  # from_json parsed it: a JSON object
     return (doc if isinstance(doc, dict) else {}), metadata

@@ -317,3 +317,31 @@ def test_reader_in_a_venv_with_the_base_install_only(tmp_path: Path) -> None:
     assert lines[0] == "3"
     assert "pip install 'lakesink[pandas]'" in lines[1]
     assert "pip install 'lakesink[s3]'" in lines[2]
+
+
+def test_a_lake_created_while_the_reader_opens_it_is_read(tmp_path: Path) -> None:
+    """A reader whose first read of table.json finds nothing, while a first writer creates the
+    lake before its second look, reads the lake (it used to raise the first FileNotFoundError)."""
+    from lakesink.storage.local import LocalStorage
+    from lakesink_reader.lake import _read_table_json
+
+    lake = str(tmp_path / "lake")
+
+    class FirstWriterRacing(LocalStorage):
+        """Its first read of table.json misses it; the first writer creates the lake right after."""
+
+        raced = False
+
+        def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+            if self.raced:
+                return super().read_bytes(name, first_contact=first_contact)
+            self.raced = True
+            try:
+                return super().read_bytes(name, first_contact=first_contact)
+            finally:
+                foreach_lake(lake, epochs=1, partitions=1)
+
+    storage = FirstWriterRacing(lake)
+    _doc, metadata = _read_table_json(storage)
+    assert metadata.mode == "foreach" and storage.raced
+    assert read_committed(lake).num_rows == 100
