@@ -239,16 +239,18 @@ def sweep(
 
 
 def _live_probe(staged: StagedEntry, age: float | None) -> bool:
-    """A store probe's staged object that may belong to a probe still running (see PROBE_PREFIX).
+    """A store probe's staged object that may belong to a probe still running (see PROBE_PREFIX):
+    younger than PROBE_ABANDONED_AGE by its staging marker (or, on file systems, its file).
 
-    Its age must be known: an S3 upload found by listing, without its staging marker, has only
-    the store's ``Initiated`` time, which some stores get wrong (moto says 2010): the marker's
-    entry, listed at the root, carries the real one.
+    An S3 probe upload listed without a marker (an empty ``handle``) is no live probe's: a probe
+    writes its marker before it creates its upload, and ``S3Storage.staged`` lists the uploads
+    before the markers. It is a twin a lost answer left, or a killed probe's; its age is the
+    store's ``Initiated`` time, and the sweep's own age rule applies to it.
     """
     if not staged.name.startswith(PROBE_PREFIX):
         return False
-    unknowable = staged.kind == "multipart_upload" and not staged.handle
-    return unknowable or age is None or age < PROBE_ABANDONED_AGE
+    orphaned = staged.kind == "multipart_upload" and not staged.handle
+    return not orphaned and (age is None or age < PROBE_ABANDONED_AGE)
 
 
 def _remove(storage: Storage, report: SweepReport, progress: Progress | None) -> None:

@@ -302,19 +302,29 @@ class S3Storage:
                     raise
 
     def staged(self, folder: str = "") -> builtins.list[StagedEntry]:
-        """Open uploads of ``folder``: by their staging markers, and by listing where the store can."""
+        """Open uploads of ``folder``: by their staging markers, and by listing where the store can.
+
+        The uploads are listed *before* the markers: a writer puts its marker before it creates
+        its upload, so an upload listed here has its marker in the later listing for as long as
+        the upload is open. An upload listed without a marker (an empty ``handle``) is therefore
+        no live writer's: a twin a lost answer left, or one whose writer was killed.
+        """
         found: dict[str, StagedEntry] = {}
-        if not folder.strip("/"):
-            for marker in self.list(STAGING_DIR):
-                name, _, attempt = marker.name[len(STAGING_DIR) + 1 :].rpartition(".")
-                if not name or not attempt:
-                    continue
-                seen = found.get(name)
-                # Several attempts at one name (foreach mode): the youngest decides its age.
-                started = max(filter(None, (marker.modified, seen.started if seen else None)), default=None)
-                handles = f"{seen.handle}\n{marker.name}" if seen else marker.name
-                found[name] = StagedEntry(name, "multipart_upload", started, None, handles)
-        for upload in self._uploads(self._folder_prefix(folder), "/"):
+        prefix = self._folder_prefix(folder)
+        # Only ``folder``'s own uploads: moto ignores the delimiter and lists deeper keys too.
+        uploads = [u for u in self._uploads(prefix, "/") if "/" not in u["Key"][len(prefix) :]]
+        inner = folder.strip("/")
+        # The markers of names in ``folder`` are in the same folder under STAGING_DIR.
+        for marker in self.list(f"{STAGING_DIR}/{inner}" if inner else STAGING_DIR):
+            name, _, attempt = marker.name[len(STAGING_DIR) + 1 :].rpartition(".")
+            if not name or not attempt:
+                continue
+            seen = found.get(name)
+            # Several attempts at one name (foreach mode): the youngest decides its age.
+            started = max(filter(None, (marker.modified, seen.started if seen else None)), default=None)
+            handles = f"{seen.handle}\n{marker.name}" if seen else marker.name
+            found[name] = StagedEntry(name, "multipart_upload", started, None, handles)
+        for upload in uploads:
             name = self._name_of(upload["Key"])
             if name not in found:
                 found[name] = StagedEntry(name, "multipart_upload", upload["Initiated"].timestamp(), None, "")
