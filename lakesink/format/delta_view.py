@@ -20,7 +20,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,7 +41,7 @@ from lakesink.format.table import TableMetadata, probe_store, read_table_metadat
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
-from lakesink.format.view_memo import ViewMemos
+from lakesink.format.view_memo import StopFile, ViewMemo, ViewMemos
 from lakesink.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -52,35 +51,24 @@ log = logging.getLogger(__name__)
 
 #: Written when a view commit holds bytes lakesink did not derive: writers stop updating the view.
 STOP_FILE = f"{META_DIR}/delta_view_stopped.json"
+_STOP = StopFile(STOP_FILE, "says the view was touched by a foreign writer", log)
 #: A writer fills at most this many missing view versions in a commit; more is delta-sync's job.
 GAP_FILL = 16
 
 
 @dataclass
-class _Known:
+class _Known(ViewMemo):
     """What this process knows of one lake's view."""
 
     version: int = -1  # the newest view version known to be this lake's bytes
-    stop_checked: bool = False
-    stopped: str | None = None
     unsupported: str | None = None
     metadata: TableMetadata | None = None
-    interval: int | None = None
-    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
-    times: dict[int, int] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
 
 
 _MEMOS = ViewMemos(_Known)
 
 
-def _known(storage: Storage, table_id: str) -> _Known:
-    return _MEMOS.get(storage.url, table_id)
-
-
-def forget(storage: Storage, table_id: str) -> None:
-    """Drop what this process knows of a lake's view (after a sync, in tests)."""
-    _MEMOS.forget(storage.url, table_id)
+forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a sync, in tests
 
 
 class DeltaView:
@@ -109,7 +97,7 @@ class DeltaView:
     @property
     def known(self) -> _Known:
         """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
-        known = _known(self.storage, self.table_id)
+        known = _MEMOS.get(self.storage, self.table_id)
         if known.metadata is None and self._given is not None:
             known.metadata = self._given
         return known
@@ -135,9 +123,9 @@ class DeltaView:
             return
         if not k.stop_checked:
             if self.storage.exists(STOP_FILE):
-                k.stopped = _stop_reason(self.storage)
-                self._warn_once(
-                    "stopped", "the Delta view of %s is not updated: %s", self.storage.url, k.stopped
+                k.stopped = _STOP.reason(self.storage)
+                self.known.warn_once(
+                    log, "stopped", "the Delta view of %s is not updated: %s", self.storage.url, k.stopped
                 )
                 return
             k.stop_checked = True
@@ -151,7 +139,8 @@ class DeltaView:
             for u in range(start, v):
                 older = vlog.read_commit(u)
                 if older is None:
-                    self._warn_once(
+                    self.known.warn_once(
+                        log,
                         "gone",
                         "the Delta view of %s misses version %d, which the lake no longer has: run "
                         "`lakesink delta-sync`",
@@ -202,7 +191,8 @@ class DeltaView:
                 return u + 1
         if v <= GAP_FILL:
             return 0
-        self._warn_once(
+        self.known.warn_once(
+            log,
             "behind",
             "the Delta view of %s is more than %d versions behind the lake: it is not updated until "
             "`lakesink delta-sync` writes what is missing",
@@ -222,7 +212,7 @@ class DeltaView:
             data = delta_commit(self._metadata(), commit)
         except DeltaViewUnsupported as exc:
             k.unsupported = str(exc)
-            self._warn_once("unsupported", "%s has no Delta view: %s", self.storage.url, exc)
+            self.known.warn_once(log, "unsupported", "%s has no Delta view: %s", self.storage.url, exc)
             return False
         if self.storage.put_if_absent(delta_commit_name(commit.version), data):
             k.version = max(k.version, commit.version)
@@ -237,28 +227,8 @@ class DeltaView:
             delta_commit_name(commit.version),
             k.stopped,
         )
-        _mark_stopped(self.storage, commit.version, k.stopped)
+        _STOP.mark(self.storage, commit.version, k.stopped)
         return False
-
-    def _warn_once(self, key: str, message: str, *args: object) -> None:
-        if key not in self.known.warned:
-            self.known.warned.add(key)
-            log.warning(message, *args)
-
-
-def _mark_stopped(storage: Storage, version: int, reason: str) -> None:
-    try:
-        doc = {"version": version, "reason": reason, "found_at": time.time()}
-        storage.put(STOP_FILE, json.dumps(doc, sort_keys=True).encode())
-    except Exception:
-        log.warning("could not write %s/%s", storage.url, STOP_FILE, exc_info=True)
-
-
-def _stop_reason(storage: Storage) -> str:
-    try:
-        return str(json.loads(storage.read_bytes(STOP_FILE))["reason"])
-    except Exception:  # noqa: BLE001 -- only a message
-        return f"{STOP_FILE} says the view was touched by a foreign writer"
 
 
 # View checkpoints -----------------------------------------------------------------------------
@@ -626,7 +596,7 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
             "`lakesink delta-sync` to rebuild it; the lake is unaffected)"
         )
         if write:
-            _mark_stopped(storage, report.foreign[0], report.detail)
+            _STOP.mark(storage, report.foreign[0], report.detail)
     elif report.missing:
         report.state = "behind"
         report.detail = (
@@ -685,7 +655,7 @@ def check_view(storage: Storage, metadata: TableMetadata, vlog: VersionedLog, la
         report.state, report.detail = "unsupported", str(exc)
         return report
     if storage.exists(STOP_FILE):
-        report.state, report.detail = "foreign", _stop_reason(storage)
+        report.state, report.detail = "foreign", _STOP.reason(storage)
         return report
     if latest < 0:
         report.state = "absent"

@@ -53,7 +53,6 @@ import io
 import json
 import logging
 import re
-import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
 from urllib.parse import quote, unquote
@@ -64,7 +63,7 @@ from lakesink.format.table import probe_store
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
-from lakesink.format.view_memo import ViewMemos
+from lakesink.format.view_memo import StopFile, ViewMemo, ViewMemos
 from lakesink.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -76,6 +75,7 @@ SPARK_DIR = "_spark_metadata"
 ANCHOR_DIR = f"{SPARK_DIR}/_lakesink"
 #: Written when the view holds content lakesink did not derive: writers stop updating it.
 STOP_FILE = f"{META_DIR}/spark_view_stopped.json"
+_STOP = StopFile(STOP_FILE, "says the view holds content lakesink did not derive", log)
 #: K: batches between two compacts (Spark's own default). A compact lists every live file.
 COMPACT_INTERVAL = 10
 #: The empty compact that pins K, and the first real batch (lake version of the first anchor).
@@ -288,25 +288,14 @@ def read_layout(storage: Storage) -> Layout:
 
 
 @dataclass
-class _Known:
+class _Known(ViewMemo):
     position: tuple[int, int] | None = None  # (lake version, batch) last known written
-    stop_checked: bool = False
-    stopped: str | None = None
-    interval: int | None = None
-    times: dict[int, int] = field(default_factory=dict)
-    warned: set[str] = field(default_factory=set)
 
 
 _MEMOS = ViewMemos(_Known)
 
 
-def _known(storage: Storage, table_id: str) -> _Known:
-    return _MEMOS.get(storage.url, table_id)
-
-
-def forget(storage: Storage, table_id: str) -> None:
-    """Drop what this process knows of a lake's Spark view (after a sync, in tests)."""
-    _MEMOS.forget(storage.url, table_id)
+forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a sync, in tests
 
 
 class Foreign(Exception):
@@ -333,7 +322,7 @@ class SparkView:
     @property
     def known(self) -> _Known:
         """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
-        return _known(self.storage, self.table_id)
+        return _MEMOS.get(self.storage, self.table_id)
 
     def __call__(self, commit: Commit, state: TableState) -> None:
         remember_time(self.known.times, commit)
@@ -354,9 +343,9 @@ class SparkView:
             return
         if not k.stop_checked:
             if self.storage.exists(STOP_FILE):
-                k.stopped = _stop_reason(self.storage)
-                self._warn_once(
-                    "stopped", "the Spark view of %s is not updated: %s", self.storage.url, k.stopped
+                k.stopped = _STOP.reason(self.storage)
+                self.known.warn_once(
+                    log, "stopped", "the Spark view of %s is not updated: %s", self.storage.url, k.stopped
                 )
                 return
             k.stop_checked = True
@@ -374,7 +363,7 @@ class SparkView:
                     self.storage.url,
                     exc,
                 )
-                _mark_stopped(self.storage, v, k.stopped)
+                _STOP.mark(self.storage, v, k.stopped)
                 return
         log.info("the Spark view of %s: lost %d races at version %d; the next commit catches up",
                  self.storage.url, RACE_RETRIES, v)  # fmt: skip
@@ -418,11 +407,6 @@ class SparkView:
         if self.known.interval is None:
             self.known.interval = table_interval(self.storage)
         return self.known.interval
-
-    def _warn_once(self, key: str, message: str, *args: object) -> None:
-        if key not in self.known.warned:
-            self.known.warned.add(key)
-            log.warning(message, *args)
 
 
 def write_version(
@@ -555,21 +539,6 @@ def _clean(storage: Storage, compact: int) -> None:
             storage.delete(anchor_name(a))
 
 
-def _mark_stopped(storage: Storage, version: int, reason: str) -> None:
-    try:
-        doc = {"version": version, "reason": reason, "found_at": time.time()}
-        storage.put(STOP_FILE, json.dumps(doc, sort_keys=True).encode())
-    except Exception:
-        log.warning("could not write %s/%s", storage.url, STOP_FILE, exc_info=True)
-
-
-def _stop_reason(storage: Storage) -> str:
-    try:
-        return str(json.loads(storage.read_bytes(STOP_FILE))["reason"])
-    except Exception:  # noqa: BLE001 -- only a message
-        return f"{STOP_FILE} says the view holds content lakesink did not derive"
-
-
 # Checking and syncing ------------------------------------------------------------------------------
 
 
@@ -617,7 +586,7 @@ def spark_sync(storage: Storage, *, write: bool = True, deep: bool = True) -> Sp
     if problem is not None:
         report.state, report.detail = "foreign", problem
         if write:
-            _mark_stopped(storage, report.view_version or 0, problem)
+            _STOP.mark(storage, report.view_version or 0, problem)
         return report
     if latest < 0:
         report.state = "absent" if layout.latest is None else "ok"
@@ -653,7 +622,7 @@ def spark_sync(storage: Storage, *, write: bool = True, deep: bool = True) -> Sp
             forget(storage, table_id)  # a writer placed it meanwhile: look again
         except Foreign as exc:
             report.state, report.detail = "foreign", str(exc)
-            _mark_stopped(storage, latest, str(exc))
+            _STOP.mark(storage, latest, str(exc))
             return report
     layout = read_layout(storage)
     report.batch = layout.latest
@@ -714,5 +683,5 @@ def check_spark_view(storage: Storage) -> SparkViewReport:
     """The check of ``lakesink status``: the stop marker, then :func:`spark_sync` without writing
     and without reading file lists (``verify`` compares the compact's files too)."""
     if storage.exists(STOP_FILE):
-        return SparkViewReport(storage.url, state="foreign", detail=_stop_reason(storage))
+        return SparkViewReport(storage.url, state="foreign", detail=_STOP.reason(storage))
     return spark_sync(storage, write=False, deep=False)

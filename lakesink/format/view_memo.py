@@ -1,5 +1,5 @@
-"""What a process knows of one lake's derived view (``_delta_log/``, ``_spark_metadata/``)
-between the commits it writes.
+"""What the derived views (``_delta_log/``, ``_spark_metadata/``) share: what a process knows
+of one lake's view between the commits it writes, and the view's stop file.
 
 A writer's driver, compaction and vacuum continue a view after each lake commit; remembering
 where the view stands (its last version known to hold lakesink's bytes, whether a foreign
@@ -18,15 +18,41 @@ it:
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from lakesink.storage.base import Storage
 
 #: Lakes remembered per process and view kind: a driver writes a handful of lakes at a time.
 MAX_LAKES = 64
 
-Memo = TypeVar("Memo")
+
+@dataclass
+class ViewMemo:
+    """What every kind of view remembers; a view's own memo adds its position in the view."""
+
+    stop_checked: bool = False  # the stop file was looked for
+    stopped: str | None = None  # why the view is not updated (its stop file's reason)
+    interval: int | None = None  # the lake's checkpoint interval
+    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
+    times: dict[int, int] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+
+    def warn_once(self, log: logging.Logger, key: str, message: str, *args: object) -> None:
+        """Log ``message`` the first time ``key`` comes up for this lake's view."""
+        if key not in self.warned:
+            self.warned.add(key)
+            log.warning(message, *args)
+
+
+Memo = TypeVar("Memo", bound=ViewMemo)
 
 
 class ViewMemos(Generic[Memo]):
@@ -37,9 +63,9 @@ class ViewMemos(Generic[Memo]):
         self._memos: OrderedDict[tuple[str, str], Memo] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, url: str, table_id: str) -> Memo:
-        """The memo of the lake at ``url`` with ``table_id`` (a fresh one the first time)."""
-        key = (url, table_id)
+    def get(self, storage: Storage, table_id: str) -> Memo:
+        """The memo of the lake in ``storage`` with ``table_id`` (a fresh one the first time)."""
+        key = (storage.url, table_id)
         with self._lock:
             memo = self._memos.get(key)
             if memo is None:
@@ -50,7 +76,32 @@ class ViewMemos(Generic[Memo]):
                 self._memos.move_to_end(key)
             return memo
 
-    def forget(self, url: str, table_id: str) -> None:
-        """Drop the memo of one lake: the next commit looks at its view afresh."""
+    def forget(self, storage: Storage, table_id: str) -> None:
+        """Drop what this process knows of one lake's view (after a sync, in tests): the next
+        commit looks at the view afresh."""
         with self._lock:
-            self._memos.pop((url, table_id), None)
+            self._memos.pop((storage.url, table_id), None)
+
+
+class StopFile:
+    """A view's stop file (``name``, under ``_lakesink/``): written when the view was found
+    holding content lakesink did not derive; while it is there, no writer updates the view, and
+    ``status``/``verify`` report its reason (``otherwise`` when it cannot be read)."""
+
+    def __init__(self, name: str, otherwise: str, log: logging.Logger) -> None:
+        self.name, self.otherwise, self._log = name, otherwise, log
+
+    def mark(self, storage: Storage, version: int, reason: str) -> None:
+        """Write the stop file; a failure to write it is only logged (the view stays stopped
+        in this process, and the next one finds the foreign content again)."""
+        try:
+            doc = {"version": version, "reason": reason, "found_at": time.time()}
+            storage.put(self.name, json.dumps(doc, sort_keys=True).encode())
+        except Exception:  # noqa: BLE001 -- best effort: the view stays stopped in this process
+            self._log.warning("could not write %s/%s", storage.url, self.name, exc_info=True)
+
+    def reason(self, storage: Storage) -> str:
+        try:
+            return str(json.loads(storage.read_bytes(self.name))["reason"])
+        except Exception:  # noqa: BLE001 -- only a message
+            return f"{self.name} {self.otherwise}"
