@@ -225,6 +225,23 @@ def check_writable_format(existing: TableMetadata, asked: int | None, url: str) 
         )
 
 
+def check_writer_options(
+    existing: TableMetadata, url: str, *, continue_writer: str | None, allow_other_queries: bool
+) -> None:
+    """Refuse writer options that only a format-3 lake's log can honour, on an older lake."""
+    if continue_writer and existing.format_version < 3:
+        raise FormatVersionError(
+            f"continue_writer needs a lake of format 3, and {url!r} is of format "
+            f"{existing.format_version}: its epoch log records no writers to continue"
+        )
+    if allow_other_queries and existing.format_version < 3:
+        raise FormatVersionError(
+            f"allow_other_queries needs a lake of format 3, and {url!r} is of format "
+            f"{existing.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
+            f"{url}`, or write the other query to a new lake."
+        )
+
+
 def ensure_table(
     storage: Storage,
     schema: pa.Schema,

@@ -116,16 +116,16 @@ class LakeSinkDataSource(DataSource):
 
         arrow = arrow_schema(schema)
         table = checked_table(self.config, arrow, self.run_token)
+        from lakesink.format.table import check_writer_options
+
+        check_writer_options(
+            table,
+            self.config.path,
+            continue_writer=self.config.sink.continue_writer,
+            allow_other_queries=self.config.sink.allow_other_queries,
+        )
         if self.config.sink.continue_writer:
             check_continuation(self.config, table)
-        if self.config.sink.allow_other_queries and table.format_version < 3:
-            from lakesink.errors import FormatVersionError
-
-            raise FormatVersionError(
-                f"allow_other_queries needs a lake of format 3, and {self.config.path!r} is of format "
-                f"{table.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
-                f"{self.config.path}`, or write the other query to a new lake."
-            )
         return LakeStreamWriter(
             self.config,
             arrow,
@@ -399,19 +399,13 @@ def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
 
     Run when the driver plans each micro-batch; it decides only for a writer the lake does not
     know yet (the continuing query's first batch). The commit checks it again, against the
-    state it commits on.
+    state it commits on. ``table`` is a format-3 lake (the caller ran ``check_writer_options``).
     """
-    from lakesink.errors import FormatVersionError
     from lakesink.format.v3.commits import PendingCommit
     from lakesink.format.v3.state import check_append
     from lakesink.format.v3.vlog import VersionedLog
     from lakesink.spark import checkpoints
 
-    if table.format_version < 3:
-        raise FormatVersionError(
-            f"continue_writer needs a lake of format 3, and {config.path!r} is of format "
-            f"{table.format_version}: its epoch log records no writers to continue"
-        )
     if not config.checkpoint_location:
         raise ValueError("continue_writer needs the query's checkpointLocation option")
     writer = checkpoints.query_id(

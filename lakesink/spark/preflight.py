@@ -31,9 +31,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink.errors import FormatVersionError, OtherQueryError, WorkerPythonError
+from lakesink.errors import OtherQueryError, WorkerPythonError
 from lakesink.format.log import EpochLog
-from lakesink.format.table import check_compatible, check_writable_format, find_table
+from lakesink.format.table import check_compatible, check_writable_format, check_writer_options, find_table
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
 from lakesink.storage import open_storage
@@ -238,17 +238,12 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
         return
     check_compatible(existing, schema, "epoch", storage.url)
     check_writable_format(existing, config.sink.format_version, storage.url)
-    if config.sink.continue_writer and existing.format_version < 3:
-        raise FormatVersionError(
-            f"continue_writer needs a lake of format 3, and {storage.url!r} is of format "
-            f"{existing.format_version}: its epoch log records no writers to continue"
-        )
-    if config.sink.allow_other_queries and existing.format_version < 3:
-        raise FormatVersionError(
-            f"allow_other_queries needs a lake of format 3, and {storage.url!r} is of format "
-            f"{existing.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
-            f"{storage.url}`, or write the other query to a new lake."
-        )
+    check_writer_options(
+        existing,
+        storage.url,
+        continue_writer=config.sink.continue_writer,
+        allow_other_queries=config.sink.allow_other_queries,
+    )
     if not query.known or config.sink.allow_other_queries or config.sink.continue_writer:
         return  # a continuation is judged on its offsets, when the first batch is planned
     if existing.format_version >= 3:
