@@ -119,16 +119,8 @@ class DeltaView:
 
     def _after(self, commit: Commit, state: TableState) -> None:
         k, v = self.known, commit.version
-        if k.unsupported is not None or k.stopped is not None:
+        if k.unsupported is not None or _STOP.stops(self.storage, k, "Delta view"):
             return
-        if not k.stop_checked:
-            if self.storage.exists(STOP_FILE):
-                k.stopped = _STOP.reason(self.storage)
-                self.known.warn_once(
-                    log, "stopped", "the Delta view of %s is not updated: %s", self.storage.url, k.stopped
-                )
-                return
-            k.stop_checked = True
         if v > 0 and k.version != v - 1 and not self.storage.exists(delta_commit_name(v - 1)):
             if not self.create:
                 return  # no view to continue (the writers write none, or it is behind)

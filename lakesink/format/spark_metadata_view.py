@@ -339,16 +339,8 @@ class SparkView:
 
     def _after(self, commit: Commit, state: TableState) -> None:
         k, v = self.known, commit.version
-        if k.stopped is not None:
+        if _STOP.stops(self.storage, k, "Spark view"):
             return
-        if not k.stop_checked:
-            if self.storage.exists(STOP_FILE):
-                k.stopped = _STOP.reason(self.storage)
-                self.known.warn_once(
-                    log, "stopped", "the Spark view of %s is not updated: %s", self.storage.url, k.stopped
-                )
-                return
-            k.stop_checked = True
         vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval())
         for _ in range(RACE_RETRIES):
             try:

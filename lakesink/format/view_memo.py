@@ -100,6 +100,21 @@ class StopFile:
         except Exception:  # noqa: BLE001 -- best effort: the view stays stopped in this process
             self._log.warning("could not write %s/%s", storage.url, self.name, exc_info=True)
 
+    def stops(self, storage: Storage, memo: ViewMemo, view: str) -> bool:
+        """Whether ``view`` (its name, for the log) is stopped: by ``memo``, or by the stop file,
+        looked for once per memo (a process meets it at its first commit; `sync` forgets)."""
+        if memo.stopped is not None:
+            return True
+        if not memo.stop_checked:
+            if storage.exists(self.name):
+                memo.stopped = self.reason(storage)
+                memo.warn_once(
+                    self._log, "stopped", "the %s of %s is not updated: %s", view, storage.url, memo.stopped
+                )
+                return True
+            memo.stop_checked = True
+        return False
+
     def reason(self, storage: Storage) -> str:
         try:
             return str(json.loads(storage.read_bytes(self.name))["reason"])
