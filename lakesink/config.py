@@ -74,6 +74,15 @@ class SinkOptions:
         compact batch of every live file each 10 versions and after each compaction; never fails
         a commit), so ``spark.read.parquet(lake)`` reads exactly the committed files.
         ``.option("spark_metadata", "false")`` turns it off.
+    partition_by
+        The columns whose values name the folders a new lake's files go in, Hive-style
+        (``day=2026-11-22/country=FR/``): readers that filter on them skip the other folders.
+        Strings, integers, booleans and dates; at least one column stays in the files. A lake
+        keeps the partitioning it was created with: None (the default) writes an existing lake
+        as it is (a new one unpartitioned), and other columns than the lake's are refused.
+        ``.partitionBy("day", "country")`` on ``format("lakesink")`` sets it (with
+        ``lakesink.register``), as does ``.option("partition_by", "day,country")`` (or a JSON
+        list). Epoch mode, format-3 lakes only (for now).
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -84,8 +93,13 @@ class SinkOptions:
     continue_offsets: str | None = None
     delta_log: bool = True
     spark_metadata: bool = True
+    partition_by: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.partition_by is not None:
+            if isinstance(self.partition_by, str) or not all(isinstance(c, str) for c in self.partition_by):
+                raise TypeError(f"partition_by must be a list of column names, got {self.partition_by!r}")
+            object.__setattr__(self, "partition_by", tuple(self.partition_by))
         if isinstance(self.checkpoint_interval, bool) or not isinstance(self.checkpoint_interval, int):
             raise TypeError(f"checkpoint_interval must be an int, got {self.checkpoint_interval!r}")
         if self.checkpoint_interval < 1:
@@ -212,7 +226,13 @@ class SinkConfig:
                 value = getattr(part, f.name)
                 if value != f.default:
                     options[f.name] = (
-                        "" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+                        ""
+                        if value is None
+                        else str(value).lower()
+                        if isinstance(value, bool)
+                        else json.dumps(list(value))
+                        if isinstance(value, tuple)
+                        else str(value)
                     )
         if self.observer is not None:
             options[OBSERVER_KEY] = base64.b64encode(pickle.dumps(self.observer)).decode("ascii")
@@ -234,11 +254,32 @@ def _parse(key: str, value: str, kind: Any) -> Any:
         raise ValueError(f"option {key!r} must be true or false, got {value!r}")
     if key == "compression_level" and text.lower() in ("", "none"):
         return None
+    if key == "partition_by":
+        return parse_columns(key, text)
     base = int if kind in (int, "int", int | None) else float if kind in (float, "float") else str
     try:
         return base(text)
     except ValueError:
         raise ValueError(f"option {key!r} must be {base.__name__}, got {value!r}") from None
+
+
+def parse_columns(key: str, text: str) -> tuple[str, ...]:
+    """A list of column names: a JSON list, or names separated by commas."""
+    if text.startswith("["):
+        try:
+            parsed = json.loads(text)
+        except ValueError:
+            parsed = None
+        if not isinstance(parsed, list) or not all(isinstance(c, str) for c in parsed):
+            raise ValueError(
+                f"option {key!r} must be a JSON list of column names, or names separated by commas, "
+                f"got {text!r}"
+            )
+        return tuple(parsed)
+    names = tuple(c.strip() for c in text.split(","))
+    if not all(names):
+        raise ValueError(f"option {key!r} has an empty column name: {text!r}")
+    return names
 
 
 def _parse_storage_options(text: str) -> dict[str, Any]:

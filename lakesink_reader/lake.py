@@ -32,9 +32,10 @@ from lakesink.errors import CorruptFileError, missing_extra
 from lakesink.format.log import EpochInfo, EpochLog
 from lakesink.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink.format.names import FileState as FileState
+from lakesink.format.partitions import partition_texts, typed_values
 from lakesink.format.table import TableMetadata, read_table_metadata
 from lakesink.format.v3.state import WriterState
-from lakesink.storage import Storage, open_storage
+from lakesink.storage import StagedEntry, Storage, StoredFile, open_storage
 from lakesink_reader.v3 import LogView, VersionInfo
 
 if TYPE_CHECKING:
@@ -322,7 +323,7 @@ class Lake:
             found = [] if empty else self._from_list(view.live_files(version))
         if isolation == "read_all":
             committed = {f.name for f in found}
-            for entry in self._storage.list(""):
+            for entry in self._listing(found):
                 name = entry.name
                 if name in committed or not name.endswith(DATA_SUFFIX) or name.startswith((".", "_")):
                     continue
@@ -332,7 +333,7 @@ class Lake:
                              parsed.epoch if parsed else None, "published", entry.size)
                 )  # fmt: skip
             listed = {f.name for f in found}
-            for staged in self._storage.staged(""):
+            for staged in self._staged(found):
                 if staged.handle in listed or not staged.name.endswith(DATA_SUFFIX):
                     continue
                 parsed = parse_data_file(staged.name)
@@ -343,6 +344,17 @@ class Lake:
                 )  # fmt: skip
         found.sort(key=_v3_order)
         return found
+
+    def _folders(self, committed: Sequence[LakeFile]) -> list[str]:
+        """The folders ``read_all`` looks in: the root, and a partitioned lake's folders that hold
+        committed files (a folder no committed file is in yet is not listed)."""
+        return sorted({""} | {f.name.rpartition("/")[0] for f in committed})
+
+    def _listing(self, committed: Sequence[LakeFile]) -> list[StoredFile]:
+        return [e for folder in self._folders(committed) for e in self._storage.list(folder)]
+
+    def _staged(self, committed: Sequence[LakeFile]) -> list[StagedEntry]:
+        return [e for folder in self._folders(committed) for e in self._storage.staged(folder)]
 
     def _from_list(self, table: pa.Table) -> list[LakeFile]:
         cols = table.select(["path", "bytes", "rows", "added_version", "writer", "batch", "partition"])
@@ -397,9 +409,36 @@ class Lake:
         # (0.4 s), and opening a lake or listing its files needs neither.
         import pyarrow.dataset as ds
 
-        return ds.dataset(
-            [self._arrow_path(f) for f in files], schema=self.schema, format="parquet", filesystem=self._fs
-        )
+        columns = self.metadata.partition_columns
+        if not columns:
+            paths = [self._arrow_path(f) for f in files]
+            return ds.dataset(paths, schema=self.schema, format="parquet", filesystem=self._fs)
+        # A partitioned lake: each file's partition values come from its folders (the log lists
+        # the path); as a fragment's partition expression they fill the columns and let a
+        # filter on them skip the file unopened.
+        parquet = ds.ParquetFileFormat()
+        fragments = [
+            parquet.make_fragment(
+                self._arrow_path(f), self._fs, partition_expression=self._partition_expression(f.name)
+            )
+            for f in files
+        ]
+        return ds.FileSystemDataset(fragments, self.schema, parquet, self._fs)
+
+    def _partition_expression(self, name: str) -> ds.Expression:
+        import pyarrow.compute as pc
+
+        columns = self.metadata.partition_columns
+        try:
+            values = typed_values(partition_texts(name, columns), self.schema)
+        except (ValueError, pa.ArrowInvalid) as exc:
+            raise CorruptFileError(f"{self._path(name)}: not in the lake's partition folders: {exc}") from exc
+        expression = None
+        for column, value in values.items():
+            term = pc.field(column).is_null() if not value.is_valid else pc.field(column) == value
+            expression = term if expression is None else expression & term
+        assert expression is not None  # a partitioned lake has at least one partition column
+        return expression
 
     def _readable(self, files: Sequence[LakeFile]) -> tuple[list[LakeFile], list[SkippedFile]]:
         """Committed files, plus the other files whose footer and schema are fine."""
@@ -432,8 +471,13 @@ class Lake:
             if f.state == "committed":
                 return f"corrupt: {exc}"
             return f"not a complete Parquet file (still being written, or truncated by a crash): {exc}"
-        if not meta.schema.to_arrow_schema().equals(self.schema, check_metadata=False):
+        if not meta.schema.to_arrow_schema().equals(self.metadata.data_schema, check_metadata=False):
             return "schema differs from the table's"
+        if self.metadata.partition_columns:
+            try:
+                partition_texts(f.name, self.metadata.partition_columns)
+            except ValueError as exc:
+                return f"not in the lake's partition folders: {exc}"
         return None
 
     def read(

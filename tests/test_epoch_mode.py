@@ -264,8 +264,8 @@ def test_format_lakesink_is_checked_before_it_starts(spark, tmp_path: Path, lake
 
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['compresion'\]"):
         writer().option("compresion", "zstd").start(lake)
-    with pytest.raises(ValueError, match=r"does not partition files.*partitionBy\(\['label'\]\)"):
-        writer().partitionBy("label").start(lake)
+    with pytest.raises(ValueError, match=r"partition_by names \['nope'\], which the stream does not have"):
+        writer().partitionBy("nope").start(lake)
     with pytest.raises(ValueError, match="output mode 'complete'"):
         writer().outputMode("complete").start(lake)
     with pytest.raises(ValueError, match=r"storage_options \['key'\] do not apply to the local path"):

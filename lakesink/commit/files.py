@@ -63,6 +63,12 @@ class WriteOptions:
         default (1 MiB) lets unique columns (ids, timestamps, measures) fill a dictionary of
         128k entries before giving up -- a third of all encoding time, and a bigger file.
         256 KiB still holds ~10k distinct 20-character strings or 32k distinct longs.
+    max_open_files
+        Partitioned lakes: the most partition folders one task writes to at a time. Past it, the
+        file of the folder written least recently is finished, and a later row for that folder
+        starts another file. Each open file holds a Parquet writer (and on S3 a multipart
+        upload's part buffer); the rows buffered across all of them stay within
+        ``row_group_bytes``.
     """
 
     row_group_bytes: int = 64 << 20
@@ -70,6 +76,7 @@ class WriteOptions:
     compression_level: int | None = 1
     use_dictionary: bool = True
     dictionary_page_bytes: int = 256 << 10
+    max_open_files: int = 32
 
     def __post_init__(self) -> None:
         for f in fields(self):
@@ -85,6 +92,8 @@ class WriteOptions:
             raise ValueError(
                 f"dictionary_page_bytes must be at least 1 KiB (1024), got {self.dictionary_page_bytes}"
             )
+        if self.max_open_files < 1:
+            raise ValueError(f"max_open_files must be at least 1, got {self.max_open_files}")
         if self.compression not in get_args(Compression):
             raise ValueError(
                 f"unknown compression {self.compression!r}; use one of {list(get_args(Compression))}"
@@ -189,6 +198,15 @@ class FileWriter:
         self.rows += batch.num_rows
         if self._pending_bytes >= self.options.row_group_bytes:
             self._flush_row_group()
+
+    @property
+    def pending_bytes(self) -> int:
+        """Arrow bytes buffered for the next row group."""
+        return self._pending_bytes
+
+    def flush(self) -> None:
+        """Write what is buffered as a row group now (a smaller one), freeing its memory."""
+        self._flush_row_group()
 
     def _open(self) -> pq.ParquetWriter:
         self._staged = self.storage.stage(self.name)

@@ -15,7 +15,7 @@ What a commit holds (JSON lines, keys sorted, no spaces):
 - version 0 also ``protocol`` (reader 1, writer 7 with the writer feature
   :data:`FENCE_FEATURE`: Delta writers that do not know it refuse to write, readers read) and
   ``metaData`` (``id`` = table id, Parquet, the schema mapped by :func:`delta_schema`,
-  no partition columns, no configuration, ``createdTime`` = table.json's ``created_at``);
+  the lake's partition columns, no configuration, ``createdTime`` = table.json's ``created_at``);
 - ``append``: ``txn {appId: writer id, version: batch}`` and one ``add`` per file (``dataChange``
   true; ``stats`` the file's exact statistics, or absent);
 - ``compact``: one ``remove`` per input and one ``add`` per output, all ``dataChange`` false.
@@ -30,6 +30,7 @@ import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from lakesink.format.partitions import partition_texts
 from lakesink.format.v3.commits import Commit
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
                     "deletionTimestamp": ms,
                     "dataChange": data_change,
                     "extendedFileMetadata": True,
-                    "partitionValues": {},
+                    "partitionValues": _partition_values(metadata, r.path),
                     "size": r.size,
                 }
             }
@@ -100,7 +101,7 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
     for a in commit.adds:
         add: dict[str, Any] = {
             "path": _uri(a.path),
-            "partitionValues": {},
+            "partitionValues": _partition_values(metadata, a.path),
             "size": a.size,
             "modificationTime": ms,
             "dataChange": data_change,
@@ -111,12 +112,21 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
     return "".join(_canonical(line) + "\n" for line in lines).encode("utf-8")
 
 
+def _partition_values(metadata: TableMetadata, path: str) -> dict[str, str | None]:
+    """Delta's ``partitionValues`` of a file: its folders' values, as text (Delta's partition value
+    serialization is the text lakesink writes in folder names: decimal integers, ``true``/``false``,
+    ``YYYY-MM-DD``; null for null)."""
+    if not metadata.partition_columns:
+        return {}
+    return partition_texts(path, metadata.partition_columns)
+
+
 def _metadata_action(metadata: TableMetadata, schema_string: str) -> dict[str, Any]:
     return {
         "id": metadata.table_id,
         "format": {"provider": "parquet", "options": {}},
         "schemaString": schema_string,
-        "partitionColumns": [],
+        "partitionColumns": list(metadata.partition_columns),
         "configuration": {},
         "createdTime": _ms(metadata.created_at),
     }
@@ -375,15 +385,23 @@ def delta_checkpoint(
         "configuration": [],
     }
     n = live.num_rows
-    empty_maps = pa.MapArray.from_arrays(
-        pa.array([0] * (n + 1), pa.int64()),  # type: ignore[arg-type]
-        pa.array([], pa.string()),
-        pa.array([], pa.string()),
+    keys: list[str] = []
+    values: list[str | None] = []
+    offsets = [0]
+    for path in live.column("path").to_pylist() if metadata.partition_columns else [None] * n:
+        found = _partition_values(metadata, path) if path is not None else {}
+        keys.extend(found)
+        values.extend(found.values())
+        offsets.append(len(keys))
+    partition_maps = pa.MapArray.from_arrays(
+        pa.array(offsets, pa.int64()),  # type: ignore[arg-type]
+        pa.array(keys, pa.string()),
+        pa.array(values, pa.string()),
     )
     adds = pa.StructArray.from_arrays(
         [
             pa.array([_uri(str(p)) for p in live.column("path").to_pylist()], pa.string()),
-            empty_maps,
+            partition_maps,
             live.column("bytes").combine_chunks().cast(pa.int64()),
             modification_ms.cast(pa.int64()),
             pa.array([False] * n, pa.bool_()),

@@ -19,6 +19,10 @@ from typing import Literal
 FORMAT_VERSION = 3
 #: The newest lake format this code reads.
 READABLE_FORMAT_VERSION = 3
+#: The features a lake may list in table.json's ``reader_features`` that this code reads: a
+#: reader refuses a lake that needs one it does not know (docs/FORMAT.md, "Reader features").
+#: ``partitions``: files under Hive-style partition folders (``lakesink.format.partitions``).
+READER_FEATURES = ("partitions",)
 #: The format of the format-2 epoch log's records and checkpoints (``_lakesink/epochs/``): what
 #: format-2 lakes hold, what ``lakesink upgrade`` fences, and what the deprecated
 #: ``format_version=2`` writer still writes.

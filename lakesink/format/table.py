@@ -11,6 +11,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,7 +25,14 @@ from lakesink.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink.format.names import FORMAT_VERSION, READABLE_FORMAT_VERSION, TABLE_FILE, probe_name
+from lakesink.format.names import (
+    FORMAT_VERSION,
+    READABLE_FORMAT_VERSION,
+    READER_FEATURES,
+    TABLE_FILE,
+    probe_name,
+)
+from lakesink.format.partitions import check_partition_columns
 from lakesink.storage.base import Storage
 
 WriterMode = Literal["foreach", "epoch"]
@@ -41,7 +49,8 @@ class TableMetadata:
     the epoch log records the query of every epoch, and for tables of format version 1).
     ``checkpoint_interval``: format 3, the versions between two checkpoints of the log (fixed
     when the table is created, so that every writer checkpoints at the same versions; None:
-    the default, 100).
+    the default, 100). ``partition_columns``: format 3, the columns whose values name the
+    folders files are in (``lakesink.format.partitions``; empty: files in the root).
     """
 
     format_version: int
@@ -51,6 +60,7 @@ class TableMetadata:
     table_id: str | None = None
     owner_query: str | None = None
     checkpoint_interval: int | None = None
+    partition_columns: tuple[str, ...] = ()
 
     @classmethod
     def new(
@@ -61,9 +71,21 @@ class TableMetadata:
         owner_query: str | None = None,
         format_version: int = FORMAT_VERSION,
         checkpoint_interval: int | None = None,
+        partition_columns: tuple[str, ...] = (),
     ) -> TableMetadata:
         interval = checkpoint_interval if format_version >= 3 else None
-        return cls(format_version, mode, schema, time.time(), uuid.uuid4().hex, owner_query, interval)
+        table_id, now = uuid.uuid4().hex, time.time()
+        return cls(format_version, mode, schema, now, table_id, owner_query, interval, partition_columns)
+
+    @property
+    def reader_features(self) -> tuple[str, ...]:
+        """What a reader must implement to read this lake (table.json's ``reader_features``)."""
+        return ("partitions",) if self.partition_columns else ()
+
+    @property
+    def data_schema(self) -> pa.Schema:
+        """The columns its data files hold: the schema without the partition columns."""
+        return pa.schema([f for f in self.schema if f.name not in self.partition_columns])
 
     def to_json(self) -> bytes:
         doc: dict[str, Any] = {
@@ -79,6 +101,10 @@ class TableMetadata:
             doc["owner_query"] = self.owner_query
         if self.checkpoint_interval is not None:
             doc["checkpoint_interval"] = self.checkpoint_interval
+        if self.partition_columns:
+            doc["partition_columns"] = list(self.partition_columns)
+        if self.reader_features:
+            doc["reader_features"] = list(self.reader_features)
         return json.dumps(doc, indent=2).encode()
 
     @classmethod
@@ -107,6 +133,24 @@ class TableMetadata:
             isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
         ):
             raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {interval!r}")
+        features = doc.get("reader_features", [])
+        if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
+            raise CorruptFileError(f"{where}: reader_features must be a list of names, got {features!r}")
+        unknown = [f for f in features if f not in READER_FEATURES]
+        if unknown:
+            raise FormatVersionError(
+                f"{where}: the lake needs reader feature(s) {unknown}, which this lakesink does not "
+                f"implement (it reads {list(READER_FEATURES)}); upgrade lakesink"
+            )
+        columns = doc.get("partition_columns", [])
+        if not isinstance(columns, list):
+            raise CorruptFileError(f"{where}: partition_columns must be a list, got {columns!r}")
+        if columns and "partitions" not in features:
+            raise CorruptFileError(f"{where}: partition_columns without the reader feature 'partitions'")
+        try:
+            partition_columns = check_partition_columns(schema, columns, "the table")
+        except (TypeError, ValueError) as exc:
+            raise CorruptFileError(f"{where}: partition_columns: {exc}") from exc
         return cls(
             version,
             mode,
@@ -115,6 +159,7 @@ class TableMetadata:
             str(table_id) if table_id is not None else None,
             str(owner) if owner is not None else None,
             interval,
+            partition_columns,
         )
 
 
@@ -225,6 +270,35 @@ def check_writable_format(existing: TableMetadata, asked: int | None, url: str) 
         )
 
 
+def check_partitioning_supported(columns: Sequence[str], mode: WriterMode, version: int, url: str) -> None:
+    """Refuse partition columns where lakesink does not write them (yet): foreach mode, format 2."""
+    if not columns:
+        return
+    if mode != "epoch":
+        raise ValueError(
+            f"partition_by {list(columns)}: foreach mode does not partition files yet (lake {url!r}); "
+            'write it in epoch mode (format("lakesink"), or write_stream(..., mode="epoch")), '
+            "or leave partition_by out"
+        )
+    if version < 3:
+        raise FormatVersionError(
+            f"partition_by needs a lake of format 3; {url!r} would be of format {version}"
+        )
+
+
+def check_partitioning(existing: TableMetadata, partition_by: Sequence[str] | None, url: str) -> None:
+    """Refuse a writer that asks for other partition columns than the lake has."""
+    if partition_by is None or tuple(partition_by) == existing.partition_columns:
+        return
+    has = list(existing.partition_columns)
+    raise SchemaMismatchError(
+        f"the lake at {url!r} is "
+        + (f"partitioned by {has}" if has else "not partitioned")
+        + f", and this writer asks for partition_by {list(partition_by)}: a lake keeps the partitioning it "
+        "was created with. Leave partition_by out to write it as it is, or write to a new lake path."
+    )
+
+
 def check_writer_options(
     existing: TableMetadata, url: str, *, continue_writer: str | None, allow_other_queries: bool
 ) -> None:
@@ -251,6 +325,7 @@ def ensure_table(
     check_store: bool = False,
     format_version: int | None = None,
     checkpoint_interval: int | None = None,
+    partition_by: Sequence[str] | None = None,
 ) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
 
@@ -270,16 +345,22 @@ def ensure_table(
     it was created through (a gateway, a proxy, a migration to another store), so each run of a
     query checks it once, when it starts (the epoch writer's driver; the foreach writer's
     constructor).
+
+    ``partition_by``: the partition columns of a table this call creates; an existing table
+    partitioned otherwise is refused (None: whatever the table has).
     """
     existing = find_table(storage, first_contact=False)
     if existing is None:
         version = FORMAT_VERSION if format_version is None else format_version
+        columns = check_partition_columns(schema, partition_by or (), "the stream")
+        check_partitioning_supported(columns, mode, version, storage.url)
         fresh = TableMetadata.new(
             mode,
             schema,
             owner_query=owner_query,
             format_version=version,
             checkpoint_interval=checkpoint_interval,
+            partition_columns=columns,
         )
         probe_store(storage)
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
@@ -287,6 +368,7 @@ def ensure_table(
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema, mode, storage.url)
     check_writable_format(existing, format_version, storage.url)
+    check_partitioning(existing, partition_by, storage.url)
     if check_store:
         probe_store(storage)
     return existing

@@ -71,6 +71,9 @@ def verify(
     listing = {entry.name: entry.size for entry in storage.list("")}
     if metadata.mode == "epoch" and metadata.format_version >= 3:
         committed = _live_files(storage, metadata.table_id or "")
+        # A partitioned lake's files are in their folders: list each folder the log names.
+        for folder in sorted({f.name.rpartition("/")[0] for f in committed} - {""}):
+            listing.update((entry.name, entry.size) for entry in storage.list(folder))
     elif metadata.mode == "epoch":
         committed = EpochLog(storage).committed_files()
     else:  # foreach, any format: a file is committed by its published name
@@ -83,7 +86,7 @@ def verify(
     report = VerifyReport(storage.url)
     for done, f in enumerate(committed, 1):
         report.checked += 1
-        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", metadata.schema, deep)
+        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", metadata.data_schema, deep)
         if problem is not None:
             report.problems.append(Problem(f.name, f.epoch, problem))
         if progress is not None:

@@ -21,6 +21,7 @@ lists it, for the workers that ``lakesink.spark.warmup`` starts early.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import uuid
@@ -30,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from lakesink.errors import CommitError
+from lakesink.errors import CommitError, quietly
 from lakesink.format.log import CommittedFile
 from lakesink.format.names import data_file_name, new_attempt_id, writer_file_name
 from lakesink.spark.runs import cursor_enabled, run_memo
@@ -134,6 +135,7 @@ class LakeSinkDataSource(DataSource):
             table.table_id,
             table.checkpoint_interval,
             committed_through(self.config, table, self.run_token) if table.format_version >= 3 else None,
+            table.partition_columns,
         )
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -162,6 +164,7 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
             check_store=True,
             format_version=config.sink.format_version,
             checkpoint_interval=config.sink.checkpoint_interval,
+            partition_by=config.sink.partition_by,
         )
     return memo.table
 
@@ -200,6 +203,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         table_id: str | None = None,
         checkpoint_interval: int | None = None,
         committed_through: int | None = None,
+        partition_columns: tuple[str, ...] = (),
     ) -> None:
         self.config = config
         self.schema = schema
@@ -209,6 +213,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         self.checkpoint_interval = checkpoint_interval  # table.json's, format 3
         # Format 3: this writer's last batch in the log when the run began (replays write nothing).
         self.committed_through = committed_through
+        self.partition_columns = partition_columns  # table.json's: files go under their folders
 
     def __repr__(self) -> str:
         return f"LakeStreamWriter({self.config.path!r})"
@@ -239,6 +244,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             for _ in iterator:
                 pass
             return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
+        if self.partition_columns:
+            return self._write_partitioned(iterator, storage, partition, epoch, query_id)
         if self.format_version >= 3 and query_id:
             from lakesink.format.v3.commits import writer_tag
 
@@ -271,6 +278,55 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             query_id,
             (CommittedFile(name, partition, epoch, published.rows, published.size),),
             stats=(published.stats,),
+        )
+
+    def _write_partitioned(
+        self,
+        iterator: Iterator[pa.RecordBatch],
+        storage: Any,
+        partition: int,
+        epoch: int,
+        query_id: str | None,
+    ) -> EpochCommitMessage:
+        """A task of a partitioned lake: a file per partition folder it meets (format 3)."""
+        from lakesink.commit.partitioned import PartitionedWriter
+        from lakesink.format.v3.commits import writer_tag
+
+        if not query_id:
+            raise CommitError(f"{storage.url}: a task of a partitioned lake got no streaming query id")
+        tag = writer_tag(query_id)
+        writer = PartitionedWriter(
+            storage,
+            self.schema,
+            self.partition_columns,
+            lambda: writer_file_name(tag, epoch, partition, new_attempt_id()),
+            self.config.write,
+            observer=self.config.observer,
+            epoch=epoch,
+            partition=partition,
+        )
+        try:
+            for batch in iterator:
+                writer.write(batch)
+            files = writer.publish()
+        except BaseException:
+            writer.discard()
+            for done in writer.published:  # published, never committed: this attempt's garbage
+                name = done.published.name
+                quietly(functools.partial(storage.delete, name), f"delete {name}")
+            raise
+        lost = [f.published.name for f in files if not f.published.won]
+        if lost:  # names carry a fresh attempt id: a taken name is a bug, not a race
+            raise CommitError(f"{storage.url}: {lost} already existed when this task published them")
+        return EpochCommitMessage(
+            partition,
+            epoch,
+            query_id,
+            tuple(
+                CommittedFile(f.published.name, partition, epoch, f.published.rows, f.published.size)
+                for f in files
+            ),
+            stats=tuple(f.published.stats for f in files),
         )
 
     # Driver ------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
@@ -42,6 +43,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SOURCE_NAME = "lakesink"
+#: The option ``.partitionBy(...)`` becomes (``lakesink.config.SinkOptions.partition_by``).
+PARTITION_BY_OPTION = "partition_by"
 _installed: set[str] = set()
 
 
@@ -219,6 +222,8 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
         if not pending.is_lakesink:
             return start(self, path)
         check_stream(pending, path)
+        if pending.partitioning:
+            self.option(PARTITION_BY_OPTION, partition_option(pending.partitioning, pending.options))
         with query_conf(pending.spark, STREAM_CONF):
             return start(self, path)
 
@@ -237,24 +242,44 @@ def check_stream(pending: PendingWrite, path: str | None) -> None:
     """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
     if not pending.connect:
         preflight.check_worker_python(pending.spark)
-    if pending.partitioning:
-        raise ValueError(
-            f'format("lakesink") does not partition files (yet): remove .partitionBy({pending.partitioning});'
-            " every file holds all columns, and readers filter on them (filters are pushed down)"
-        )
     _check_append(pending, 'format("lakesink")')
     options = dict(pending.options)
     if path is not None:
         options["path"] = path
+    if pending.partitioning:
+        options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
     config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
     query = _query_identity(pending, config.storage_options)
     _lake_check(pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query))
+
+
+def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:
+    """``.partitionBy(...)`` as the ``partition_by`` option: Spark never hands a Python data source
+    its ``partitionBy``, so the wrapper passes it on as an option (ValueError when the option says
+    otherwise)."""
+    text = json.dumps(list(columns))
+    given = next((v for k, v in options.items() if k.lower() == PARTITION_BY_OPTION), None)
+    if given is not None:
+        from lakesink.config import parse_columns
+
+        if list(parse_columns(PARTITION_BY_OPTION, str(given))) != list(columns):
+            raise ValueError(
+                f".partitionBy({list(columns)}) and .option('partition_by', {given!r}) disagree: "
+                "give one of them"
+            )
+    return text
 
 
 def check_foreach_stream(pending: PendingWrite, foreach_writer: LakeForeachWriter) -> None:
     """What :func:`check_stream` checks, for a ``foreach(LakeForeachWriter(...))`` write."""
     if not pending.connect:
         preflight.check_worker_python(pending.spark)
+    if pending.partitioning:
+        raise ValueError(
+            f"foreach(LakeForeachWriter(...)) does not partition files (yet): remove "
+            f'.partitionBy({pending.partitioning}), or write in epoch mode (format("lakesink"), '
+            "which takes .partitionBy)"
+        )
     _check_append(pending, "LakeForeachWriter")
     if pending.plan is not None:  # over Connect the plan is the server's: not judged
         preflight.check_foreach_partitioning(pending.plan)

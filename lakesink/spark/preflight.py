@@ -33,7 +33,16 @@ import pyarrow as pa
 
 from lakesink.errors import OtherQueryError, WorkerPythonError
 from lakesink.format.log import EpochLog
-from lakesink.format.table import check_compatible, check_writable_format, check_writer_options, find_table
+from lakesink.format.names import FORMAT_VERSION
+from lakesink.format.partitions import check_partition_columns
+from lakesink.format.table import (
+    check_compatible,
+    check_partitioning,
+    check_partitioning_supported,
+    check_writable_format,
+    check_writer_options,
+    find_table,
+)
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import VersionedLog
 from lakesink.storage import open_storage
@@ -235,9 +244,13 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     storage = config.storage()
     existing = find_table(storage)
     if existing is None:
+        columns = check_partition_columns(schema, config.sink.partition_by or (), "the stream")
+        version = config.sink.format_version or FORMAT_VERSION
+        check_partitioning_supported(columns, "epoch", version, storage.url)
         return
     check_compatible(existing, schema, "epoch", storage.url)
     check_writable_format(existing, config.sink.format_version, storage.url)
+    check_partitioning(existing, config.sink.partition_by, storage.url)
     check_writer_options(
         existing,
         storage.url,

@@ -1,0 +1,300 @@
+"""Partitioned lakes (issue 21, item 3): ``partition_by`` / ``.partitionBy(...)`` in epoch mode.
+
+Files go under Hive-style folders (``day=1/label=FR/``) named as Spark names them; every reader
+gets the values back from the path the log lists: lakesink's reader (pruning by filter), Spark's
+own reader through the Spark view, and deltalake, polars and DuckDB through the Delta view.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from test_delta_view import oracle
+
+import lakesink
+from lakesink import SchemaMismatchError
+from lakesink.commit.files import WriteOptions
+from lakesink.commit.partitioned import PartitionedWriter, split_by_folder
+from lakesink.config import SinkConfig
+from lakesink.errors import CorruptFileError
+from lakesink.format.partitions import (
+    NULL_TEXT,
+    check_partition_columns,
+    escape,
+    partition_dir,
+    partition_texts,
+    unescape,
+)
+from lakesink.format.table import read_table_metadata
+from lakesink.maintenance import status, verify
+from lakesink.storage import open_storage
+from lakesink_reader import Lake, read_all, read_committed
+
+#: Labels that need escaping, a space, unicode, a '%', and null.
+LABELS = ["FR", "a/b=c", None, "日本 x", "100%", "q?#*"]
+
+
+def add_input(folder: Path, index: int, rows: int = 60) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    ids = list(range(index * rows, (index + 1) * rows))
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "label": pa.array([LABELS[i % len(LABELS)] for i in ids], pa.string()),
+            "day": pa.array([datetime.date(2026, 11, 22 + i % 2) for i in ids], pa.date32()),
+        }
+    )
+    path = folder / f"in-{index:04d}.parquet"
+    pq.write_table(table, path)
+    os.utime(path, (1_700_000_000 + index, 1_700_000_000 + index))  # file i is batch i
+
+
+def stream(spark: Any, folder: Path) -> Any:
+    return (
+        spark.readStream.schema("id long, label string, day date")
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(folder))
+        .repartition(2)
+    )
+
+
+def expected_rows(batches: int, rows: int = 60) -> list[tuple[int, str | None, datetime.date]]:
+    ids = range(batches * rows)
+    return [(i, LABELS[i % len(LABELS)], datetime.date(2026, 11, 22 + i % 2)) for i in ids]
+
+
+def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
+    return sorted(
+        zip(*(table.column(c).to_pylist() for c in ("id", "label", "day")), strict=True), key=lambda r: r[0]
+    )
+
+
+# The layout ------------------------------------------------------------------------------------
+
+
+def test_folder_names_escape_as_spark_does_and_read_back_exactly() -> None:
+    assert escape("a/b=c") == "a%2Fb%3Dc"
+    assert escape("100%") == "100%25"
+    assert escape("日本 x") == "日本 x"  # spaces and unicode stay, as Spark keeps them
+    assert escape("x\ny\x7f{[]^'\"") == "x%0Ay%7F%7B%5B%5D%5E%27%22"
+    for text in ["a/b=c", "100%", "%2F", "日本 x", "q?#*", "x\ny\x7f{[]^:\\"]:
+        assert unescape(escape(text)) == text
+    folder = partition_dir(["day", "label"], ["2026-11-22", None])
+    assert folder == f"day=2026-11-22/label={NULL_TEXT}"
+    assert partition_texts(f"{folder}/f.parquet", ["day", "label"]) == {"day": "2026-11-22", "label": None}
+    with pytest.raises(ValueError, match="empty string"):
+        partition_dir(["label"], [""])
+    with pytest.raises(ValueError, match="use for null"):
+        partition_dir(["label"], [NULL_TEXT])
+    with pytest.raises(ValueError, match="is not 'label=<value>'"):
+        partition_texts("other=x/f.parquet", ["label"])
+
+
+def test_partition_columns_are_checked_by_name_and_type() -> None:
+    schema = pa.schema([("id", pa.int64()), ("ts", pa.timestamp("us")), ("label", pa.string())])
+    assert check_partition_columns(schema, ["label"], "the stream") == ("label",)
+    with pytest.raises(ValueError, match=r"names \['nope'\], which the stream does not have"):
+        check_partition_columns(schema, ["nope"], "the stream")
+    with pytest.raises(ValueError, match=r"'ts' is timestamp\[us\].*to_date\(ts\)"):
+        check_partition_columns(schema, ["ts"], "the stream")
+    with pytest.raises(ValueError, match="more than once"):
+        check_partition_columns(schema, ["label", "label"], "the stream")
+    with pytest.raises(ValueError, match="at least one column"):
+        check_partition_columns(schema, ["id", "ts", "label"], "the stream")
+    with pytest.raises(TypeError, match="list of column names"):
+        check_partition_columns(schema, "label", "the stream")
+    config = SinkConfig.from_options({"path": "/tmp/x", "partition_by": "day, label"})
+    assert config.sink.partition_by == ("day", "label")
+    assert SinkConfig.from_options(config.to_options()).sink.partition_by == ("day", "label")
+    assert SinkConfig.from_options({"path": "/x", "partition_by": '["a,b"]'}).sink.partition_by == ("a,b",)
+
+
+def test_a_task_splits_rows_by_folder_within_its_memory_and_open_file_bounds(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("label", pa.string()), ("n", pa.int32())])
+    batch = pa.record_batch(
+        [pa.array(range(12), pa.int64()), pa.array(["b", "a", None] * 4), pa.array([1, 2] * 6, pa.int32())],
+        schema=schema,
+    )
+    groups = split_by_folder(batch, ["label", "n"], ["id"])
+    assert {folder: g.column(0).to_pylist() for folder, g in groups} == {
+        "label=a/n=1": [4, 10],
+        "label=a/n=2": [1, 7],
+        "label=b/n=1": [0, 6],
+        "label=b/n=2": [3, 9],
+        f"label={NULL_TEXT}/n=1": [2, 8],
+        f"label={NULL_TEXT}/n=2": [5, 11],
+    }  # each folder's rows, in their order, without the partition columns
+    assert all(g.schema.names == ["id"] for _, g in groups)
+    storage = open_storage(str(tmp_path / "lake"))
+    names = iter(f"f{i}.parquet" for i in range(100))
+    writer = PartitionedWriter(
+        storage, schema, ["label"], lambda: next(names), WriteOptions(row_group_bytes=1024, max_open_files=2)
+    )
+    for _ in range(3):
+        writer.write(batch)  # three folders, two open at a time: one closes and opens again
+        assert sum(w.pending_bytes for w in writer._open.values()) <= 1024
+    files = writer.publish()
+    folders = [f.folder for f in files]
+    assert len(files) > 3 and set(folders) == {"label=a", "label=b", f"label={NULL_TEXT}"}
+    assert sum(f.published.rows for f in files) == 36
+    for f in files:
+        assert pq.read_schema(os.path.join(storage.url, f.published.name)).names == ["id", "n"]
+
+
+# Spark, end to end -----------------------------------------------------------------------------
+
+
+def test_a_partitioned_lake_reads_the_same_in_every_reader(spark: Any, tmp_path: Path, lake: str) -> None:
+    lakesink.register(spark)
+    source = tmp_path / "in"
+    for i in range(3):
+        add_input(source, i)
+    query = (
+        stream(spark, source).writeStream.format("lakesink").partitionBy("day", "label")
+        .option("checkpointLocation", str(tmp_path / "chk")).trigger(availableNow=True).start(lake)
+    )  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None
+    meta = read_table_metadata(open_storage(lake))
+    assert meta.partition_columns == ("day", "label")
+    table_json = json.loads(Path(lake, "_lakesink/table.json").read_text())
+    assert table_json["partition_columns"] == ["day", "label"] and table_json["reader_features"] == [
+        "partitions"
+    ]
+    folders = sorted(str(p.relative_to(lake)) for p in Path(lake).glob("day=*/label=*"))
+    expected = expected_rows(3)
+    assert folders == sorted({partition_dir(["day", "label"], [r[2].isoformat(), r[1]]) for r in expected})
+    assert "day=2026-11-23/label=a%2Fb%3Dc" in folders and "day=2026-11-22/label=100%25" in folders
+    assert not list(Path(lake).glob("*.parquet"))  # nothing in the root
+    for f in Path(lake).glob("day=*/label=*/*.parquet"):
+        assert pq.read_schema(f).names == ["id"]  # the folders hold the partition values
+
+    assert rows_of(read_committed(lake)) == expected
+    assert read_committed(lake).schema.names == ["id", "label", "day"]
+    # A stray valid Parquet file with a writer's file name in a partition folder: no log-aware
+    # reader reads it.
+    stray = Path(lake, "day=2026-11-22/label=FR/w0000000000000000-b000000000009-p00000-ffffffff.parquet")
+    pq.write_table(pa.table({"id": pa.array([-1, -2], pa.int64())}), stray)
+    assert rows_of(read_committed(lake)) == expected
+    all_rows = read_all(lake)
+    assert len(all_rows) == len(expected) + 2  # read_all sees it, as published and not committed
+
+    # Spark's own reader, through the Spark view: the partition columns from the folders.
+    frame = spark.read.parquet(lake)
+    assert frame.count() == len(expected)
+    spark_rows = sorted((r["id"], r["label"], r["day"]) for r in frame.collect())
+    assert spark_rows == expected
+    assert frame.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
+
+    # deltalake, polars and DuckDB, through the Delta view: the same ids, at each version.
+    seen = oracle(lake, [None, 0, 1])
+    assert (
+        seen["None"]["deltalake"]
+        == seen["None"]["polars"]
+        == seen["None"]["duckdb"]
+        == [r[0] for r in expected]
+    )
+    assert seen["0"]["deltalake"] == sorted(read_committed(lake, as_of_version=0).column("id").to_pylist())
+    assert seen["1"]["polars"] == sorted(read_committed(lake, as_of_version=1).column("id").to_pylist())
+    values = delta_values(lake)
+    assert sorted(values, key=str) == sorted({(r[1], r[2].isoformat()) for r in expected}, key=str)
+    assert status(lake).delta_view == "ok" and status(lake).spark_view == "ok"
+    assert verify(lake).ok
+
+
+def delta_values(lake: str) -> list[tuple[str | None, str]]:
+    """The (label, day) pairs polars reads through the Delta view, in a subprocess."""
+    code = (
+        "import json, os, sys, polars as pl\n"
+        "f = pl.read_delta(sys.argv[1]).select('label', 'day').unique()\n"
+        "sys.stdout.write(json.dumps([[r[0], r[1].isoformat()] for r in f.iter_rows()]))\n"
+        "sys.stdout.flush()\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, lake], capture_output=True, text=True, timeout=120)
+    assert done.stdout, done.stderr[-2000:]
+    return [tuple(v) for v in json.loads(done.stdout)]  # type: ignore[misc]
+
+
+def test_a_filter_on_partition_columns_opens_only_their_folders(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    source = tmp_path / "in"
+    for i in range(2):
+        add_input(source, i)
+    query = lakesink.write_stream(
+        stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"),
+        trigger={"availableNow": True}, partition_by=["label"],
+    )  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None
+    wanted = pc.field("label") == "a/b=c"
+    expected = [r for r in expected_rows(2) if r[1] == "a/b=c"]
+    assert rows_of(read_committed(lake, filter=wanted)) == expected
+    fragments = list(Lake(lake).dataset().get_fragments(filter=wanted))
+    assert fragments and all("/label=a%2Fb%3Dc/" in f.path for f in fragments)
+    # The proof that the other folders are never opened: without them, the filtered read still
+    # works, and an unfiltered one fails on the first missing file.
+    for folder in Path(lake).glob("label=*"):
+        if folder.name != "label=a%2Fb%3Dc":
+            shutil.rmtree(folder)
+    assert rows_of(read_committed(lake, filter=wanted)) == expected
+    with pytest.raises(CorruptFileError, match="missing"):
+        read_committed(lake)
+
+
+def test_partitioning_is_the_lakes_and_bad_values_fail_the_batch(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    source = tmp_path / "in"
+    add_input(source, 0)
+
+    def start(**options: Any) -> Any:
+        return lakesink.write_stream(
+            stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"),
+            trigger={"availableNow": True}, **options,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match=r"'ts' is|names \['nope'\], which the stream does not have"):
+        start(partition_by=["nope"])
+    query = start(partition_by=["day"])
+    query.awaitTermination(300)
+    assert query.exception() is None
+    with pytest.raises(SchemaMismatchError, match=r"partitioned by \['day'\].*partition_by \['label'\]"):
+        start(partition_by=["label"])
+    add_input(source, 1)
+    query = start()  # no partition_by: the lake's own
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert len(read_committed(lake)) == 120 and all(p.name.startswith("day=") for p in Path(lake).glob("*=*"))
+    # An empty string cannot be a folder name apart from null: the batch fails, naming the fix.
+    other = tmp_path / "lake2"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    empty = pa.table({"id": pa.array([1], pa.int64()), "label": [""], "day": pa.array([None], pa.date32())})
+    pq.write_table(empty, bad / "in.parquet")
+    query = lakesink.write_stream(
+        stream(spark, bad), str(other), checkpoint_location=str(tmp_path / "chk2"),
+        trigger={"availableNow": True}, partition_by=["label"],
+    )  # fmt: skip
+    with pytest.raises(Exception, match=r"partition column 'label' holds an empty string"):
+        query.awaitTermination(300)
+    assert len(read_committed(str(other))) == 0
+    # foreach mode does not partition (yet), and says so before anything starts.
+    from lakesink import LakeForeachWriter
+
+    with pytest.raises(ValueError, match=r"does not partition files \(yet\)"):
+        stream(spark, source).writeStream.foreach(LakeForeachWriter(str(tmp_path / "fe"))).partitionBy(
+            "label"
+        ).option("checkpointLocation", str(tmp_path / "chk3")).start()
