@@ -75,9 +75,9 @@ class CountingStorage(LocalStorage):
         self.probes.clear()
         self.listings = 0
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         try:
-            data = super().read_bytes(name, first_contact=first_contact)
+            data = super().read_bytes(name, first_contact=first_contact, limit=limit)
         except FileNotFoundError:
             with self._lock:
                 self.missed[name] += 1
