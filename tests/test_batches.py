@@ -27,9 +27,9 @@ class CountingStorage(LocalStorage):
         super().__init__(root)
         self.reads = []
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         self.reads.append(name)
-        return super().read_bytes(name, first_contact=first_contact)
+        return super().read_bytes(name, first_contact=first_contact, limit=limit)
 
 
 def published(storage: LocalStorage, name: str) -> AddFile:

@@ -332,12 +332,12 @@ def test_a_lake_created_while_the_reader_opens_it_is_read(tmp_path: Path) -> Non
 
         raced = False
 
-        def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+        def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
             if self.raced:
-                return super().read_bytes(name, first_contact=first_contact)
+                return super().read_bytes(name, first_contact=first_contact, limit=limit)
             self.raced = True
             try:
-                return super().read_bytes(name, first_contact=first_contact)
+                return super().read_bytes(name, first_contact=first_contact, limit=limit)
             finally:
                 foreach_lake(lake, epochs=1, partitions=1)
 

@@ -75,9 +75,9 @@ class CountingStorage(LocalStorage):
         self.probes.clear()
         self.listings = 0
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         try:
-            data = super().read_bytes(name, first_contact=first_contact)
+            data = super().read_bytes(name, first_contact=first_contact, limit=limit)
         except FileNotFoundError:
             with self._lock:
                 self.missed[name] += 1
@@ -119,19 +119,6 @@ class FailingStorage(LocalStorage):
         if name.endswith(".checkpoint.json"):
             self.hook(name)
         return super().put_if_absent(name, data)
-
-
-class PagedStorage(CountingStorage):
-    """A storage with ``list_after`` (S3's StartAfter/MaxKeys), not yet in the Storage protocol."""
-
-    def __init__(self, root: Path | str) -> None:
-        super().__init__(root)
-        self.pages = 0
-
-    def list_after(self, folder: str, after: str, limit: int) -> list[StoredFile]:
-        self.pages += 1
-        entries = sorted(LocalStorage.list(self, folder), key=lambda f: f.name)
-        return [f for f in entries if f.name.rsplit("/", 1)[-1] > after][:limit]
 
 
 def lists_in(storage: LocalStorage) -> list[str]:
@@ -373,12 +360,6 @@ def test_a_damaged_hint_is_ignored_for_the_probes_or_one_listing(checkpointed: C
     checkpointed.reset()
     without_probes = find_checkpoint(checkpointed, TABLE, interval=None)
     assert without_probes is not None and without_probes.version == 15 and checkpointed.listings == 1
-    paged = PagedStorage(checkpointed.root)  # list_after where the storage has it
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(cp, "LIST_PAGE", 4)  # several pages
-        paged_found = find_checkpoint(paged, TABLE, interval=None)
-    assert paged_found is not None and paged_found.version == 15
-    assert paged.pages > 3 and paged.listings == 0
 
 
 def test_a_hint_too_old_or_beyond_the_log_still_finds_the_newest(checkpointed: CountingStorage) -> None:

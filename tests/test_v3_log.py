@@ -119,22 +119,20 @@ class HookedStorage(LocalStorage):
 
 
 class HeadReadingStorage(LocalStorage):
-    """Local disk that can read the first bytes of a file, and counts its reads."""
+    """Local disk that counts its reads: of the first bytes of a file, and of whole files."""
 
     def __init__(self, root: Path) -> None:
         super().__init__(str(root))
         self.head_reads: list[int] = []
         self.whole_reads: list[str] = []
 
-    def read_head(self, name: str, limit: int) -> bytes:
-        with open(self.path_of(name), "rb") as f:
-            data = f.read(limit)
-        self.head_reads.append(len(data))
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
+        data = super().read_bytes(name, first_contact=first_contact, limit=limit)
+        if limit is None:
+            self.whole_reads.append(name)
+        else:
+            self.head_reads.append(len(data))
         return data
-
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
-        self.whole_reads.append(name)
-        return super().read_bytes(name, first_contact=first_contact)
 
 
 # The codec ------------------------------------------------------------------------------------
@@ -272,7 +270,7 @@ def test_the_header_is_read_without_the_actions(tmp_path: Path) -> None:
     assert storage.whole_reads == [] and storage.head_reads == [HEADER_READ_BYTES]  # not the whole object
     assert log.read_header(1) is None
 
-    plain = LocalStorage(str(tmp_path / "plain"))  # no ranged read: the whole object, one line parsed
+    plain = LocalStorage(str(tmp_path / "plain"))  # shorter than a head read: one read, one line parsed
     plain.put(commit_name(0), damaged)
     assert VersionedLog(plain, TABLE).read_header(0) == commit.header
     with pytest.raises(CorruptFileError, match="line 2 is not JSON"):

@@ -131,8 +131,12 @@ class Storage(Protocol):
         """The files directly in ``folder`` (not recursive), all pages of them."""
         ...
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         """The whole content of a small file; FileNotFoundError if it does not exist.
+
+        ``limit`` (>= 1): only the first ``limit`` bytes, or the whole file when it is shorter --
+        one ``read`` of a local file, one ranged GET on S3. The v3 log reads its commits' header
+        lines so, without their actions.
 
         ``first_contact``: this read opens a lake -- a reader, a maintenance command, a query
         starting -- and is the first request that reaches the storage. A storage that cannot

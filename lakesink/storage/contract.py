@@ -4,8 +4,8 @@ as a pytest suite that each backend's tests subclass (as fsspec's ``tests/abstra
 A backend passes when: nothing is visible before publish; nothing staged is left after
 success or failure; a published file is never overwritten; of concurrent attempts at one
 name exactly one wins; a repeated publish or create-if-absent (a retry after a lost answer)
-reports its own success; staged data is listed and dropped the same way everywhere; listings
-page past 1,000 entries.
+reports its own success; staged data is listed and dropped the same way everywhere; a read
+with a ``limit`` returns the file's head and no more; listings page past 1,000 entries.
 
 A backend's suite is a few lines::
 
@@ -210,6 +210,20 @@ class StorageContract:
         storage.delete(name)
         storage.delete(name)
         assert not storage.exists(name) and leftovers(storage) == []
+
+    def test_a_limited_read_returns_the_head_of_the_file(self, storage: Storage) -> None:
+        name = "_lakesink/log/00000000000000000000.json"
+        storage.put(name, b"header\nactions\n")
+        assert storage.read_bytes(name, limit=7) == b"header\n"  # the bound, not a byte more
+        assert storage.read_bytes(name, limit=1) == b"h"
+        assert storage.read_bytes(name, limit=15) == b"header\nactions\n"  # exactly the file
+        assert storage.read_bytes(name, limit=64 * 1024) == b"header\nactions\n"  # a shorter file: all
+        assert storage.read_bytes(name, first_contact=True, limit=3) == b"hea"
+        storage.put("_lakesink/log/empty.json", b"")
+        assert storage.read_bytes("_lakesink/log/empty.json", limit=8) == b""
+        assert storage.read_bytes("_lakesink/log/empty.json") == b""
+        with pytest.raises(FileNotFoundError):
+            storage.read_bytes("_lakesink/log/missing.json", limit=8)
 
     def test_staged_data_of_a_dead_writer_is_listed_with_its_age_and_dropped(self, storage: Storage) -> None:
         started = time.time()

@@ -527,10 +527,10 @@ class HdfsStorage:
             return []
         return found
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         client = self._client("opening") if first_contact else self.client
         with self.errors(name):
-            return client.read(self.path_of(name)).read()
+            return client.read(self.path_of(name)).read(-1 if limit is None else limit)
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         return put_if_absent_by_publish(self, name, data)

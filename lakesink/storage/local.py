@@ -286,9 +286,9 @@ class LocalStorage:
                 continue
         return found
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         with open(self.path_of(name), "rb") as f:
-            return f.read()
+            return f.read() if limit is None else f.read(limit)
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
         return put_if_absent_by_publish(self, name, data)

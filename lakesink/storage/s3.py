@@ -341,11 +341,17 @@ class S3Storage:
     def exists(self, name: str) -> bool:
         return self.version(name) is not None
 
-    def read_bytes(self, name: str, *, first_contact: bool = False) -> bytes:
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         key = self.key_of(name)
         client = self.opening_client if first_contact else self.client
+        ranged = {} if limit is None else {"Range": f"bytes=0-{limit - 1}"}
         with self.errors(key, first_contact=first_contact):
-            body = client.get_object(Bucket=self.bucket, Key=key)["Body"]
+            try:
+                body = client.get_object(Bucket=self.bucket, Key=key, **ranged)["Body"]
+            except ClientError as exc:
+                if ranged and error_code(exc) == "InvalidRange":
+                    return b""  # an empty object has no first byte to range over (416)
+                raise
             try:
                 return bytes(body.read())
             finally:

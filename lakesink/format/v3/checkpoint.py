@@ -72,8 +72,6 @@ LIST_ROW_GROUP_ROWS = 65_536
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
 #: Downward probes of multiples of N before a finder lists the log folder instead.
 MAX_PROBES = 8
-#: Keys per page of a listing through ``list_after`` (S3's ``MaxKeys``).
-LIST_PAGE = 1000
 
 #: The columns of a checkpoint's file list, in this order.
 _LIST_FIELDS: list[pa.Field[Any]] = [
@@ -412,20 +410,11 @@ def _probe_upward(storage: Storage, start: int, interval: int | None, at_most: i
 def listed_log(storage: Storage) -> list[StoredFile]:
     """The entries of the log folder, sorted by name (a listing sorts by version).
 
-    Pages through ``list_after(folder, after, limit)`` where the storage has one (S3's
-    ``StartAfter``/``MaxKeys``); otherwise one ``list`` of the folder, sorted here.
+    One ``list`` of the whole folder (S3: one ``ListObjectsV2`` page per 1,000 keys), sorted
+    here as ``LocalStorage.list`` does not sort. Every caller wants the whole folder, so a
+    listing that starts after a name would save nothing.
     """
-    list_after: Callable[[str, str, int], Sequence[StoredFile]] | None = getattr(storage, "list_after", None)
-    if list_after is None:
-        return sorted(storage.list(LOG_DIR), key=lambda f: f.name)
-    found: list[StoredFile] = []
-    after = ""
-    while True:
-        page = list(list_after(LOG_DIR, after, LIST_PAGE))
-        found += page
-        if len(page) < LIST_PAGE:
-            return sorted(found, key=lambda f: f.name)
-        after = page[-1].name.rsplit("/", 1)[-1]
+    return sorted(storage.list(LOG_DIR), key=lambda f: f.name)
 
 
 def listed_checkpoints(storage: Storage) -> list[tuple[int, str]]:

@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, runtime_checkable
+from typing import TYPE_CHECKING, Literal, TypeVar
 
 from lakesink.errors import CommitConflictError, CommitStateUnknownError, CorruptFileError, StorageError
 from lakesink.format.names import META_DIR
@@ -82,19 +82,6 @@ def parse_commit_name(base_name: str) -> int | None:
     (checkpoints, the hint, staged copies)."""
     match = _COMMIT_NAME.match(base_name)
     return int(match.group("version")) if match else None
-
-
-@runtime_checkable
-class ReadsHead(Protocol):
-    """A storage that can read the first bytes of a file (local: one read; S3: a ranged GET).
-
-    Not part of ``Storage`` yet: the log uses it where a backend offers it, and reads whole
-    commits (parsing only their first line) where not.
-    """
-
-    def read_head(self, name: str, limit: int) -> bytes:
-        """Up to ``limit`` first bytes of ``name``; FileNotFoundError if it does not exist."""
-        ...
 
 
 @dataclass(frozen=True)
@@ -294,17 +281,13 @@ class VersionedLog:
     def read_header(self, version: int) -> CommitHeader | None:
         """The header of ``version``'s commit, without its actions; None when it does not exist.
 
-        Reads only the first bytes where the storage can (:class:`ReadsHead`), and never
-        parses the action lines.
+        Reads the commit's first :data:`HEADER_READ_BYTES` only, and never parses the action lines.
         """
         name = commit_name(version)
         try:
-            if isinstance(self.storage, ReadsHead):
-                data = self.storage.read_head(name, HEADER_READ_BYTES)
-                if header_line(data) is None and len(data) >= HEADER_READ_BYTES:
-                    data = self.storage.read_bytes(name)  # a header longer than the first read
-            else:
-                data = self.storage.read_bytes(name)
+            data = self.storage.read_bytes(name, limit=HEADER_READ_BYTES)
+            if header_line(data) is None and len(data) >= HEADER_READ_BYTES:
+                data = self.storage.read_bytes(name)  # a header longer than the first read
         except FileNotFoundError:
             return None
         header = decode_header(data, where=self._where(version))
