@@ -32,7 +32,7 @@ from lakesink.errors import CorruptFileError, missing_extra
 from lakesink.format.log import EpochInfo, EpochLog
 from lakesink.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink.format.names import FileState as FileState
-from lakesink.format.partitions import partition_texts, typed_values
+from lakesink.format.partitions import partition_folders, partition_texts, typed_values
 from lakesink.format.table import TableMetadata, read_table_metadata
 from lakesink.format.v3.state import WriterState
 from lakesink.storage import StagedEntry, Storage, StoredFile, open_storage
@@ -231,8 +231,12 @@ class Lake:
         if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
             raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
         # Epoch-mode read_committed needs no listing of the table root: the log names the files.
-        listing = self._storage.list("") if self._log is None or isolation == "read_all" else []
-        listed = [(e.name, e.size, p) for e in listing if (p := parse_data_file(e.name)) is not None]
+        listing = self._listing() if self._log is None or isolation == "read_all" else []
+        listed = [
+            (e.name, e.size, p)
+            for e in listing
+            if (p := parse_data_file(e.name.rpartition("/")[2])) is not None
+        ]
         if self._log is not None:
             records = self._log.records(as_of_epoch=as_of_epoch, epochs=epochs)
             if as_of_epoch is not None:
@@ -258,8 +262,8 @@ class Lake:
                 if n not in committed
             ]
             listed_names = {n for n, _, _ in listed}
-            for staged in self._storage.staged(""):
-                parsed = parse_data_file(staged.name)
+            for staged in self._staged():
+                parsed = parse_data_file(staged.name.rpartition("/")[2])
                 if parsed is not None and staged.handle not in listed_names:
                     found.append(
                         LakeFile(staged.name, self._path(staged.handle or staged.name), parsed.partition,
@@ -323,20 +327,20 @@ class Lake:
             found = [] if empty else self._from_list(view.live_files(version))
         if isolation == "read_all":
             committed = {f.name for f in found}
-            for entry in self._listing(found):
+            for entry in self._listing():
                 name = entry.name
                 if name in committed or not name.endswith(DATA_SUFFIX) or name.startswith((".", "_")):
                     continue
-                parsed = parse_data_file(name)
+                parsed = parse_data_file(name.rpartition("/")[2])
                 found.append(
                     LakeFile(name, self._path(name), parsed.partition if parsed else None,
                              parsed.epoch if parsed else None, "published", entry.size)
                 )  # fmt: skip
             listed = {f.name for f in found}
-            for staged in self._staged(found):
+            for staged in self._staged():
                 if staged.handle in listed or not staged.name.endswith(DATA_SUFFIX):
                     continue
-                parsed = parse_data_file(staged.name)
+                parsed = parse_data_file(staged.name.rpartition("/")[2])
                 found.append(
                     LakeFile(staged.name, self._path(staged.handle or staged.name),
                              parsed.partition if parsed else None, parsed.epoch if parsed else None,
@@ -345,16 +349,15 @@ class Lake:
         found.sort(key=_v3_order)
         return found
 
-    def _folders(self, committed: Sequence[LakeFile]) -> list[str]:
-        """The folders ``read_all`` looks in: the root, and a partitioned lake's folders that hold
-        committed files (a folder no committed file is in yet is not listed)."""
-        return sorted({""} | {f.name.rpartition("/")[0] for f in committed})
+    def _folders(self) -> list[str]:
+        """The folders ``read_all`` looks in: the root, and a partitioned lake's partition folders."""
+        return ["", *partition_folders(self._storage, self.metadata.partition_columns)]
 
-    def _listing(self, committed: Sequence[LakeFile]) -> list[StoredFile]:
-        return [e for folder in self._folders(committed) for e in self._storage.list(folder)]
+    def _listing(self) -> list[StoredFile]:
+        return [e for folder in self._folders() for e in self._storage.list(folder)]
 
-    def _staged(self, committed: Sequence[LakeFile]) -> list[StagedEntry]:
-        return [e for folder in self._folders(committed) for e in self._storage.staged(folder)]
+    def _staged(self) -> list[StagedEntry]:
+        return [e for folder in self._folders() for e in self._storage.staged(folder)]
 
     def _from_list(self, table: pa.Table) -> list[LakeFile]:
         cols = table.select(["path", "bytes", "rows", "added_version", "writer", "batch", "partition"])

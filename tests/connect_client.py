@@ -77,6 +77,10 @@ def doors(url: str, work: str) -> dict[str, Any]:
     df = stream()
     run(df.writeStream.foreach(LakeForeachWriter(lake, schema=df.schema)).option("checkpointLocation", chk)
         .trigger(availableNow=True).start())  # fmt: skip
+    # 6. format("lakesink").partitionBy(...): the client's wrapper passes it on as an option.
+    lake, chk = path("format-partitioned")
+    run(stream().writeStream.format("lakesink").partitionBy("label").option("checkpointLocation", chk)
+        .trigger(availableNow=True).start(lake))  # fmt: skip
     # 5. pyspark's own registration.
     spark.dataSource.register(LakeSinkDataSource)
     lake, chk = path("datasource-register")

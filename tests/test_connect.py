@@ -77,10 +77,13 @@ def ids(lake: Path) -> list[int]:
 def check_doors(work: Path, seen: dict[str, Any]) -> None:
     expected = list(range(300))
     lakes = {"format-no-register": "epoch", "format-register": "epoch", "write-stream": "epoch",
-             "foreach": "foreach", "datasource-register": "epoch"}  # fmt: skip
+             "foreach": "foreach", "datasource-register": "epoch", "format-partitioned": "epoch"}  # fmt: skip
     for name, mode in lakes.items():
         assert ids(work / name) == expected, name
         assert Lake(str(work / name)).mode == mode, name
+    assert Lake(str(work / "format-partitioned")).metadata.partition_columns == ("label",)
+    folders = sorted(p.name for p in (work / "format-partitioned").glob("label=*"))
+    assert folders == [f"label=r{i}" for i in range(7)]
     assert seen["unknown_option"].startswith("ValueError: unknown option(s) ['compresion']")
     # The lake exists unpartitioned: .partitionBy reaches the checks (as an option) and is refused.
     refusal = seen["partition_by"]

@@ -291,10 +291,169 @@ def test_partitioning_is_the_lakes_and_bad_values_fail_the_batch(
     with pytest.raises(Exception, match=r"partition column 'label' holds an empty string"):
         query.awaitTermination(300)
     assert len(read_committed(str(other))) == 0
-    # foreach mode does not partition (yet), and says so before anything starts.
+    # Spark does not hand a foreach sink .partitionBy: refused before anything starts, naming
+    # the writer's own option.
     from lakesink import LakeForeachWriter
 
-    with pytest.raises(ValueError, match=r"does not partition files \(yet\)"):
+    with pytest.raises(ValueError, match=r"LakeForeachWriter\(path, partition_by=\['label'\]\)"):
         stream(spark, source).writeStream.foreach(LakeForeachWriter(str(tmp_path / "fe"))).partitionBy(
             "label"
         ).option("checkpointLocation", str(tmp_path / "chk3")).start()
+
+
+def test_compaction_sweeps_and_vacuum_keep_to_the_partition_folders(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    from lakesink.maintenance import compact, sweep
+    from lakesink.maintenance.vacuum import vacuum
+
+    source = tmp_path / "in"
+    for i in range(3):
+        add_input(source, i)
+    query = lakesink.write_stream(
+        stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"),
+        trigger={"availableNow": True}, partition_by=["label"],
+    )  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None
+    expected = expected_rows(3)
+    before = sorted(str(p.relative_to(lake)) for p in Path(lake).glob("label=*/*.parquet"))
+    report = compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
+    assert report.version == 3 and len(report.outputs) == len(LABELS)  # one bin per folder
+    for out in report.outputs:
+        inputs = [b for b in report.bins if out.path.startswith(b.inputs[0].path.rpartition("/")[0] + "/")]
+        assert len(inputs) == 1 and out.path.rpartition("/")[2].startswith("c")  # in its inputs' folder
+        assert pq.read_schema(os.path.join(lake, out.path)).names == ["id", "day"]
+    assert rows_of(read_committed(lake)) == expected
+    assert sorted((r["id"], r["label"], r["day"]) for r in spark.read.parquet(lake).collect()) == expected
+    assert oracle(lake, [None])["None"]["deltalake"] == [r[0] for r in expected]
+
+    # Leftovers of killed tasks: a staged file in a folder no commit names, a published file of a
+    # settled batch that its commit does not list. The sweep finds both in their folders.
+    live = sorted(str(p.relative_to(lake)) for p in Path(lake).glob("label=*/c*.parquet"))
+    writer_file = next(n for n in before if "/w" in n).rpartition("/")[2]
+    settled_name = "label=FR/" + writer_file.rsplit("-", 1)[0] + "-0000000a.parquet"
+    pq.write_table(pa.table({"id": pa.array([-1], pa.int64())}), Path(lake, settled_name))
+    new_folder = Path(lake, "label=new")
+    new_folder.mkdir()
+    staged = new_folder / f".{writer_file.rsplit('-', 1)[0]}-0000000b.parquet.0000000b.uncommitted"
+    staged.write_bytes(b"partial")
+    os.utime(staged, (1_000_000_000, 1_000_000_000))
+    assert any(f.state == "staged" and f.name.startswith("label=new/") for f in Lake(lake).files("read_all"))
+    found = sweep(lake, older_than=3600, check_store=False)
+    names = {o.name for o in found.findings}
+    assert settled_name in names and "label=new/" + staged.name[1:].rsplit(".", 2)[0] in names, names
+    sweep(lake, older_than=3600, delete=True, check_store=False)
+    assert not staged.exists() and not Path(lake, settled_name).exists()
+    # Vacuum removes the compacted-away inputs from their folders; the outputs stay.
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 4
+    left = sorted(str(p.relative_to(lake)) for p in Path(lake).glob("label=*/*.parquet"))
+    assert left == live and not set(left) & set(before)
+    assert rows_of(read_committed(lake)) == expected and verify(lake).ok
+
+
+@pytest.mark.parametrize("store", ["s3", "hdfs"])
+def test_a_partitioned_lake_on_a_store(spark: Any, tmp_path: Path, store: str, request: Any) -> None:
+    from lakesink.maintenance import sweep
+
+    if store == "s3":
+        from s3server import BUCKET
+
+        server = request.getfixturevalue("s3")
+        lake, options = f"s3://{BUCKET}/partitioned-{tmp_path.name}", dict(server.storage_options)
+    else:
+        lake, options = request.getfixturevalue("hdfs"), {}
+    source = tmp_path / "in"
+    for i in range(2):
+        add_input(source, i)
+    query = lakesink.write_stream(
+        stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"), storage_options=options,
+        trigger={"availableNow": True}, partition_by=["day", "label"],
+    )  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None
+    expected = expected_rows(2)
+    assert rows_of(read_committed(lake, storage_options=options)) == expected
+    wanted = (pc.field("day") == datetime.date(2026, 11, 23)) & pc.field("label").is_null()
+    assert rows_of(read_committed(lake, storage_options=options, filter=wanted)) == [
+        r for r in expected if r[2].day == 23 and r[1] is None
+    ]
+    # A killed task's staged file in a folder no commit names: read_all reports it, the sweep
+    # finds it there (by age) and removes it.
+    storage = open_storage(lake, options)
+    staged = storage.stage("day=2026-11-24/label=new/w0000000000000000-b000000000009-p00000-0000000c.parquet")
+    staged.write(b"PAR1 partial")
+    staged.flush()
+    assert any(f.state == "staged" and "label=new" in f.name for f in Lake(lake, options).files("read_all"))
+    assert not sweep(lake, older_than=3600, storage_options=options, check_store=False).findings
+    found = sweep(lake, older_than=0, storage_options=options, delete=True, check_store=False)
+    assert [o.name.rpartition("/")[0] for o in found.findings] == ["day=2026-11-24/label=new"]
+    assert not [f for f in Lake(lake, options).files("read_all") if f.state != "committed"]
+    assert rows_of(read_committed(lake, storage_options=options)) == expected
+    assert verify(lake, storage_options=options).ok
+
+
+# Foreach mode ----------------------------------------------------------------------------------
+
+
+def test_foreach_writes_a_file_per_folder_under_one_name_and_a_replay_adds_nothing(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    from faults import FailFirstAttempt
+
+    from lakesink import LakeForeachWriter
+    from lakesink.maintenance import sweep
+
+    source = tmp_path / "in"
+    for i in range(2):
+        add_input(source, i)
+    df = stream(spark, source)
+
+    def run(writer: LakeForeachWriter, checkpoint: str = "chk") -> None:
+        query = (
+            df.writeStream.foreach(writer).option("checkpointLocation", str(tmp_path / checkpoint))
+            .trigger(availableNow=True).start()
+        )  # fmt: skip
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    # A task fails mid-partition on its first attempt: its retry's files stand, once.
+    run(FailFirstAttempt(lake, schema=df.schema, partition_by=["label"], after_rows=7))
+    expected = expected_rows(2)
+    assert rows_of(read_committed(lake)) == expected
+    assert Lake(lake).mode == "foreach" and Lake(lake).metadata.partition_columns == ("label",)
+    files = [p.relative_to(lake) for p in Path(lake).glob("label=*/*.parquet")]
+    assert all(p.name.startswith("part-") and p.name.count("-epoch-") == 1 for p in files)
+    # One (partition, epoch) name, in every folder its rows fell into (the retry replaced none:
+    # the failed attempt published nothing).
+    folders_of = {name: {str(p.parent) for p in files if p.name == name} for name in {p.name for p in files}}
+    assert max(len(f) for f in folders_of.values()) == len(LABELS)
+    # The same query again from its checkpoint replays nothing new; a replay of a (partition,
+    # epoch) finds its files in their folders.
+    add_input(source, 2)
+    run(LakeForeachWriter(lake, schema=df.schema))  # no partition_by: the lake's
+    assert rows_of(read_committed(lake)) == expected_rows(3)
+    assert rows_of(read_committed(lake, filter=pc.field("label") == "FR")) == [
+        r for r in expected_rows(3) if r[1] == "FR"
+    ]
+    assert sorted(
+        (r["id"], r["label"], r["day"]) for r in spark.read.parquet(lake).collect()
+    ) == expected_rows(3)
+    assert not sweep(lake, older_than=0, check_store=False).findings and verify(lake).ok
+    with pytest.raises(SchemaMismatchError, match=r"partitioned by \['label'\]"):
+        LakeForeachWriter(lake, schema=df.schema, partition_by=["day"])
+    # More folders than max_open_files in one task: the task fails before publishing anything.
+    other = str(tmp_path / "narrow")
+    from lakesink import WriteOptions
+
+    narrow = LakeForeachWriter(
+        other, schema=df.schema, partition_by=["label"], write_options=WriteOptions(max_open_files=2)
+    )
+    query = (
+        df.writeStream.foreach(narrow).option("checkpointLocation", str(tmp_path / "chk-narrow"))
+        .trigger(availableNow=True).start()
+    )  # fmt: skip
+    with pytest.raises(Exception, match="more than max_open_files=2 partition folders"):
+        query.awaitTermination(300)
+    assert not list(Path(other).glob("label=*/*.parquet"))

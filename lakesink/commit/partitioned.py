@@ -45,9 +45,15 @@ class PartitionedWriter:
         Where; the stream's schema (partition columns included); which columns make folders;
         the Parquet layout and ``max_open_files``.
     file_name
-        The name of a new file in a folder, relative to the folder (unique per call).
+        The name of a new file in a folder, relative to the folder.
     observer, epoch, partition
         As for ``FileWriter``.
+    evict
+        Past ``max_open_files``, finish the least recently written file and start another in
+        its folder later (epoch mode: ``file_name`` gives a new name each call, and the driver
+        commits the task's files together). False (foreach mode, where a published file is
+        committed and its name must be the same in a replay): fail instead, naming the option,
+        before anything is published.
     """
 
     def __init__(
@@ -61,8 +67,10 @@ class PartitionedWriter:
         observer: Observer | None = None,
         epoch: int = -1,
         partition: int | None = None,
+        evict: bool = True,
     ) -> None:
         self.storage = storage
+        self.evict = evict
         self.columns = tuple(partition_columns)
         self.data_columns = [n for n in schema.names if n not in self.columns]
         self.data_schema = pa.schema([schema.field(n) for n in self.data_columns])
@@ -84,6 +92,13 @@ class PartitionedWriter:
         writer = self._open.get(folder)
         if writer is None:
             if len(self._open) >= self.options.max_open_files:
+                if not self.evict:
+                    raise ValueError(
+                        f"this task's rows fall into more than max_open_files={self.options.max_open_files} "
+                        f"partition folders (the next one: {folder!r}); a foreach task keeps one file open "
+                        "per folder until it closes. Raise max_open_files (WriteOptions), partition by "
+                        "fewer values, or write in epoch mode, which finishes files early instead"
+                    )
                 self._finish(next(iter(self._open)))
             writer = FileWriter(
                 self.storage,

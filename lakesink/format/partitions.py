@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+
+from lakesink.format.names import STAGING_DIR
+
+if TYPE_CHECKING:
+    from lakesink.storage.base import Storage
 
 #: The folder name's text of a null value (Hive's, Spark's, DuckDB's and pyarrow's default).
 NULL_TEXT = "__HIVE_DEFAULT_PARTITION__"
@@ -137,3 +142,27 @@ def texts_of(column: Any) -> Any:
     if pa.types.is_string(column.type):
         return column
     return pc.cast(column, pa.string())
+
+
+def partition_folders(storage: Storage, columns: Sequence[str]) -> list[str]:
+    """Every partition folder in storage (``day=1/label=a``), one listing per folder on the way:
+    what sweeps and ``read_all`` look in, as a crashed task's files may be in a folder that no
+    commit names. Folders of other names are not partition folders, and are not entered.
+
+    A folder that holds only staged data is found too: on an object store an upload in flight
+    is no object, but its staging marker is, in the same folder under ``STAGING_DIR``."""
+    if not columns:
+        return []
+    found: set[str] = set()
+    for base in ("", STAGING_DIR):
+        level = [base]
+        for column in columns:
+            prefix = f"{escape(column)}="
+            level = [
+                f
+                for parent in level
+                for f in storage.folders(parent)
+                if f.rpartition("/")[2].startswith(prefix)
+            ]
+        found.update(f[len(base) + 1 :] if base else f for f in level)
+    return sorted(found)

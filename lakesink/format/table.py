@@ -270,16 +270,10 @@ def check_writable_format(existing: TableMetadata, asked: int | None, url: str) 
         )
 
 
-def check_partitioning_supported(columns: Sequence[str], mode: WriterMode, version: int, url: str) -> None:
-    """Refuse partition columns where lakesink does not write them (yet): foreach mode, format 2."""
+def check_partitioning_supported(columns: Sequence[str], version: int, url: str) -> None:
+    """Refuse partition columns where lakesink does not write them: format-2 lakes."""
     if not columns:
         return
-    if mode != "epoch":
-        raise ValueError(
-            f"partition_by {list(columns)}: foreach mode does not partition files yet (lake {url!r}); "
-            'write it in epoch mode (format("lakesink"), or write_stream(..., mode="epoch")), '
-            "or leave partition_by out"
-        )
     if version < 3:
         raise FormatVersionError(
             f"partition_by needs a lake of format 3; {url!r} would be of format {version}"
@@ -353,7 +347,7 @@ def ensure_table(
     if existing is None:
         version = FORMAT_VERSION if format_version is None else format_version
         columns = check_partition_columns(schema, partition_by or (), "the stream")
-        check_partitioning_supported(columns, mode, version, storage.url)
+        check_partitioning_supported(columns, version, storage.url)
         fresh = TableMetadata.new(
             mode,
             schema,

@@ -235,7 +235,7 @@ def compact(
     try:
         for seq, b in enumerate(report.bins):
             output = _rewrite(
-                storage, metadata.schema, token, seq, b, write_options or WriteOptions(), published
+                storage, metadata.data_schema, token, seq, b, write_options or WriteOptions(), published
             )
             report.outputs.append(output)
             _call(hook, "published")
@@ -365,16 +365,23 @@ def pick_files(
                 total -= heapq.heappop(heap)[2].size
 
     live = stream_live_files(storage, vlog, snap, consider)
-    return sorted((f for _, _, f in heap), key=lambda f: (f.added_version, f.path)), live
+    # By folder first: a partitioned lake's bins never mix partition folders (make_bins).
+    return sorted((f for _, _, f in heap), key=lambda f: (folder_of(f.path), f.added_version, f.path)), live
+
+
+def folder_of(path: str) -> str:
+    """The folder of a root-relative path ('' in the root): a partitioned lake's partition folder."""
+    return path.rpartition("/")[0]
 
 
 def make_bins(files: list[InputFile], target: int, min_files: int) -> list[Bin]:
-    """Consecutive runs of ``files`` of about ``target`` bytes; those of ``min_files`` or more."""
+    """Consecutive runs of ``files`` of about ``target`` bytes, each within one folder; those of
+    ``min_files`` or more."""
     bins: list[Bin] = []
     current: list[InputFile] = []
     size = 0
     for f in files:
-        if current and size + f.size > target:
+        if current and (size + f.size > target or folder_of(f.path) != folder_of(current[0].path)):
             bins.append(Bin(tuple(current)))
             current, size = [], 0
         current.append(f)
@@ -400,7 +407,9 @@ def _rewrite(
     import pyarrow.parquet as pq
 
     fs, base = storage.arrow_filesystem()
-    name = compaction_file_name(token, seq, new_attempt_id())
+    # The output goes in its inputs' folder (a partitioned lake's files hold no partition column).
+    folder = folder_of(b.inputs[0].path)
+    name = f"{folder}/" * bool(folder) + compaction_file_name(token, seq, new_attempt_id())
     writer = FileWriter(storage, name, schema, options)
     try:
         for f in b.inputs:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -46,6 +46,7 @@ from lakesink.format.names import (
     parse_data_file,
     parse_writer_file,
 )
+from lakesink.format.partitions import partition_folders
 from lakesink.format.table import probe_store, read_table_metadata
 from lakesink.format.v3.state import TableState
 from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, parallel
@@ -175,7 +176,14 @@ def sweep(
         from lakesink.maintenance.compact import open_v3
 
         _, vlog = open_v3(storage, "the sweep")
-        plan = plan_v3(storage, vlog, retained_from=None, older_than=float(older_than), now=now)
+        plan = plan_v3(
+            storage,
+            vlog,
+            retained_from=None,
+            older_than=float(older_than),
+            now=now,
+            partition_columns=metadata.partition_columns,
+        )
         report.findings, report.kept = plan.findings, plan.kept
         if delete:
             _remove(storage, report, progress)
@@ -188,7 +196,13 @@ def sweep(
         for record in EpochLog(storage).records():
             recorded_epochs.add(record.epoch)
             recorded_names.update(f.name for f in record.files)
-    listing = [(entry, parse_data_file(entry.name)) for entry in storage.list("")]
+    # A partitioned foreach lake's files are in its partition folders; staged ones beside them.
+    data_folders = ["", *partition_folders(storage, metadata.partition_columns)]
+    listing = [
+        (entry, parse_data_file(entry.name.rpartition("/")[2]))
+        for folder in data_folders
+        for entry in storage.list(folder)
+    ]
     published = {
         entry.name for entry, parsed in listing if parsed is not None and parsed.state == "published"
     }
@@ -211,7 +225,7 @@ def sweep(
         )
         (report.findings if settled else report.kept).append(orphan)
 
-    for folder in TABLE_FOLDERS:
+    for folder in (*TABLE_FOLDERS, *data_folders[1:]):
         for staged in storage.staged(folder):
             parsed = parse_data_file(staged.name.rsplit("/", 1)[-1])
             epoch = parsed.epoch if parsed is not None else None
@@ -357,7 +371,13 @@ def read_log_facts(storage: Storage, vlog: VersionedLog, retained_from: int | No
 
 
 def plan_v3(
-    storage: Storage, vlog: VersionedLog, *, retained_from: int | None, older_than: float, now: float
+    storage: Storage,
+    vlog: VersionedLog,
+    *,
+    retained_from: int | None,
+    older_than: float,
+    now: float,
+    partition_columns: Sequence[str] = (),
 ) -> SweepPlan:
     """What may go from a format-3 epoch lake when versions from ``retained_from`` (None: the
     oldest retained one) must stay readable: published data files no such version lists whose
@@ -367,9 +387,11 @@ def plan_v3(
     The listing is taken *before* the log is read: a file listed then that the log does not
     list is either settled by the log read after it, or still in flight, and then its writer is
     known to that log with an older last batch, or unknown and at its first batch (section 11).
+    A partitioned lake's data files are in its partition folders (``partition_columns``).
     """
-    listing = storage.list("")
-    staged = [s for folder in (*TABLE_FOLDERS, LOG_DIR) for s in storage.staged(folder)]
+    data_folders = ["", *partition_folders(storage, partition_columns)]
+    listing = [entry for folder in data_folders for entry in storage.list(folder)]
+    staged = [s for folder in (*TABLE_FOLDERS, LOG_DIR, *data_folders[1:]) for s in storage.staged(folder)]
     leases = storage.list(OPS_DIR)
     facts = read_log_facts(storage, vlog, retained_from)
     state = facts.state
@@ -379,7 +401,7 @@ def plan_v3(
         name = entry.name
         if name in facts.needed:
             continue
-        batch, settled, why = _producer(state, name)
+        batch, settled, why = _producer(state, name.rpartition("/")[2])
         if settled is None:
             continue  # not a data file of this lake (or a staged one: below)
         if name in facts.removed_before:

@@ -136,7 +136,7 @@ def vacuum(
         if isinstance(path_or_storage, str)
         else path_or_storage
     )
-    _, vlog = open_v3(storage, "vacuum")
+    metadata, vlog = open_v3(storage, "vacuum")
     if delete and check_store:
         probe_store(storage)  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
@@ -157,7 +157,14 @@ def vacuum(
     if report.retained_from is None:
         return report
 
-    plan = plan_v3(storage, vlog, retained_from=target, older_than=older_than, now=now)
+    plan = plan_v3(
+        storage,
+        vlog,
+        retained_from=target,
+        older_than=older_than,
+        now=now,
+        partition_columns=metadata.partition_columns,
+    )
     report.files, report.kept = plan.findings, plan.kept
     if delete:
         swept = SweepReport(storage.url, older_than, True, findings=list(plan.findings))

@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 
 from lakesink.format.log import CommittedFile, EpochLog
 from lakesink.format.names import parse_data_file
+from lakesink.format.partitions import partition_folders
 from lakesink.format.table import read_table_metadata, schema_differences
 from lakesink.storage import Storage, open_storage
 
@@ -77,10 +78,13 @@ def verify(
     elif metadata.mode == "epoch":
         committed = EpochLog(storage).committed_files()
     else:  # foreach, any format: a file is committed by its published name
+        for folder in partition_folders(storage, metadata.partition_columns):
+            listing.update((entry.name, entry.size) for entry in storage.list(folder))
         committed = [
             CommittedFile(name, parsed.partition, parsed.epoch, -1, size)
             for name, size in listing.items()
-            if (parsed := parse_data_file(name)) is not None and parsed.state == "published"
+            if (parsed := parse_data_file(name.rpartition("/")[2])) is not None
+            and parsed.state == "published"
         ]
     fs, base = storage.arrow_filesystem()
     report = VerifyReport(storage.url)

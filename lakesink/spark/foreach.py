@@ -18,15 +18,24 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 
 from lakesink.commit import FileWriter, Observer, WriteOptions
+from lakesink.commit.partitioned import PartitionedWriter
 from lakesink.errors import CommitError, StorageError
 from lakesink.format.names import data_file_name
-from lakesink.format.table import check_writable_format, ensure_table, find_table, probe_store
+from lakesink.format.partitions import check_partition_columns
+from lakesink.format.table import (
+    TableMetadata,
+    check_partitioning,
+    check_writable_format,
+    ensure_table,
+    find_table,
+    probe_store,
+)
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink.storage import Storage, open_storage
@@ -60,6 +69,13 @@ class LakeForeachWriter:
         a new checkpoint writes every row again.
     observer
         Told of each step of the commit protocol (see ``lakesink.commit.observer``).
+    partition_by
+        The columns whose values name the folders a new lake's files go in, Hive-style (see
+        ``lakesink.config.SinkOptions.partition_by``): each (partition, epoch) then writes one
+        file per folder it meets, all under the same name, and each commits on its own as the
+        single file does. A task holds them open until it closes: one whose rows fall into more
+        than ``write_options.max_open_files`` folders fails, naming the option. None: an
+        existing lake's partitioning (a new lake's files in its root).
     """
 
     def __init__(
@@ -72,6 +88,7 @@ class LakeForeachWriter:
         write_options: WriteOptions | None = None,
         allow_other_queries: bool = False,
         observer: Observer | None = None,
+        partition_by: Sequence[str] | None = None,
     ) -> None:
         if isinstance(batch_rows, bool) or not isinstance(batch_rows, int) or batch_rows < 1:
             raise ValueError(f"batch_rows must be an int >= 1, got {batch_rows!r}")
@@ -87,6 +104,13 @@ class LakeForeachWriter:
         self.write_options = write_options or WriteOptions()
         self.allow_other_queries = allow_other_queries
         self.observer = observer
+        if partition_by is not None and (
+            isinstance(partition_by, str) or not all(isinstance(c, str) for c in partition_by)
+        ):
+            raise TypeError(f"partition_by must be a list of column names, got {partition_by!r}")
+        self.partition_by = tuple(partition_by) if partition_by is not None else None
+        if self.schema is not None and self.partition_by:
+            check_partition_columns(self.schema, self.partition_by, "the stream")
         # Fail on the driver for a bad URL or bad storage options, not in every task; and for
         # workers that cannot import lakesink, which would fail every task with a module error.
         storage = open_storage(path, self.storage_options)
@@ -102,6 +126,7 @@ class LakeForeachWriter:
             existing = None  # a Spark Connect client need not reach the lake: its server's tasks check it
         if existing is not None:
             check_writable_format(existing, None, storage.url)
+            check_partitioning(existing, self.partition_by, storage.url)
             probe_store(storage)
         self._reset()
 
@@ -114,7 +139,7 @@ class LakeForeachWriter:
 
     def _reset(self) -> None:
         self._storage: Storage | None = None
-        self._file: FileWriter | None = None
+        self._file: FileWriter | PartitionedWriter | None = None
         self._rows: list[Any] = []
         self._name = ""
         self._partition = self._epoch = -1
@@ -185,23 +210,40 @@ class LakeForeachWriter:
             self.schema = infer_schema(rows)
         if self._file is None:
             assert self._storage is not None
-            self._check_table(self._storage, self.schema)
-            self._file = FileWriter(
-                self._storage,
-                self._name,
-                self.schema,
-                self.write_options,
-                observer=self.observer,
-                epoch=self._epoch,
-                partition=self._partition,
-            )
+            table = self._check_table(self._storage, self.schema)
+            if table.partition_columns:
+                # One file per folder, all of the (partition, epoch)'s name: a replay finds them.
+                name = self._name
+                self._file = PartitionedWriter(
+                    self._storage,
+                    self.schema,
+                    table.partition_columns,
+                    lambda: name,
+                    self.write_options,
+                    observer=self.observer,
+                    epoch=self._epoch,
+                    partition=self._partition,
+                    evict=False,
+                )
+            else:
+                self._file = FileWriter(
+                    self._storage,
+                    self._name,
+                    self.schema,
+                    self.write_options,
+                    observer=self.observer,
+                    epoch=self._epoch,
+                    partition=self._partition,
+                )
         self._file.write(rows_to_batch(rows, self.schema))
 
-    def _check_table(self, storage: Storage, schema: pa.Schema) -> None:
+    def _check_table(self, storage: Storage, schema: pa.Schema) -> TableMetadata:
         # Every task reads table.json (one small read per (partition, epoch) file): remembering
         # it in the worker process is a cache that a lake deleted and recreated, or another
         # query in the same reused worker, could trip over.
-        table = ensure_table(storage, schema, "foreach", owner_query=self._tag)
+        table = ensure_table(
+            storage, schema, "foreach", owner_query=self._tag, partition_by=self.partition_by
+        )
         owner = table.owner_query
         if owner and self._tag and owner != self._tag and not self.allow_other_queries:
             raise CommitError(
@@ -211,6 +253,7 @@ class LakeForeachWriter:
                 "write to a new lake path; if this query writes different rows, pass "
                 "LakeForeachWriter(..., allow_other_queries=True)."
             )
+        return table
 
 
 def _check_active_session() -> bool:

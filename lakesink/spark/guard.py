@@ -276,9 +276,8 @@ def check_foreach_stream(pending: PendingWrite, foreach_writer: LakeForeachWrite
         preflight.check_worker_python(pending.spark)
     if pending.partitioning:
         raise ValueError(
-            f"foreach(LakeForeachWriter(...)) does not partition files (yet): remove "
-            f'.partitionBy({pending.partitioning}), or write in epoch mode (format("lakesink"), '
-            "which takes .partitionBy)"
+            f"foreach sinks are not handed .partitionBy({pending.partitioning}) by Spark: pass it to the "
+            f"writer instead, LakeForeachWriter(path, partition_by={pending.partitioning})"
         )
     _check_append(pending, "LakeForeachWriter")
     if pending.plan is not None:  # over Connect the plan is the server's: not judged

@@ -246,7 +246,7 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     if existing is None:
         columns = check_partition_columns(schema, config.sink.partition_by or (), "the stream")
         version = config.sink.format_version or FORMAT_VERSION
-        check_partitioning_supported(columns, "epoch", version, storage.url)
+        check_partitioning_supported(columns, version, storage.url)
         return
     check_compatible(existing, schema, "epoch", storage.url)
     check_writable_format(existing, config.sink.format_version, storage.url)
@@ -298,11 +298,14 @@ def check_foreach_start(writer: LakeForeachWriter, schema: pa.Schema | None, que
     storage = open_storage(writer.path, writer.storage_options)
     existing = find_table(storage)
     if existing is None:
+        if schema is not None:
+            check_partition_columns(schema, writer.partition_by or (), "the stream")
         return
     if schema is not None:
         check_compatible(existing, schema, "foreach", storage.url)
     elif existing.mode != "foreach":
         check_compatible(existing, existing.schema, "foreach", storage.url)  # raises the mode error
+    check_partitioning(existing, writer.partition_by, storage.url)
     owner = existing.owner_query
     if writer.allow_other_queries or not owner or not query.known:
         return

@@ -131,6 +131,12 @@ class Storage(Protocol):
         """The files directly in ``folder`` (not recursive), all pages of them."""
         ...
 
+    def folders(self, folder: str = "") -> builtins.list[str]:
+        """The folders directly in ``folder`` (relative to the root, no trailing '/'), all pages
+        of them: a partitioned lake's partition folders are found so. On an object store, a
+        folder is a common prefix of keys; none when ``folder`` is missing."""
+        ...
+
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         """The whole content of a small file; FileNotFoundError if it does not exist.
 

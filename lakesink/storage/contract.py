@@ -245,6 +245,21 @@ class StorageContract:
             "_lakesink/table.json"
         ]
 
+    def test_folders_are_listed_one_level_at_a_time(self, storage: Storage) -> None:
+        for name in (
+            "day=1/label=a/f.parquet",
+            "day=1/label=b%2Fc/f.parquet",
+            "day=2/label=a/g.parquet",
+            "r.parquet",
+        ):
+            storage.put(name, b"x")
+        storage.put("_lakesink/table.json", b"{}")
+        assert sorted(storage.folders("")) == ["_lakesink", "day=1", "day=2"]
+        assert sorted(storage.folders("day=1")) == ["day=1/label=a", "day=1/label=b%2Fc"]
+        assert storage.folders("day=1/label=a") == []  # files only below
+        assert storage.folders("nothing-here") == []
+        assert [f.name for f in storage.list("day=2/label=a")] == ["day=2/label=a/g.parquet"]
+
     def test_listing_pages_past_a_thousand_entries(self, storage: Storage) -> None:
         names = [f"part-{p:05d}-epoch-000000000000.parquet" for p in range(1_050)]
         # Many at once: an HDFS close waits ~0.3 s for the NameNode to learn that the DataNode has

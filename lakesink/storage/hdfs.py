@@ -527,6 +527,18 @@ class HdfsStorage:
             return []
         return found
 
+    def folders(self, folder: str = "") -> builtins.list[str]:
+        path = self.path_of(folder.strip("/"))
+        try:
+            with self.errors(folder or None):
+                return [
+                    self._name_of(status.path)
+                    for status in self.client.list_status(path, False)
+                    if status.isdir and status.path.rstrip("/") != path.rstrip("/")
+                ]
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         client = self._client("opening") if first_contact else self.client
         with self.errors(name):

@@ -286,6 +286,21 @@ class LocalStorage:
                 continue
         return found
 
+    def folders(self, folder: str = "") -> builtins.list[str]:
+        prefix = f"{folder}/" if folder else ""
+        try:
+            entries = builtins.list(os.scandir(self.path_of(folder)))
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        found = []
+        for entry in entries:
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    found.append(prefix + entry.name)
+            except FileNotFoundError:  # removed while we listed
+                continue
+        return found
+
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         with open(self.path_of(name), "rb") as f:
             return f.read() if limit is None else f.read(limit)

@@ -408,6 +408,17 @@ class S3Storage:
                     )
         return found
 
+    def folders(self, folder: str = "") -> builtins.list[str]:
+        prefix = self._folder_prefix(folder)
+        found: builtins.list[str] = []
+        with self.errors(prefix or None):
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
+            )
+            for page in pages:
+                found.extend(self._name_of(p["Prefix"].rstrip("/")) for p in page.get("CommonPrefixes", ()))
+        return found
+
     def _uploads(self, prefix: str, delimiter: str | None) -> Iterator[dict[str, Any]]:
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix}
         if delimiter:
