@@ -479,3 +479,20 @@ def test_the_launcher_takes_datanodes_and_hadoop_keys() -> None:
     finally:
         gc.collect()
         stop_hdfs(server)
+
+
+def test_a_file_with_replication_1_is_noted_once(hdfs: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The session's cluster has one DataNode: sealing a file there says, once per process, that
+    closes wait for the block report; an empty file (no block) says nothing."""
+    import lakesink.storage.hdfs as hdfs_module
+
+    hdfs_module._REPLICATION_ONE_NOTED.clear()
+    storage = HdfsStorage(f"{hdfs}/lake")
+    with caplog.at_level("INFO", logger="lakesink"):
+        storage.stage("empty").seal()
+        assert "replication 1" not in caplog.text
+        for name in ("a", "b"):
+            staged = storage.stage(name)
+            staged.write(b"x")
+            staged.seal()
+    assert caplog.text.count("has replication 1") == 1
