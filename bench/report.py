@@ -47,6 +47,10 @@ def _s(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def _datanodes(n: int) -> str:
+    return "one DataNode, replication 1" if n == 1 else f"{n} DataNodes, replication {n}"
+
+
 def _mib(value: float | None) -> str:
     return "-" if value is None else f"{value / MiB:,.0f} MiB"
 
@@ -341,7 +345,7 @@ def hdfs(results: Mapping[str, Any]) -> Section | None:
         )
     cluster = found["cluster"]
     section.notes = [
-        f"The MiniDFSCluster (one NameNode, one DataNode, replication 1, one JVM) was ready in "
+        f"The MiniDFSCluster (one NameNode, {_datanodes(cluster.get('datanodes', 1))}, one JVM) was ready in "
         f"{cluster['started_in_seconds']:.1f} s and held {_mib(cluster['rss_bytes_after'])} at the end; "
         "its CPU is in no job's figures (it stands in for a remote cluster)."
     ]

@@ -13,7 +13,8 @@ the baseline the performance target was set with), in phases, each with a progre
 6. memory:  one writer, ONE partition of 1M and of 10M rows;
 7. hdfs:    ``format("lakesink")`` against Spark's ``format("parquet")``, both into one
             MiniDFSCluster on 127.0.0.1 with their checkpoints there too, taking turns
-            (``--sinks`` names it ``hdfs``; ``make hdfs-jars`` builds the cluster, else it is skipped);
+            (``--sinks`` names it ``hdfs``; ``make hdfs-jars`` builds the cluster, else it is skipped;
+            ``--hdfs-datanodes 2`` gives it two DataNodes and replication 2);
 8. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
             open, a writer's first commit, the checkpoint, per-commit latency next to format 2's
             (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
@@ -192,7 +193,7 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         progress.phase(
             "hdfs", f"{args.rows:,} rows, format('lakesink') vs format('parquet') on one MiniDFSCluster"
         )
-        found = throughput.hdfs_phase(stream, args.repeats, progress.note)
+        found = throughput.hdfs_phase(stream, args.repeats, progress.note, datanodes=args.hdfs_datanodes)
         failures.update(found.pop("failures"))
         results["hdfs"] = found
     if "log-scale" in phases:
@@ -342,6 +343,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--log-scale-interval", type=int, default=100, help="its checkpoint interval")
     add("--log-scale-repeats", type=int, default=5, help="fresh processes opening it (the median counts)")
     add("--log-scale-latency-commits", type=int, default=200, help="commits in a row per latency series")
+    add(
+        "--hdfs-datanodes",
+        type=int,
+        default=1,
+        help="DataNodes of the hdfs phase's MiniDFSCluster, and its dfs.replication (default 1)",
+    )
     add("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
     add("--workdir", default=None, help="input cache and scratch (default: $TMPDIR/lakesink-bench-UID)")
     add("--keep", action="store_true", help="keep this run's outputs and logs")

@@ -301,18 +301,22 @@ def _tolerant(found: dict[str, Any], label: str, note: Callable[[str], None]) ->
 # HDFS -------------------------------------------------------------------------------------------
 
 
-def hdfs_phase(stream: Stream, repeats: int, note: Callable[[str], None]) -> dict[str, Any]:
+def hdfs_phase(
+    stream: Stream, repeats: int, note: Callable[[str], None], *, datanodes: int = 1
+) -> dict[str, Any]:
     """Spark's parquet sink and ``format("lakesink")``, taking turns on one MiniDFSCluster.
 
     Both write ``hdfs://`` with their checkpoints there too, as :func:`run_one` runs them on
     local disk (the baseline in the bench's session, lakesink in a user's plain one). The
     cluster (``devtools.hdfs``; ``make hdfs-jars`` builds it) runs beside the children, like
     moto, so its CPU is not the sinks'. Without its jars the phase says so and is skipped.
+    ``datanodes`` (``--hdfs-datanodes``): its DataNodes and replication. With one, the close of
+    every small file races that DataNode's block report to the NameNode (README, HDFS).
     """
     from devtools.hdfs import HdfsJarsMissing, start_hdfs, stop_hdfs
 
     try:
-        server = start_hdfs(heap="1g")
+        server = start_hdfs(heap="1g", datanodes=datanodes)
     except HdfsJarsMissing as exc:
         note(f"hdfs: skipped: {exc}")
         return {"skipped": str(exc), "failures": {}}
@@ -342,7 +346,7 @@ def hdfs_phase(stream: Stream, repeats: int, note: Callable[[str], None]) -> dic
     finally:
         stop_hdfs(server)
     found: dict[str, Any] = {
-        "cluster": {"started_in_seconds": server.started_in, "rss_bytes_after": rss},
+        "cluster": {"started_in_seconds": server.started_in, "rss_bytes_after": rss, "datanodes": datanodes},
         "sinks": {name: summary(name, rs) for name, rs in runs.items()},
         "failures": failures,
     }

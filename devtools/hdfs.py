@@ -100,7 +100,14 @@ class HdfsServer:
         return 0
 
 
-def start_hdfs(base_dir: Path | None = None, *, heap: str = "768m", timeout: float = 90.0) -> HdfsServer:
+def start_hdfs(
+    base_dir: Path | None = None,
+    *,
+    heap: str = "768m",
+    timeout: float = 90.0,
+    datanodes: int = 1,
+    conf: dict[str, str] | None = None,
+) -> HdfsServer:
     """Start a MiniDFSCluster on 127.0.0.1 and wait until its DataNode has registered.
 
     Parameters
@@ -112,6 +119,11 @@ def start_hdfs(base_dir: Path | None = None, *, heap: str = "768m", timeout: flo
         The JVM's ``-Xmx``.
     timeout
         Seconds to wait for the READY line.
+    datanodes
+        How many DataNodes; ``dfs.replication`` is set to the same number.
+    conf
+        Hadoop keys for the NameNode and DataNodes, set over the launcher's own (for example
+        ``{"dfs.namenode.file.close.num-committed-allowed": "1"}``).
 
     Raises
     ------
@@ -128,7 +140,9 @@ def start_hdfs(base_dir: Path | None = None, *, heap: str = "768m", timeout: flo
     log = base / "minihdfs.log"
     cmd = [java(), f"-Xmx{heap}", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1", "-Djava.awt.headless=true",
            f"-Dlog4j.configuration=file:{base / 'log4j.properties'}",
-           "-cp", cp, MAIN, str(base / "data")]  # fmt: skip
+           "-cp", cp, MAIN, str(base / "data"), "--datanodes", str(datanodes)]  # fmt: skip
+    for key, value in (conf or {}).items():
+        cmd += ["--conf", f"{key}={value}"]
     # The environment of a Hadoop client (HADOOP_CONF_DIR, a CLASSPATH) must not configure the cluster.
     env = {k: v for k, v in os.environ.items() if not k.startswith("HADOOP_") and k != "CLASSPATH"}
     began = time.monotonic()

@@ -457,3 +457,42 @@ def test_a_stopped_datanode_fails_the_publish_and_nothing_is_committed() -> None
         # gone was seen to hold the dropping thread for minutes.
         gc.collect()
         stop_hdfs(server)
+
+
+def test_the_launcher_takes_datanodes_and_hadoop_keys() -> None:
+    """``start_hdfs(datanodes=2, conf=...)``: files get replication 2 (two DataNodes), and a key
+    given in ``conf`` reaches the NameNode: a 64 KiB block size, below the default minimum
+    (``dfs.namenode.fs-limits.min-block-size``, 1 MiB), is taken once the minimum is lowered."""
+    import gc
+
+    from hdfs_native import WriteOptions
+
+    from devtools.hdfs import start_hdfs, stop_hdfs
+
+    server = start_hdfs(datanodes=2, conf={"dfs.namenode.fs-limits.min-block-size": "4096"})
+    try:
+        storage = HdfsStorage(f"{server.url}/lake")
+        assert storage.put_if_absent("a.json", b"{}")
+        assert storage.client.get_file_info(storage.path_of("a.json")).replication == 2
+        storage.client.create(storage.path_of("small-blocks"), WriteOptions(block_size=65536)).close()
+        assert storage.client.get_file_info(storage.path_of("small-blocks")).blocksize == 65536
+    finally:
+        gc.collect()
+        stop_hdfs(server)
+
+
+def test_a_file_with_replication_1_is_noted_once(hdfs: str, caplog: pytest.LogCaptureFixture) -> None:
+    """The session's cluster has one DataNode: sealing a file there says, once per process, that
+    closes wait for the block report; an empty file (no block) says nothing."""
+    import lakesink.storage.hdfs as hdfs_module
+
+    hdfs_module._REPLICATION_ONE_NOTED.clear()
+    storage = HdfsStorage(f"{hdfs}/lake")
+    with caplog.at_level("INFO", logger="lakesink"):
+        storage.stage("empty").seal()
+        assert "replication 1" not in caplog.text
+        for name in ("a", "b"):
+            staged = storage.stage(name)
+            staged.write(b"x")
+            staged.seal()
+    assert caplog.text.count("has replication 1") == 1

@@ -253,6 +253,8 @@ class HdfsStagedFile:
             raise StorageError(
                 f"staged file {self._path} has {status.length} bytes, {self._size} were written"
             )
+        if status.replication == 1 and self._size:
+            _note_replication_one(self._path)
         return HdfsSealed(
             name=self.name, size=self._size, staged=self._staged, modified=status.modification_time
         )
@@ -289,6 +291,25 @@ class HdfsStagedFile:
                 _first_line(exc),
             )
         del writer
+
+
+_REPLICATION_ONE_NOTED = threading.Event()
+
+
+def _note_replication_one(path: str) -> None:
+    """Say once per process that files here have replication 1, which makes closing them slow.
+
+    The client's ``complete`` usually reaches the NameNode before the only DataNode's block
+    report, is answered false, and hdfs-native tries again 500 ms later (README, HDFS). With two
+    replicas or more the last DataNode of the pipeline reports before the client hears back.
+    """
+    if not _REPLICATION_ONE_NOTED.is_set():
+        _REPLICATION_ONE_NOTED.set()
+        log.info(
+            "%s has replication 1: closing a file on HDFS then mostly waits ~0.5 s for the "
+            "DataNode's block report (with replication 2 or more it does not)",
+            path,
+        )
 
 
 def _sibling(name: str, base: str) -> str:
