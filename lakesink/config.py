@@ -82,7 +82,14 @@ class SinkOptions:
         as it is (a new one unpartitioned), and other columns than the lake's are refused.
         ``.partitionBy("day", "country")`` on ``format("lakesink")`` sets it (with
         ``lakesink.register``), as does ``.option("partition_by", "day,country")`` (or a JSON
-        list). Epoch mode, format-3 lakes only (for now).
+        list). Format-3 lakes.
+    merge_schema
+        Format-3 epoch lakes: a stream with new columns or wider types (int -> long, float ->
+        double) than the lake changes the lake's schema (recorded in its log with the batch)
+        instead of being refused. Readers then read older files with nulls in the new columns.
+        Other changes (a type narrowed or changed, a column renamed) are still refused, naming
+        the columns, before the query writes anything. A stream with fewer or narrower columns
+        than the lake (an older writer beside a newer one) needs no option.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -94,8 +101,11 @@ class SinkOptions:
     delta_log: bool = True
     spark_metadata: bool = True
     partition_by: tuple[str, ...] | None = None
+    merge_schema: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.merge_schema, bool):
+            raise TypeError(f"merge_schema must be True or False, got {self.merge_schema!r}")
         if self.partition_by is not None:
             if isinstance(self.partition_by, str) or not all(isinstance(c, str) for c in self.partition_by):
                 raise TypeError(f"partition_by must be a list of column names, got {self.partition_by!r}")

@@ -33,6 +33,7 @@ from lakesink.format.log import EpochInfo, EpochLog
 from lakesink.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink.format.names import FileState as FileState
 from lakesink.format.partitions import partition_folders, partition_texts, typed_values
+from lakesink.format.schemas import fit_problems
 from lakesink.format.table import TableMetadata, read_table_metadata
 from lakesink.format.v3.state import WriterState
 from lakesink.storage import StagedEntry, Storage, StoredFile, open_storage
@@ -125,7 +126,17 @@ class Lake:
 
     @property
     def schema(self) -> pa.Schema:
+        """The lake's schema: a format-3 lake's as its newest version (of the pinned snapshot) has
+        it -- table.json's, or the last one a commit recorded (schema evolution). Reads of any
+        version return it: files written before a column was added read it as nulls."""
+        if self._v3 is not None:
+            return self._v3.schema(self.metadata.schema)
         return self.metadata.schema
+
+    def _data_schema(self) -> pa.Schema:
+        """The columns data files hold: the schema without the partition columns."""
+        columns = self.metadata.partition_columns
+        return pa.schema([f for f in self.schema if f.name not in columns])
 
     @property
     def mode(self) -> str:
@@ -474,7 +485,7 @@ class Lake:
             if f.state == "committed":
                 return f"corrupt: {exc}"
             return f"not a complete Parquet file (still being written, or truncated by a crash): {exc}"
-        if not meta.schema.to_arrow_schema().equals(self.metadata.data_schema, check_metadata=False):
+        if fit_problems(meta.schema.to_arrow_schema(), self._data_schema()):
             return "schema differs from the table's"
         if self.metadata.partition_columns:
             try:

@@ -15,6 +15,7 @@ from typing import Any
 import pyarrow as pa
 
 from lakesink.errors import CorruptFileError
+from lakesink.format.schemas import decode_schema
 from lakesink.format.v3.checkpoint import (
     live_files_table,
     oldest_listed_commit,
@@ -87,10 +88,20 @@ class LogView:
         self.log = VersionedLog(storage, table_id, checkpoint_interval=checkpoint_interval(doc, where))
         self.snapshot: Snapshot = self.log.snapshot(also=self._also)
         self._headers: dict[int, CommitHeader] = {h.version: h for h in self.snapshot.headers}
+        self._schema: tuple[str, pa.Schema] | None = None  # the last decoded, by its text
 
     @property
     def state(self) -> TableState:
         return self.snapshot.state
+
+    def schema(self, table_schema: pa.Schema) -> pa.Schema:
+        """The schema at the snapshot's version: the last one a commit recorded, else table.json's."""
+        encoded = self.state.schema_at(self.version)
+        if encoded is None:
+            return table_schema
+        if self._schema is None or self._schema[0] != encoded:
+            self._schema = (encoded, decode_schema(encoded, self.where(self.version)))
+        return self._schema[1]
 
     @property
     def version(self) -> int:

@@ -100,6 +100,7 @@ class BatchCommitter:
         continues: Continuation | None = None,
         state: TableState | None = None,
         tasks_skipped: bool = False,
+        schema: str | None = None,
     ) -> CommitResult:
         """Commit ``batch`` with this attempt's published ``files`` (see the module docstring).
 
@@ -108,7 +109,11 @@ class BatchCommitter:
         result of this writer left (the cursor): the log validates it and reads only the commits
         after it. ``tasks_skipped``: some task wrote nothing, taking the batch for a replay;
         unless the log holds the batch, it is refused rather than committed without their rows.
+        ``schema``: the lake's new schema (encoded) the batch's files bring (``merge_schema``);
+        left out when ``state`` shows the lake has it already (a run records it once).
         """
+        if schema is not None and state is not None and state.schema_at(state.version) == schema:
+            schema = None
         if tasks_skipped:
             state = self.log.refresh(state) if state is not None else self.log.open()
             known = state.writers.get(self.writer_id)
@@ -127,6 +132,7 @@ class BatchCommitter:
             adds=files,
             source_offsets=source_offsets,
             allow_other_queries=self.allow_other_queries,
+            schema=schema,
         )
         notify(self.observer, "before_record", batch)
         try:

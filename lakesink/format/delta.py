@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from lakesink.format.partitions import partition_texts
+from lakesink.format.schemas import decode_schema
 from lakesink.format.v3.commits import Commit
 
 if TYPE_CHECKING:
@@ -77,10 +78,15 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
     if metadata.table_id != header.table_id:
         raise ValueError(f"commit of table {header.table_id} derived with table.json of {metadata.table_id}")
     schema_string = _canonical(delta_schema(metadata.schema))
+    if header.schema is not None:  # the commit changes the lake's schema: so does the view's
+        schema_string = _canonical(
+            delta_schema(decode_schema(header.schema, f"lake version {header.version}"))
+        )
     ms = _ms(header.committed_at)
     lines: list[dict[str, Any]] = [{"commitInfo": _commit_info(commit, ms)}]
     if header.version == 0:
         lines.append({"protocol": PROTOCOL})
+    if header.version == 0 or header.schema is not None:
         lines.append({"metaData": _metadata_action(metadata, schema_string)})
     if header.writer is not None:
         lines.append({"txn": {"appId": header.writer.id, "version": header.writer.batch, "lastUpdated": ms}})

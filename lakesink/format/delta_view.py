@@ -17,6 +17,7 @@ steady state costs the one PUT.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import logging
@@ -37,6 +38,7 @@ from lakesink.format.delta import (
     last_checkpoint_doc,
 )
 from lakesink.format.names import META_DIR, TABLE_FILE
+from lakesink.format.schemas import schema_at
 from lakesink.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink.format.v3.commits import Commit
 from lakesink.format.v3.state import TableState
@@ -432,7 +434,9 @@ def write_view_checkpoint(
         )
         stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
         txns = [(w.id, w.last_batch, _ms(w.committed_at)) for w in state.writers.values()]
-        table = delta_checkpoint(metadata, live, stamps, txns)
+        # The schema the lake has at that version (schema evolution), as the commits' metaData say.
+        schema = schema_at(metadata.schema, state.schema_at(version))
+        table = delta_checkpoint(dataclasses.replace(metadata, schema=schema), live, stamps, txns)
         sink = pa.BufferOutputStream()
         pq.write_table(table, sink, row_group_size=65_536, compression="zstd")
         data = sink.getvalue().to_pybytes()

@@ -320,8 +320,12 @@ def ensure_table(
     format_version: int | None = None,
     checkpoint_interval: int | None = None,
     partition_by: Sequence[str] | None = None,
+    check_schema: bool = True,
 ) -> TableMetadata:
     """Create the table metadata if absent, else check ``schema`` and ``mode`` against it.
+
+    ``check_schema=False``: the caller checks the schema itself (a format-3 epoch writer, against
+    the schema the log records: ``lakesink.format.schemas``).
 
     Creating a table first checks that the storage honours create-if-absent writes
     (``Storage.check_conditional_writes``): on one that silently overwrites, exactly-once
@@ -360,7 +364,7 @@ def ensure_table(
         if storage.put_if_absent(TABLE_FILE, fresh.to_json()):
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
-    check_compatible(existing, schema, mode, storage.url)
+    check_compatible(existing, schema if check_schema else existing.schema, mode, storage.url)
     check_writable_format(existing, format_version, storage.url)
     check_partitioning(existing, partition_by, storage.url)
     if check_store:

@@ -61,6 +61,7 @@ from lakesink.format.names import (
     new_attempt_id,
     parse_compaction_file,
 )
+from lakesink.format.schemas import read_as, schema_at
 from lakesink.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink.format.v3.state import TableState
@@ -227,6 +228,10 @@ def compact(
     if dry_run or not report.bins:
         return report
 
+    # The outputs take the lake's schema at the base version; older inputs are read as it
+    # (schema evolution: columns they lack as nulls, narrower types widened).
+    schema = schema_at(metadata.schema, snap.state.schema_at(snap.version))
+    data_schema = pa.schema([f for f in schema if f.name not in metadata.partition_columns])
     lease = _Lease(storage, token, snap.version, lease_refresh)
     lease.start()
     _call(hook, "lease")
@@ -234,9 +239,7 @@ def compact(
     committed = unknown = False
     try:
         for seq, b in enumerate(report.bins):
-            output = _rewrite(
-                storage, metadata.data_schema, token, seq, b, write_options or WriteOptions(), published
-            )
+            output = _rewrite(storage, data_schema, token, seq, b, write_options or WriteOptions(), published)
             report.outputs.append(output)
             _call(hook, "published")
             if progress is not None:
@@ -421,7 +424,7 @@ def _rewrite(
                         f"{f.rows}"
                     )
                 for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, use_threads=False):
-                    writer.write(batch)
+                    writer.write(read_as(batch, schema))
         if writer.rows != b.rows:
             raise CorruptFileError(
                 f"compaction {token} read {writer.rows} rows from its inputs, the log says {b.rows}"

@@ -19,6 +19,7 @@ import pyarrow.parquet as pq
 from lakesink.format.log import CommittedFile, EpochLog
 from lakesink.format.names import parse_data_file
 from lakesink.format.partitions import partition_folders
+from lakesink.format.schemas import fit_problems, schema_at
 from lakesink.format.table import read_table_metadata, schema_differences
 from lakesink.storage import Storage, open_storage
 
@@ -70,8 +71,10 @@ def verify(
     )
     metadata = read_table_metadata(storage)
     listing = {entry.name: entry.size for entry in storage.list("")}
+    schema, evolves = metadata.schema, False
     if metadata.mode == "epoch" and metadata.format_version >= 3:
-        committed = _live_files(storage, metadata.table_id or "")
+        committed, schema = _live_files(storage, metadata.table_id or "")
+        evolves = True  # files of an older schema that fits the lake's are the lake's
         # A partitioned lake's files are in their folders: list each folder the log names.
         for folder in sorted({f.name.rpartition("/")[0] for f in committed} - {""}):
             listing.update((entry.name, entry.size) for entry in storage.list(folder))
@@ -90,7 +93,8 @@ def verify(
     report = VerifyReport(storage.url)
     for done, f in enumerate(committed, 1):
         report.checked += 1
-        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", metadata.data_schema, deep)
+        data_schema = pa.schema([c for c in schema if c.name not in metadata.partition_columns])
+        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", data_schema, deep, evolves)
         if problem is not None:
             report.problems.append(Problem(f.name, f.epoch, problem))
         if progress is not None:
@@ -108,7 +112,13 @@ def verify(
 
 
 def _check(
-    f: CommittedFile, listing: Mapping[str, int], fs: Any, path: str, schema: pa.Schema, deep: bool
+    f: CommittedFile,
+    listing: Mapping[str, int],
+    fs: Any,
+    path: str,
+    schema: pa.Schema,
+    deep: bool,
+    evolves: bool = False,
 ) -> str | None:
     if f.name not in listing:
         return "missing: the epoch record lists it, but it is not in storage"
@@ -122,18 +132,21 @@ def _check(
         return f"unreadable: {exc}"
     if f.rows >= 0 and meta.num_rows != f.rows:
         return f"row count differs: recorded {f.rows}, the file has {meta.num_rows}"
-    diffs = schema_differences(schema, meta.schema.to_arrow_schema())
+    found = meta.schema.to_arrow_schema()
+    diffs = fit_problems(found, schema) if evolves else schema_differences(schema, found)
     if diffs:
         return "schema differs from the table's: " + "; ".join(diffs)
     return None
 
 
-def _live_files(storage: Storage, table_id: str) -> list[CommittedFile]:
+def _live_files(storage: Storage, table_id: str) -> tuple[list[CommittedFile], pa.Schema]:
     """A format-3 lake's live files at its latest version: the newest usable checkpoint's list
-    and the commits after it (a vacuumed log starts at a checkpoint, not at version 0)."""
+    and the commits after it (a vacuumed log starts at a checkpoint, not at version 0); and the
+    lake's schema there."""
     from lakesink.maintenance.compact import open_v3, stream_live_files
 
-    _, log = open_v3(storage, "verify")
+    metadata, log = open_v3(storage, "verify")
+    snapshot = log.snapshot()
     files: list[CommittedFile] = []
 
     def take(table: pa.Table) -> None:
@@ -143,5 +156,5 @@ def _live_files(storage: Storage, table_id: str) -> list[CommittedFile]:
         ):
             files.append(CommittedFile(str(path), partition or 0, batch or 0, int(rows), int(size)))
 
-    stream_live_files(storage, log, log.snapshot(), take)
-    return files
+    stream_live_files(storage, log, snapshot, take)
+    return files, schema_at(metadata.schema, snapshot.state.schema_at(snapshot.version))

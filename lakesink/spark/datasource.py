@@ -157,16 +157,45 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
     if memo.table is None or memo.table_schema != key:
         # check_store: once per run, the store must still honour create-if-absent writes.
         memo.table_schema = key
-        memo.table = ensure_table(
-            config.storage(),
+        storage = config.storage()
+        memo.table = table = ensure_table(
+            storage,
             schema,
             "epoch",
             check_store=True,
             format_version=config.sink.format_version,
             checkpoint_interval=config.sink.checkpoint_interval,
             partition_by=config.sink.partition_by,
+            check_schema=False,
         )
+        memo.schema_change = stream_schema_change(config, table, schema)
     return memo.table
+
+
+def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Schema) -> str | None:
+    """The lake's new schema (encoded) that this stream brings, or None; SchemaMismatchError when
+    the stream does not fit the lake (format 3: the schema its log records, which evolves with
+    ``merge_schema``; format 2: table.json's)."""
+    from lakesink.format.schemas import encode_schema, schema_at, schema_change
+    from lakesink.format.table import check_compatible
+
+    storage = config.storage()
+    if table.format_version < 3:
+        check_compatible(table, stream, "epoch", storage.url)
+        return None
+    from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
+
+    interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
+    state = VersionedLog(storage, table.table_id or "", checkpoint_interval=interval).open()
+    lake = schema_at(table.schema, state.schema_at(state.version))
+    changed = schema_change(
+        lake,
+        stream,
+        merge_schema=config.sink.merge_schema,
+        url=storage.url,
+        partition_columns=table.partition_columns,
+    )
+    return encode_schema(changed) if changed is not None else None
 
 
 def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) -> int | None:
@@ -362,6 +391,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             continues=continues,
             state=cursor,
             tasks_skipped=any(m.skipped for m in ours),
+            schema=memo.schema_change,
         )
         memo.cursor = result.state
         if not memo.swept:  # once per run, after its first commit: what kills left

@@ -248,8 +248,14 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
         version = config.sink.format_version or FORMAT_VERSION
         check_partitioning_supported(columns, version, storage.url)
         return
-    check_compatible(existing, schema, "epoch", storage.url)
+    evolves = existing.format_version >= 3 and existing.mode == "epoch"
+    if not evolves:
+        check_compatible(existing, schema, "epoch", storage.url)
     check_writable_format(existing, config.sink.format_version, storage.url)
+    if evolves:
+        from lakesink.spark.datasource import stream_schema_change
+
+        stream_schema_change(config, existing, schema)  # against the log's schema, which evolves
     check_partitioning(existing, config.sink.partition_by, storage.url)
     check_writer_options(
         existing,

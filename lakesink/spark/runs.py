@@ -46,6 +46,8 @@ class RunMemo:
     committed_through: tuple[str, int] | None = None  # format 3: (writer, its last batch) at the start
     swept: bool = False  # the sweep after the run's first commit ran
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
+    #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
+    schema_change: str | None = None
 
 
 _RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()

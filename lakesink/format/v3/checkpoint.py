@@ -188,6 +188,8 @@ def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
             "rows": checkpoint.files_rows,
             "bytes": checkpoint.files_bytes,
         },
+        # Only when the schema ever changed: older small parts' bytes stay as they were.
+        **({"schemas": [[v, encoded] for v, encoded in state.schemas]} if state.schemas else {}),
     }
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
     return (text + "\n").encode("utf-8")
@@ -253,6 +255,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
             ops,
             _count(doc["retained_from"]),
             StateCounts(_count(counts["files"]), _count(counts["rows"]), _count(counts["bytes"]), histogram),
+            tuple((_count(v), _text({"s": text}, "s")) for v, text in doc.get("schemas", [])),
         )
         rows = _count(files["rows"])
         if rows != state.counts.files:

@@ -198,6 +198,8 @@ class CommitHeader:
 
     ``read_version`` (the version whose state the checks ran against) is always
     ``version - 1``, None at version 0; the bytes carry it for readers of the raw log.
+    ``schema``: an append that changes the lake's schema carries the new one (base64 Arrow IPC,
+    as table.json's ``arrow_schema``; ``lakesink.format.schemas``); None otherwise.
     """
 
     version: int
@@ -211,6 +213,7 @@ class CommitHeader:
     source_offsets: Any
     op: OpRef | None
     counts: CommitCounts
+    schema: str | None = None
 
     @property
     def read_version(self) -> int | None:
@@ -249,12 +252,15 @@ class PendingCommit:
     op: OpRef | None = None
     removes: tuple[RemoveFile, ...] = field(default=())
     adds: tuple[AddFile, ...] = field(default=())
+    schema: str | None = None
 
     def __post_init__(self) -> None:
         _check_header_fields(
             self.kind, self.token, self.writer, self.continues, self.allow_other_queries, self.op
         )
         _check_actions(self.kind, self.writer, self.removes, self.adds)
+        if self.schema is not None and self.kind != "append":
+            raise ValueError(f"only an append changes the schema, not a {self.kind} commit")
 
     # Builders -----------------------------------------------------------------------------
 
@@ -271,9 +277,12 @@ class PendingCommit:
         continues: Continuation | None = None,
         token: str | None = None,
         committed_at: float | None = None,
+        schema: str | None = None,
     ) -> PendingCommit:
         """A writer's batch ``batch``: its files (sorted by path; ``batch`` filled in where
-        None) and the source offsets of the batch's end (Spark's offset JSON, per source)."""
+        None) and the source offsets of the batch's end (Spark's offset JSON, per source).
+        ``schema``: the lake's new schema, encoded (``schemas.encode_schema``), when the batch
+        changes it."""
         files = tuple(
             sorted(
                 (
@@ -298,6 +307,7 @@ class PendingCommit:
             allow_other_queries=allow_other_queries,
             source_offsets=_json_value(source_offsets, "source_offsets"),
             adds=files,
+            schema=schema,
         )
 
     @classmethod
@@ -371,6 +381,7 @@ class PendingCommit:
             self.source_offsets,
             self.op,
             CommitCounts.of(self.removes, self.adds),
+            self.schema,
         )
         return Commit(header, self.removes, self.adds)
 
@@ -537,6 +548,8 @@ def _header_doc(header: CommitHeader) -> dict[str, Any]:
         if op is None
         else {"token": op.token, **{name: getattr(op, name) for name in _OP_FIELDS[header.kind]}},
         "counts": _counts_doc(header.counts),
+        # Only in the commits that change the schema: the others' bytes stay as they were.
+        **({"schema": header.schema} if header.schema is not None else {}),
     }
 
 
@@ -639,6 +652,15 @@ def _json_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
     return doc
 
 
+#: Every field a commit header may have (``schema`` only where the commit changes the schema).
+_HEADER_KEYS = frozenset(
+    {
+        "format_version", "version", "read_version", "table_id", "kind", "token", "committed_at", "writer",
+        "continues", "allow_other_queries", "source_offsets", "op", "counts", "schema",
+    }
+)  # fmt: skip
+
+
 def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
     body = doc.get("commit")
     if not isinstance(body, dict):
@@ -650,6 +672,14 @@ def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
         raise FormatVersionError(
             f"{where}: written by lake format version {version}, newer than this lakesink "
             f"understands ({LOG_FORMAT_VERSION}); upgrade lakesink"
+        )
+    unknown = sorted(set(body) - _HEADER_KEYS)
+    if unknown:
+        # A field this reader does not know may change what the commit means (as "schema" did):
+        # refuse rather than misread it.
+        raise FormatVersionError(
+            f"{where}: the commit header has field(s) {unknown} that this lakesink does not know: "
+            "written by a newer lakesink; upgrade lakesink"
         )
     try:
         kind = _str(body, "kind")
@@ -708,8 +738,11 @@ def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
             body["source_offsets"],
             op,
             _parse_counts(body["counts"]),
+            _opt_str(body, "schema"),
         )
         _check_header_fields(kind, header.token, writer, continues, allow, op)
+        if header.schema is not None and kind != "append":
+            raise ValueError(f"a {kind} commit carries a schema")
         if body.get("read_version") != header.read_version:
             raise ValueError(f"read_version must be {header.read_version}, got {body.get('read_version')!r}")
     except (KeyError, ValueError, TypeError, AttributeError) as exc:

@@ -131,6 +131,17 @@ class TableState:
     ops: Mapping[str, OpState] = field(default_factory=dict)
     retained_from: int = 0
     counts: StateCounts = StateCounts()
+    #: (version, schema) of each commit that changed the schema, oldest first (encoded as the
+    #: commit carries it); before the first, the schema is table.json's.
+    schemas: tuple[tuple[int, str], ...] = ()
+
+    def schema_at(self, version: int) -> str | None:
+        """The encoded schema the lake had at ``version``; None: table.json's."""
+        found = None
+        for changed, schema in self.schemas:
+            if changed <= version:
+                found = schema
+        return found
 
     @classmethod
     def empty(cls, table_id: str) -> TableState:
@@ -166,8 +177,17 @@ class TableState:
             raise CorruptFileError(
                 f"log version {version} ({header.kind}, token {header.token}): {exc}"
             ) from exc
+        schemas = self.schemas + (((version, header.schema),) if header.schema is not None else ())
         return TableState(
-            self.table_id, version, header.token, header.committed_at, writers, ops, retained_from, counts
+            self.table_id,
+            version,
+            header.token,
+            header.committed_at,
+            writers,
+            ops,
+            retained_from,
+            counts,
+            schemas,
         )
 
     def writer(self, id_or_tag: str) -> WriterState | None:
@@ -341,11 +361,30 @@ def check_commit(
 
 
 def check_append(state: TableState, pending: PendingCommit) -> Decision:
-    """The rules of section 8 for an append of ``(W, b)``, in the order of its table.
+    """The rules of section 8 for an append of ``(W, b)``, in the order of its table, and then,
+    for a batch that changes the schema, that the lake's schema still fits in its new one
+    (another writer may have changed it since this one planned the batch).
 
     Every batch runs the whole table, batch 0 included: v2 skipped its ownership checks at
     epoch 0, so a second query on a recreated lake recorded its epochs there.
     """
+    decision = _check_append_rules(state, pending)
+    if decision == "commit" and pending.schema is not None and state.schemas:
+        from lakesink.format.schemas import decode_schema, fit_problems
+
+        version, latest = state.schemas[-1]
+        problems = fit_problems(decode_schema(latest, "the log"), decode_schema(pending.schema, "the commit"))
+        if problems:
+            raise CommitRefusedError(
+                f"batch {pending.writer.batch if pending.writer else '?'} would change the lake's schema, "
+                f"which another writer changed at version {version} since this batch was planned: "
+                f"{'; '.join(problems)}. Nothing of it is committed; restart the query (it merges "
+                "with the lake's schema as it is now)"
+            )
+    return decision
+
+
+def _check_append_rules(state: TableState, pending: PendingCommit) -> Decision:
     ref = pending.writer
     if ref is None:
         raise ValueError(f"check_append needs an append, got a {pending.kind} commit")
