@@ -12,7 +12,7 @@ export PYTHONUNBUFFERED := 1
 MODE ?= foreach
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
-SOURCES := lakesink lakesink_reader reader pyspark_lakesink.py devtools jobs tests scripts bench
+SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
 .PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster bench lint typecheck clean
 
@@ -26,7 +26,7 @@ help: ## list the targets and the variables they take
 	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"
 
 # The Makefile is a prerequisite too: a change of how lakesink is installed reinstalls it.
-$(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
+$(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constraints.txt Makefile
 	@bash scripts/check-java.sh
 	@# A .venv made with another Python (an older one, say) is made again, not reused.
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || rm -rf $(VENV)
@@ -39,8 +39,10 @@ $(STAMP): setup.cfg pyproject.toml constraints.txt Makefile
 	@# (PYTHONWARNINGS: setuptools prints a box saying compat mode is transitional; it is what
 	@# discovery needs until lakesink moves to a src/ layout, whose editable install is a plain
 	@# path entry in every mode.)
-	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e '.[spark,s3,hdfs,pandas,connect,test,dev,bench]' \
-		--config-settings editable_mode=compat
+	@# Two distributions: lakesink-reader (reader/: the reader and the lake contract) and lakesink
+	@# (the writers), which requires the first; both editable, from this checkout.
+	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e './reader[s3,hdfs,pandas]' \
+		-e '.[spark,s3,hdfs,pandas,connect,test,dev,bench]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so
@@ -102,7 +104,7 @@ cluster: java $(STAMP) hdfs-jars ## every standalone-cluster case: 2 modes x loc
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
-	$(PY) -m compileall -q lakesink lakesink_reader reader devtools bench
+	$(PY) -m compileall -q lakesink reader/lakesink_reader devtools bench
 	@# The full harness on tiny streams first (a few minutes): a broken run fails here, not after
 	@# twenty minutes of measuring. BENCH_SMOKE=no skips it.
 	@if [ "$(BENCH_SMOKE)" != no ]; then $(PY) -m pytest -m bench -p no:cacheprovider tests/test_bench_smoke.py; fi
@@ -113,7 +115,7 @@ lint: $(STAMP) ## ruff check + format check
 	$(VENV)/bin/ruff format --check $(SOURCES)
 
 typecheck: $(STAMP) ## mypy (strict) on the libraries and the dev tooling
-	$(VENV)/bin/mypy lakesink lakesink_reader reader pyspark_lakesink.py devtools
+	$(VENV)/bin/mypy lakesink reader/lakesink_reader pyspark_lakesink.py devtools
 
 clean: ## remove the venv and demo output
 	rm -rf $(VENV) demo build *.egg-info

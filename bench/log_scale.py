@@ -70,7 +70,7 @@ def add_file(version: int, partition: int, tag: str) -> Any:
     """The ``AddFile`` of file ``partition`` of the batch committed at ``version`` (batch = version):
     a format-3 writer's name, a size between 64 KiB and 32 MiB, stats of the bench stream's
     four columns (exact in shape, made-up values)."""
-    from lakesink.format.v3.commits import AddFile
+    from lakesink_reader.format.v3.commits import AddFile
 
     h = _h(version, partition)
     size = (1 << 16) + h % (32 << 20)
@@ -118,8 +118,8 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
     import pyarrow.parquet as pq
     from inputs import input_schema
 
-    from lakesink.format.table import ensure_table
-    from lakesink.format.v3.checkpoint import (
+    from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.format.v3.checkpoint import (
         LAST_CHECKPOINT,
         LIST_ROW_GROUP_ROWS,
         LIST_SCHEMA,
@@ -130,10 +130,10 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
         encode_checkpoint,
         file_list_name,
     )
-    from lakesink.format.v3.commits import PendingCommit, encode_commit, writer_tag
-    from lakesink.format.v3.state import LiveFile, TableState
-    from lakesink.format.v3.vlog import commit_name
-    from lakesink.storage import open_storage
+    from lakesink_reader.format.v3.commits import PendingCommit, encode_commit, writer_tag
+    from lakesink_reader.format.v3.state import LiveFile, TableState
+    from lakesink_reader.format.v3.vlog import commit_name
+    from lakesink_reader.storage import open_storage
 
     started = time.perf_counter()
     direct, measured = layout(commits, interval)
@@ -206,7 +206,7 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
 def reset_lake(root: Path, commits: int, hint: int) -> int:
     """Remove every log entry at a version >= ``commits`` (what a measurement committed, with its
     checkpoints) and point the hint at ``hint`` again; returns how many entries went."""
-    from lakesink.format.v3.checkpoint import LAST_CHECKPOINT
+    from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT
 
     folder = root / LAST_CHECKPOINT
     removed = 0
@@ -221,7 +221,7 @@ def reset_lake(root: Path, commits: int, hint: int) -> int:
 
 def list_sizes(root: Path, version: int) -> dict[str, int]:
     """Bytes of the checkpoint at ``version``: its small part and its file list."""
-    from lakesink.format.v3.checkpoint import checkpoint_name
+    from lakesink_reader.format.v3.checkpoint import checkpoint_name
 
     small = root / checkpoint_name(version)
     doc = json.loads(small.read_bytes())
@@ -280,8 +280,8 @@ CHILDREN = {
     """,
     "checkpoint": """
         t = time.perf_counter()
-        from lakesink.format.v3.checkpoint import write_checkpoint
-        from lakesink.storage import open_storage
+        from lakesink_reader.format.v3.checkpoint import write_checkpoint
+        from lakesink_reader.storage import open_storage
         storage = open_storage(ARGS["root"])
         after_import = rss()
         t1 = time.perf_counter()
@@ -294,8 +294,8 @@ CHILDREN = {
         t = time.perf_counter()
         import log_scale
         from lakesink.commit.batches import BatchCommitter
-        from lakesink.format.v3.commits import writer_tag
-        from lakesink.storage import open_storage
+        from lakesink_reader.format.v3.commits import writer_tag
+        from lakesink_reader.storage import open_storage
         storage = open_storage(ARGS["root"])
         committer = BatchCommitter(storage, table_id=ARGS["table_id"], writer_id=ARGS["writer"],
                                    run="bench-first-commit", allow_other_queries=ARGS["allow_other_queries"],
@@ -324,7 +324,7 @@ CHILDREN = {
     """,
     "latency": """
         import log_scale
-        from lakesink.storage import open_storage
+        from lakesink_reader.storage import open_storage
         storage = open_storage(ARGS["url"], ARGS.get("storage_options"))
         commit = log_scale.committer(storage, ARGS)
         seconds = []
@@ -343,8 +343,8 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
     fresh lake (no ``table_id`` given) is created first, as the writer's start would."""
     from inputs import input_schema
 
-    from lakesink.format.table import ensure_table
-    from lakesink.format.v3.commits import writer_tag
+    from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.format.v3.commits import writer_tag
 
     files = args["files"]
     if args["format"] == 3:
@@ -376,7 +376,7 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
         return commit3
 
     from lakesink.commit.epochs import EpochCommitter
-    from lakesink.format.log import CommittedFile
+    from lakesink_reader.format.log import CommittedFile
 
     ensure_table(storage, input_schema(), "epoch", format_version=2)
     v2 = EpochCommitter(storage, query_id=WRITER)

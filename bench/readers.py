@@ -3,7 +3,7 @@
 - ``bench_reader``: both read the same committed files (a table the writers just wrote);
 - ``time_open``: opening a table and listing what ``read_committed`` would read, no data
   read, for a foreach-mode table of N files and an epoch-mode table of N epochs. Those
-  tables are built through lakesink's own format code (``lakesink.format``) without Spark,
+  tables are built through lakesink's own format code (``lakesink_reader.format``) without Spark,
   and kept beside the input files for later runs.
 """
 
@@ -87,7 +87,7 @@ def cached_table(base: Path, kind: str, count: int, build: Callable[[Path, int],
     Creating 20,000-30,000 small files takes ~30 s on a loaded machine; the tables depend only
     on the count and the lake format version, so later runs reuse them.
     """
-    from lakesink.format.names import FORMAT_VERSION
+    from lakesink_reader.format.names import FORMAT_VERSION
 
     version = 2 if kind == "epochs" else FORMAT_VERSION  # see build_many_epochs
     root = base / f"open-{kind}-{count}-v{version}"
@@ -105,9 +105,9 @@ def build_many_files(root: Path, count: int) -> None:
     Every file holds the same 10 rows: opening the table reads names and metadata, so the
     content does not matter.
     """
-    from lakesink.format.names import data_file_name
-    from lakesink.format.table import ensure_table
-    from lakesink.storage.local import LocalStorage
+    from lakesink_reader.format.names import data_file_name
+    from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.storage.local import LocalStorage
 
     storage = LocalStorage(str(root))
     root.mkdir(parents=True)
@@ -125,10 +125,10 @@ def build_many_epochs(root: Path, count: int) -> None:
     Each epoch: its file, its record, then the log checkpoint segment when one is due --
     what ``EpochCommitter`` does, minus the checks a single writer needs no proof of here.
     """
-    from lakesink.format.log import CommittedFile, EpochLog, EpochRecord
-    from lakesink.format.names import data_file_name
-    from lakesink.format.table import ensure_table
-    from lakesink.storage.local import LocalStorage
+    from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
+    from lakesink_reader.format.names import data_file_name
+    from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.storage.local import LocalStorage
 
     storage = LocalStorage(str(root))
     root.mkdir(parents=True)
@@ -164,7 +164,7 @@ def no_fsync() -> Iterator[None]:
     a plain disk; what is measured afterwards is opening the table, which reads names and
     metadata, so durability does not matter for the build.
     """
-    from lakesink.storage import local
+    from lakesink_reader.storage import local
 
     # The local backend calls os.fsync and its own fsync_dir; setattr, as a test's monkeypatch does.
     saved = os.fsync, local.fsync_dir

@@ -373,7 +373,7 @@ def _hdfs_run(stream: Stream, namenode: str, name: str, label: str) -> dict[str,
 
 def output_bytes_hdfs(root: str) -> tuple[int, int]:
     """(bytes, files) of the visible Parquet files under ``root`` on HDFS (what plain readers see)."""
-    from lakesink.storage.hdfs import HdfsStorage
+    from lakesink_reader.storage.hdfs import HdfsStorage
 
     storage = HdfsStorage(root)
     total = files = 0
@@ -391,7 +391,7 @@ def count_rows_hdfs(name: str, out: str) -> int:
     if name == "parquet":
         import pyarrow.dataset as ds
 
-        from lakesink.storage.hdfs import HdfsStorage
+        from lakesink_reader.storage.hdfs import HdfsStorage
 
         fs, root = HdfsStorage(out).arrow_filesystem()
         return int(ds.dataset(root, filesystem=fs, format="parquet").count_rows())

@@ -71,25 +71,41 @@ def shipped_names(root: Path = ROOT) -> tuple[list[str], list[str]]:
     return packages, modules
 
 
+#: The distributions of the checkout (each a folder with its setup.cfg): the reader (and the lake
+#: contract) and the writers.
+DISTRIBUTIONS = (Path("reader"), Path("."))
+
+
+def shipped_tops(root: Path = ROOT) -> list[str]:
+    """The top-level import names every distribution of the checkout installs."""
+    tops: set[str] = set()
+    for dist in DISTRIBUTIONS:
+        packages, modules = shipped_names(root / dist)
+        tops |= {p.split(".")[0] for p in packages} | set(modules)
+    return sorted(tops)
+
+
 def build_pyfiles_zip(dest: Path, root: Path = ROOT) -> Path:
     """Zip the installed packages (``.py`` and ``py.typed``) and modules for ``--py-files``.
 
-    The same code ``pip wheel --no-deps .`` puts in the wheel; built directly because it takes
+    The same code ``pip wheel --no-deps ./reader .`` puts in the wheels; built directly because it takes
     milliseconds and needs no build backend. The names come from ``setup.cfg`` itself
     (:func:`shipped_names`), so a new subpackage or module cannot be left behind; a module it
     names that does not exist fails the ``write``.
     """
-    packages, modules = shipped_names(root)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_name(f".{dest.name}.tmp")
     with zipfile.ZipFile(tmp, "w", zipfile.ZIP_DEFLATED) as zf:
-        for package in packages:
-            folder = root.joinpath(*package.split("."))
-            for path in sorted(folder.iterdir()):  # its subpackages are packages of their own
-                if path.is_file() and (path.suffix == ".py" or path.name == "py.typed"):
-                    zf.write(path, path.relative_to(root).as_posix())
-        for module in modules:
-            zf.write(root / f"{module}.py", f"{module}.py")
+        for dist in DISTRIBUTIONS:
+            base = root / dist
+            packages, modules = shipped_names(base)
+            for package in packages:
+                folder = base.joinpath(*package.split("."))
+                for path in sorted(folder.iterdir()):  # its subpackages are packages of their own
+                    if path.is_file() and (path.suffix == ".py" or path.name == "py.typed"):
+                        zf.write(path, path.relative_to(base).as_posix())
+            for module in modules:
+                zf.write(base / f"{module}.py", f"{module}.py")
     tmp.replace(dest)
     return dest
 
@@ -135,8 +151,7 @@ def executor_python(env_dir: Path) -> Path:
         subprocess.run([base, "-m", "venv", "--without-pip", str(env_dir)], check=True)
         ver = f"python{sys.version_info.major}.{sys.version_info.minor}"
         (env_dir / "lib" / ver / "site-packages" / "runtime_deps.pth").write_text(f"{site_packages()}\n")
-    packages, modules = shipped_names()
-    ours = sorted({p.split(".")[0] for p in packages} | set(modules) | set(DEV_PACKAGES))
+    ours = sorted({*shipped_tops(), *DEV_PACKAGES})
     probe = (
         "import importlib.util as u, sys\n"
         f"missing = [m for m in {RUNTIME_DEPENDENCIES!r} if u.find_spec(m) is None]\n"

@@ -43,10 +43,10 @@ def option_pairs(options: Mapping[str, Any]) -> list[str]:
     """Storage options as the jobs' ``--storage-option KEY=VALUE`` pairs: nested keys dotted.
 
     ``{"client_kwargs": {"region_name": "us-east-1"}}`` -> ``["client_kwargs.region_name=us-east-1"]``.
-    Checked: ``lakesink.storage.options.parse_option_pairs`` (what the jobs use) gives
+    Checked: ``lakesink_reader.storage.options.parse_option_pairs`` (what the jobs use) gives
     ``options`` back, else ValueError.
     """
-    from lakesink.storage.options import parse_option_pairs
+    from lakesink_reader.storage.options import parse_option_pairs
 
     def flatten(prefix: str, value: Any) -> list[str]:
         if isinstance(value, Mapping):

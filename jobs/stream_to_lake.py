@@ -84,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             args.input_format = input_format(args.input)
         except ValueError as exc:
             p.error(str(exc))
-    from lakesink.storage.options import parse_option_pairs
+    from lakesink_reader.storage.options import parse_option_pairs
 
     try:
         args.storage_options = parse_option_pairs(args.storage_option)
@@ -422,9 +422,9 @@ class EpochLogger:
     def files_of(self, epoch: int) -> int | str:
         """Files committed in ``epoch``: its record in epoch mode (one read, however long the
         job has run); in foreach mode, a listing of the lake."""
-        from lakesink.format.log import EpochLog
-        from lakesink.storage import open_storage
         from lakesink_reader import Lake, NotALakeError, TableNotFoundError
+        from lakesink_reader.format.log import EpochLog
+        from lakesink_reader.storage import open_storage
 
         try:
             lake = Lake(self.lake, self.options)

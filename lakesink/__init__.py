@@ -2,16 +2,17 @@
 
 The layers, each a sub-package (README "Development" draws the tree):
 
-- ``format``: the lake contract of docs/FORMAT.md -- names, table metadata, the epoch log;
-- ``storage``: backends (local disk, S3) behind one small seam;
+- the lake contract of docs/FORMAT.md (``lakesink_reader.format``) and the storage backends
+  behind one small seam (``lakesink_reader.storage``) are the lakesink-reader distribution's,
+  which readers install without this one;
 - ``commit``: the commit protocol, without Spark -- how a file is published, an epoch committed;
-- ``maintenance``: the orphan sweep and ``verify``;
+- ``views``: the derived views (``_delta_log/``, ``_spark_metadata/``) kept after each commit;
+- ``maintenance``: compaction, vacuum, the orphan sweep, ``verify``, ``upgrade``;
 - ``spark``: Spark's hooks mapped onto ``commit`` (``LakeForeachWriter``, ``format("lakesink")``);
 - ``cli``: the ``lakesink`` command.
 
-Importing ``lakesink`` loads none of them: the names below are imported when first used, so
-the reader (``lakesink_reader``) can use ``format`` and ``storage`` without loading any writer
-module, and nothing here imports pyspark until a Spark entry point is used.
+Importing ``lakesink`` loads none of them: the names below are imported when first used, and
+nothing here imports pyspark until a Spark entry point is used.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from lakesink.errors import (
+from lakesink_reader.errors import (
     CommitError,
     CorruptFileError,
     FormatVersionError,
@@ -36,15 +37,15 @@ from lakesink.errors import (
 
 if TYPE_CHECKING:
     from lakesink.commit.files import WriteOptions
-    from lakesink.format.names import FORMAT_VERSION
     from lakesink.spark.foreach import LakeForeachWriter
     from lakesink.spark.start import register, write_stream
+    from lakesink_reader.format.names import FORMAT_VERSION
 
 __version__ = "0.2.0"
 
 #: Public names imported on first use, and the module each comes from.
 _LAZY = {
-    "FORMAT_VERSION": "lakesink.format.names",
+    "FORMAT_VERSION": "lakesink_reader.format.names",
     "WriteOptions": "lakesink.commit.files",
     "LakeForeachWriter": "lakesink.spark.foreach",
     "register": "lakesink.spark.start",
@@ -80,6 +81,6 @@ def __getattr__(name: str) -> Any:
     except ModuleNotFoundError as exc:
         # A reader-only install (no extras) has no pyspark: name the extra, not a bare module.
         if (exc.name or "").split(".")[0] == "pyspark":
-            raise missing_extra("spark", f"lakesink.{name}") from exc
+            raise missing_extra("spark", f"lakesink.{name}", "lakesink") from exc
         raise
     return getattr(found, name)

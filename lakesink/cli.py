@@ -22,8 +22,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
-from lakesink.errors import LakeSinkError
-from lakesink.storage.options import parse_option_pairs
+from lakesink_reader.errors import LakeSinkError
+from lakesink_reader.storage.options import parse_option_pairs
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
@@ -38,7 +38,7 @@ def parse_duration(text: str) -> float:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--storage-option KEY=VALUE`` pairs as a nested dict (see ``lakesink.storage.options``)."""
+    """``--storage-option KEY=VALUE`` pairs as a nested dict (see ``lakesink_reader.storage.options``)."""
     return parse_option_pairs(pairs)
 
 
@@ -177,9 +177,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _sync_views(args: argparse.Namespace) -> int:
     """``sync-views`` (and ``delta-sync``: the Delta view only)."""
-    from lakesink.format.delta_view import delta_sync
-    from lakesink.format.spark_metadata_view import spark_sync
-    from lakesink.storage import open_storage
+    from lakesink.views.delta_view import delta_sync
+    from lakesink.views.spark_metadata_view import spark_sync
+    from lakesink_reader.storage import open_storage
 
     storage = open_storage(args.path, parse_storage_options(args.storage_option))
     only = getattr(args, "only", None) or "delta"

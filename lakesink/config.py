@@ -18,10 +18,10 @@ from typing import Any, get_type_hints
 
 from lakesink.commit.files import WriteOptions
 from lakesink.commit.observer import Observer
-from lakesink.format.log import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE
-from lakesink.storage import Storage, open_storage
-from lakesink.storage.options import check_storage_options
+from lakesink_reader.format.log import DEFAULT_CHECKPOINT_INTERVAL
+from lakesink_reader.storage import Storage, open_storage
+from lakesink_reader.storage.options import check_storage_options
 
 #: The lake formats an epoch writer can create.
 WRITABLE_FORMATS = (2, 3)

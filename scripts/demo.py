@@ -114,7 +114,7 @@ def main() -> int:
 def run_hdfs(args: argparse.Namespace, expected: int) -> int:
     """The demo on a MiniDFSCluster it starts: the lake and Spark's checkpoint both on HDFS."""
     from devtools.hdfs import start_hdfs, stop_hdfs
-    from lakesink.storage import open_storage
+    from lakesink_reader.storage import open_storage
 
     server = start_hdfs()
     print(f"MiniDFSCluster {server.url} (pid {server.pid}): ready in {server.started_in:.1f} s, "

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from lakesink.commit.batches import BatchCommitter
-from lakesink.errors import CommitRefusedError, CorruptFileError
-from lakesink.format.v3.commits import AddFile
-from lakesink.storage.local import LocalStorage
+from lakesink_reader.errors import CommitRefusedError, CorruptFileError
+from lakesink_reader.format.v3.commits import AddFile
+from lakesink_reader.storage.local import LocalStorage
 
 TABLE = "7ab1e000000000000000000000000001"
 W1 = "11111111-1111-4111-8111-111111111111"

@@ -47,11 +47,11 @@ from chaos_hooks import parse_marker
 from live import kill_when_ready
 from netfaults import Action, FaultProxy, Rule
 
-from lakesink.format.log import EpochLog
-from lakesink.format.names import PROBE_ABANDONED_AGE, TABLE_FILE, parse_data_file
 from lakesink.maintenance import sweep
-from lakesink.storage import Storage, open_storage
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.format.log import EpochLog
+from lakesink_reader.format.names import PROBE_ABANDONED_AGE, TABLE_FILE, parse_data_file
+from lakesink_reader.storage import Storage, open_storage
 
 TESTS_DIR = Path(__file__).resolve().parent
 TARGETS = {

@@ -19,11 +19,11 @@ from netfaults import Action, FaultProxy, Rule
 from lakesink import CommitError, SchemaMismatchError, StorageError
 from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
 from lakesink.config import SinkConfig
-from lakesink.format.log import CommittedFile, EpochLog
-from lakesink.format.names import data_file_name, epoch_checkpoint_name, epoch_record_name
-from lakesink.format.table import ensure_table
-from lakesink.storage import Storage, open_storage
 from lakesink_reader import read_committed
+from lakesink_reader.format.log import CommittedFile, EpochLog
+from lakesink_reader.format.names import data_file_name, epoch_checkpoint_name, epoch_record_name
+from lakesink_reader.format.table import ensure_table
+from lakesink_reader.storage import Storage, open_storage
 
 
 @pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.s3)])
@@ -276,7 +276,7 @@ FULL_DISK = textwrap.dedent(
     import json, os, sys
     import pyarrow as pa
     from lakesink.commit import FileWriter, WriteOptions
-    from lakesink.storage import open_storage
+    from lakesink_reader.storage import open_storage
     lake = sys.argv[1]
     storage = open_storage(lake)
     schema = pa.schema([("blob", pa.binary())])

@@ -25,13 +25,13 @@ from live import LiveWriter, kill_when_ready
 from lakesink import FormatVersionError
 from lakesink.cli import main
 from lakesink.commit import WriteOptions
-from lakesink.errors import CommitConflictError, LakeSinkError
-from lakesink.format.names import OPS_DIR, parse_compaction_file
-from lakesink.format.v3.commits import PendingCommit
-from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import compact, verify
 from lakesink.maintenance.compact import parse_size
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.errors import CommitConflictError, LakeSinkError
+from lakesink_reader.format.names import OPS_DIR, parse_compaction_file
+from lakesink_reader.format.v3.commits import PendingCommit
+from lakesink_reader.format.v3.vlog import VersionedLog
 
 WRITER = "11111111-2222-3333-4444-555555555555"
 ROOT = Path(__file__).resolve().parent.parent
@@ -199,7 +199,7 @@ def build_more(path: str) -> None:
 
 
 def open_lake(path: str) -> Any:
-    from lakesink.storage import open_storage
+    from lakesink_reader.storage import open_storage
 
     return open_storage(path)
 
@@ -266,7 +266,7 @@ def test_memory_stays_bounded_by_the_row_group_not_the_input(tmp_path: Path) -> 
         writer.write(table)
         done = writer.publish()
         assert done is not None
-        from lakesink.format.v3.commits import AddFile
+        from lakesink_reader.format.v3.commits import AddFile
 
         add = AddFile(name, done.rows, done.size, 0, batch, done.stats)
         vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=[add]))

@@ -25,19 +25,19 @@ from test_reader_v3 import W1, W2, Writer, ids
 
 from lakesink.commit.batches import BatchCommitter
 from lakesink.config import SinkConfig
-from lakesink.format.delta import (
+from lakesink.maintenance import compact, status, verify
+from lakesink.views.delta import (
     FENCE_FEATURE,
     DeltaViewUnsupported,
     delta_commit,
     delta_commit_name,
     delta_schema,
 )
-from lakesink.format.delta_view import STOP_FILE, DeltaView, delta_sync, forget
-from lakesink.format.table import read_table_metadata
-from lakesink.format.v3.vlog import VersionedLog
-from lakesink.maintenance import compact, status, verify
-from lakesink.storage import Storage
+from lakesink.views.delta_view import STOP_FILE, DeltaView, delta_sync, forget
 from lakesink_reader import read_committed
+from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import Storage
 
 ORACLE = r"""
 import json, os, sys
@@ -76,6 +76,15 @@ sys.stdout.write(json.dumps(out))
 sys.stdout.flush()
 os._exit(0)
 """
+
+
+def isolated(code: str, *args: str) -> Any:
+    """What ``code`` (run as ``python -c code *args``, in a subprocess: Delta readers never run in
+    this process) writes to stdout as JSON. The code ends with ``os._exit(0)`` after flushing
+    (FACTS, "Delta readers": an abort at interpreter exit after a pyarrow read)."""
+    done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+    assert done.stdout, done.stderr[-2000:]
+    return json.loads(done.stdout)
 
 
 def oracle(
@@ -320,8 +329,8 @@ def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
     import time
     import uuid
 
-    from lakesink.format.names import TABLE_FILE
-    from lakesink.format.table import TableMetadata
+    from lakesink_reader.format.names import TABLE_FILE
+    from lakesink_reader.format.table import TableMetadata
 
     storage, _ = v3_table(lake)
     schema = pa.schema([("id", pa.uint64())])

@@ -67,7 +67,7 @@ def test_the_wheel_ships_the_discovery_module(tmp_path: Path) -> None:
     [wheel] = tmp_path.glob("lakesink-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "pyspark_lakesink.py" in names
-    assert {"lakesink/__init__.py", "lakesink_reader/__init__.py", "reader/__init__.py"} <= set(names)
+    assert {"lakesink/__init__.py", "reader/lakesink_reader/__init__.py", "reader/__init__.py"} <= set(names)
     assert not any(n.startswith(("devtools/", "tests/", "bench/")) for n in names)
 
 

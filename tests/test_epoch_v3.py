@@ -20,14 +20,14 @@ from faults import start_unchecked
 
 import lakesink
 from lakesink import FormatVersionError, OtherQueryError
-from lakesink.format.names import parse_writer_file
-from lakesink.format.table import read_table_metadata
-from lakesink.format.v3.commits import writer_tag
-from lakesink.format.v3.state import LiveFiles
-from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import verify
-from lakesink.storage import open_storage
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.format.names import parse_writer_file
+from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.format.v3.commits import writer_tag
+from lakesink_reader.format.v3.state import LiveFiles
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import open_storage
 
 pytestmark = pytest.mark.spark
 

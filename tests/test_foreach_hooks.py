@@ -106,8 +106,8 @@ def test_schema_change_between_epochs_names_columns(lake: str) -> None:
 
 
 def test_a_lake_of_the_other_mode_is_named_in_plain_english(lake: str) -> None:
-    from lakesink.format.table import ensure_table
-    from lakesink.storage import open_storage
+    from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.storage import open_storage
 
     ensure_table(open_storage(lake), SCHEMA, "epoch")
     with pytest.raises(

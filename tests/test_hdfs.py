@@ -18,10 +18,10 @@ from hdfsfaults import Action, NameNodeProxy, Rule
 from hdfsserver import HdfsServer
 
 from lakesink.commit import FileWriter
-from lakesink.errors import StorageError
-from lakesink.format.table import probe_store
-from lakesink.storage import open_storage
-from lakesink.storage.hdfs import HdfsSealed, HdfsStorage
+from lakesink_reader.errors import StorageError
+from lakesink_reader.format.table import probe_store
+from lakesink_reader.storage import open_storage
+from lakesink_reader.storage.hdfs import HdfsSealed, HdfsStorage
 
 pytestmark = pytest.mark.hdfs
 
@@ -252,8 +252,8 @@ def test_both_writer_modes_write_an_hdfs_lake_exactly_once(
 CLIENT = """
 import json, os, sys
 from lakes import SCHEMA, write_file
-from lakesink.format.table import ensure_table
-from lakesink.storage import open_storage
+from lakesink_reader.format.table import ensure_table
+from lakesink_reader.storage import open_storage
 from lakesink_reader import read_committed
 url, options = sys.argv[1], json.loads(sys.argv[2])
 try:
@@ -266,6 +266,11 @@ try:
                       "env": os.environ.get("HADOOP_USER_NAME")}))
 except Exception as exc:
     print(json.dumps({"error": type(exc).__name__, "message": str(exc)}))
+# Leave without the interpreter's teardown: it aborted once in a full run after the work was done
+# ("terminate called without an active exception", as FACTS records for deltalake after a pyarrow
+# read), which is not what this test is about. Noted in docs/design/storage-seam.md.
+sys.stdout.flush()
+os._exit(0)
 """
 
 
@@ -482,7 +487,7 @@ def test_the_launcher_takes_datanodes_and_hadoop_keys() -> None:
 def test_a_file_with_replication_1_is_noted_once(hdfs: str, caplog: pytest.LogCaptureFixture) -> None:
     """The session's cluster has one DataNode: sealing a file there says, once per process, that
     closes wait for the block report; an empty file (no block) says nothing."""
-    import lakesink.storage.hdfs as hdfs_module
+    import lakesink_reader.storage.hdfs as hdfs_module
 
     hdfs_module._REPLICATION_ONE_NOTED.clear()
     storage = HdfsStorage(f"{hdfs}/lake")

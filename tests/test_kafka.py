@@ -160,7 +160,7 @@ def epochs(chk: Path, kind: str) -> set[int]:
 def published(lake: Path, epoch: int) -> bool:
     """Whether a data file of ``epoch`` (a foreach epoch, an epoch writer's batch) is published in
     ``lake`` (staged files are hidden)."""
-    from lakesink.format.names import parse_data_file
+    from lakesink_reader.format.names import parse_data_file
 
     try:
         names = os.listdir(lake)
@@ -656,8 +656,8 @@ def test_starting_offsets_lake_refuses_what_it_cannot_continue(tmp_path: Path) -
     """``--starting-offsets lake`` (``lake_start``, before Spark starts): each refusal names why."""
     from lakes import epoch_lake, v3_table
 
-    from lakesink.format.v3.commits import PendingCommit
-    from lakesink.format.v3.vlog import VersionedLog
+    from lakesink_reader.format.v3.commits import PendingCommit
+    from lakesink_reader.format.v3.vlog import VersionedLog
 
     job = load_job()
 

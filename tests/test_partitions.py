@@ -11,8 +11,6 @@ import datetime
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from test_delta_view import oracle
+from test_delta_view import isolated, oracle
 
 import lakesink
 from lakesink import SchemaMismatchError
 from lakesink.commit.files import WriteOptions
 from lakesink.commit.partitioned import PartitionedWriter, split_by_folder
 from lakesink.config import SinkConfig
-from lakesink.errors import CorruptFileError
-from lakesink.format.partitions import (
+from lakesink.maintenance import status, verify
+from lakesink_reader import Lake, read_all, read_committed
+from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.partitions import (
     NULL_TEXT,
     check_partition_columns,
     escape,
@@ -36,10 +36,8 @@ from lakesink.format.partitions import (
     partition_texts,
     unescape,
 )
-from lakesink.format.table import read_table_metadata
-from lakesink.maintenance import status, verify
-from lakesink.storage import open_storage
-from lakesink_reader import Lake, read_all, read_committed
+from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.storage import open_storage
 
 #: Labels that need escaping, a space, unicode, a '%', and null.
 LABELS = ["FR", "a/b=c", None, "日本 x", "100%", "q?#*"]
@@ -72,6 +70,16 @@ def stream(spark: Any, folder: Path) -> Any:
 def expected_rows(batches: int, rows: int = 60) -> list[tuple[int, str | None, datetime.date]]:
     ids = range(batches * rows)
     return [(i, LABELS[i % len(LABELS)], datetime.date(2026, 11, 22 + i % 2)) for i in ids]
+
+
+def write(spark: Any, source: Path, lake: str, checkpoint: Path, **options: Any) -> None:
+    """One availableNow run of ``write_stream`` over ``source``; it must end without error."""
+    query = lakesink.write_stream(
+        stream(spark, source), lake, checkpoint_location=str(checkpoint), trigger={"availableNow": True},
+        **options,
+    )  # fmt: skip
+    query.awaitTermination(300)
+    assert query.exception() is None
 
 
 def rows_of(table: pa.Table) -> list[tuple[Any, ...]]:
@@ -222,9 +230,7 @@ def delta_values(lake: str) -> list[tuple[str | None, str]]:
         "sys.stdout.flush()\n"
         "os._exit(0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, lake], capture_output=True, text=True, timeout=120)
-    assert done.stdout, done.stderr[-2000:]
-    return [tuple(v) for v in json.loads(done.stdout)]  # type: ignore[misc]
+    return [tuple(v) for v in isolated(code, lake)]
 
 
 def test_a_filter_on_partition_columns_opens_only_their_folders(
@@ -233,12 +239,7 @@ def test_a_filter_on_partition_columns_opens_only_their_folders(
     source = tmp_path / "in"
     for i in range(2):
         add_input(source, i)
-    query = lakesink.write_stream(
-        stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"),
-        trigger={"availableNow": True}, partition_by=["label"],
-    )  # fmt: skip
-    query.awaitTermination(300)
-    assert query.exception() is None
+    write(spark, source, lake, tmp_path / "chk", partition_by=["label"])
     wanted = pc.field("label") == "a/b=c"
     expected = [r for r in expected_rows(2) if r[1] == "a/b=c"]
     assert rows_of(read_committed(lake, filter=wanted)) == expected
@@ -310,12 +311,7 @@ def test_compaction_sweeps_and_vacuum_keep_to_the_partition_folders(
     source = tmp_path / "in"
     for i in range(3):
         add_input(source, i)
-    query = lakesink.write_stream(
-        stream(spark, source), lake, checkpoint_location=str(tmp_path / "chk"),
-        trigger={"availableNow": True}, partition_by=["label"],
-    )  # fmt: skip
-    query.awaitTermination(300)
-    assert query.exception() is None
+    write(spark, source, lake, tmp_path / "chk", partition_by=["label"])
     expected = expected_rows(3)
     before = sorted(str(p.relative_to(lake)) for p in Path(lake).glob("label=*/*.parquet"))
     report = compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)

@@ -213,23 +213,6 @@ def test_as_of_epoch_beyond_the_newest_epoch_is_refused(lake: str) -> None:
         read_committed(lake, as_of_epoch=7)
 
 
-def test_reader_alias_still_works_and_warns(lake: str) -> None:
-    foreach_lake(lake, epochs=1, partitions=1, rows_per_file=3)
-    code = (
-        "import warnings\n"
-        "with warnings.catch_warnings(record=True) as caught:\n"
-        "    warnings.simplefilter('always')\n"
-        "    import reader, reader.lake, lakesink_reader\n"
-        "assert reader.read_committed is lakesink_reader.read_committed\n"
-        "assert reader.lake.Lake is lakesink_reader.Lake\n"
-        "assert any('lakesink_reader' in str(w.message) for w in caught), caught\n"
-        f"print(reader.read_committed({lake!r}).num_rows)\n"
-    )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, cwd="/")
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "3"
-
-
 def test_reading_beside_a_writer_that_publishes_staged_files_never_raises(lake: str) -> None:
     """A staged file listed by read_all may be published (renamed away) before it is read."""
     import threading
@@ -265,65 +248,11 @@ def test_reading_beside_a_writer_that_publishes_staged_files_never_raises(lake: 
     assert reads > 5
 
 
-def test_reader_in_a_venv_with_the_base_install_only(tmp_path: Path) -> None:
-    """pip install lakesink (no extras): local reads work; pandas and S3 name their extra."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    site = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    # The base install's one dependency, pyarrow, is linked from this venv (no download); then
-    # lakesink itself, as a regular (non-editable) install without dependencies.
-    import pyarrow
-
-    pyarrow_dir = Path(pyarrow.__file__).parent
-    os.symlink(pyarrow_dir, Path(site) / "pyarrow")
-    for dist in pyarrow_dir.parent.glob("pyarrow-*.dist-info"):
-        os.symlink(dist, Path(site) / dist.name)
-    numpy_dir = Path(
-        __import__("numpy").__file__
-    ).parent  # pyarrow's to_pylist does not need it, pandas would
-    os.symlink(numpy_dir, Path(site) / "numpy")
-    done = subprocess.run(
-        [str(python), "-m", "pip", "install", "-q", "--no-deps", str(ROOT)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    lake = tmp_path / "lake"
-    foreach_lake(str(lake), epochs=1, partitions=1, rows_per_file=3)
-    code = (
-        "import sys, lakesink_reader\n"
-        f"print(lakesink_reader.read_committed({str(lake)!r}).num_rows)\n"
-        "for mod in ('pyspark', 'boto3', 'pandas', 'lakesink.commit', 'lakesink.spark'):\n"
-        "    assert mod not in sys.modules, mod\n"
-        "try:\n"
-        f"    lakesink_reader.Lake({str(lake)!r}).to_pandas()\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-        "try:\n"
-        "    lakesink_reader.read_committed('s3://bucket/lake')\n"
-        "except ImportError as e:\n"
-        "    print(e)\n"
-    )
-    out = subprocess.run(
-        [str(python), "-c", code], capture_output=True, text=True, check=False, cwd=str(tmp_path)
-    )
-    assert out.returncode == 0, out.stderr
-    lines = out.stdout.splitlines()
-    assert lines[0] == "3"
-    assert "pip install 'lakesink[pandas]'" in lines[1]
-    assert "pip install 'lakesink[s3]'" in lines[2]
-
-
 def test_a_lake_created_while_the_reader_opens_it_is_read(tmp_path: Path) -> None:
     """A reader whose first read of table.json finds nothing, while a first writer creates the
     lake before its second look, reads the lake (it used to raise the first FileNotFoundError)."""
-    from lakesink.storage.local import LocalStorage
     from lakesink_reader.lake import _read_table_json
+    from lakesink_reader.storage.local import LocalStorage
 
     lake = str(tmp_path / "lake")
 

@@ -15,11 +15,11 @@ from lakes import SCHEMA, epoch_lake, v3_file, v3_name, v3_table
 from test_v3_checkpoint import CountingStorage
 
 import lakesink_reader.lake as reader_lake
-from lakesink.format.v3 import checkpoint as cp
-from lakesink.format.v3.commits import AddFile, Continuation, PendingCommit, RemoveFile, new_op_token
-from lakesink.format.v3.vlog import VersionedLog
-from lakesink.storage import Storage
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.format.v3 import checkpoint as cp
+from lakesink_reader.format.v3.commits import AddFile, Continuation, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import Storage
 
 RUN = "run-0000000000000001"
 W1 = "11111111-1111-4111-8111-111111111111"

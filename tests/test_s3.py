@@ -25,14 +25,14 @@ from devtools.moto import free_port, start_moto, stop_moto
 from lakesink import CommitError, LakeForeachWriter, StorageError, TableNotFoundError
 from lakesink.cli import main
 from lakesink.commit import FileWriter, WriteOptions
-from lakesink.format.names import data_file_name
-from lakesink.format.table import ensure_table, find_table
 from lakesink.maintenance import sweep, verify
-from lakesink.storage import open_storage
-from lakesink.storage.options import MIN_PART_SIZE
-from lakesink.storage.s3 import S3Storage
-from lakesink.storage.s3_upload import S3Sealed, part_size_for
 from lakesink_reader import Lake, SkippedFilesWarning, read_all, read_committed
+from lakesink_reader.format.names import data_file_name
+from lakesink_reader.format.table import ensure_table, find_table
+from lakesink_reader.storage import open_storage
+from lakesink_reader.storage.options import MIN_PART_SIZE
+from lakesink_reader.storage.s3 import S3Storage
+from lakesink_reader.storage.s3_upload import S3Sealed, part_size_for
 
 pytestmark = pytest.mark.s3
 

@@ -6,24 +6,22 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from test_delta_view import oracle
+from test_delta_view import isolated, oracle
 
 import lakesink
 from lakesink import SchemaMismatchError
-from lakesink.errors import CommitRefusedError
-from lakesink.format.schemas import decode_schema, encode_schema, fit_problems, merge, read_as
-from lakesink.format.v3.commits import PendingCommit
-from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import compact, verify
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.errors import CommitRefusedError
+from lakesink_reader.format.schemas import decode_schema, encode_schema, fit_problems, merge, read_as
+from lakesink_reader.format.v3.commits import PendingCommit
+from lakesink_reader.format.v3.vlog import VersionedLog
 
 V1 = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("score", pa.float32()), ("label", pa.string())])
 
@@ -187,6 +185,4 @@ def delta_columns(lake: str) -> dict[str, list[str]]:
         "sys.stdout.flush()\n"
         "os._exit(0)\n"
     )
-    done = subprocess.run([sys.executable, "-c", code, lake], capture_output=True, text=True, timeout=120)
-    assert done.stdout, done.stderr[-2000:]
-    return json.loads(done.stdout)  # type: ignore[no-any-return]
+    return isolated(code, lake)  # type: ignore[no-any-return]

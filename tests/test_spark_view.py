@@ -26,8 +26,9 @@ from test_reader_v3 import W1, W2, Writer, ids
 
 from lakesink.commit.batches import BatchCommitter
 from lakesink.config import SinkConfig
-from lakesink.format import delta_view
-from lakesink.format.spark_metadata_view import (
+from lakesink.maintenance import compact, status, verify
+from lakesink.views.derived import derived_views
+from lakesink.views.spark_metadata_view import (
     ANCHOR_DIR,
     SPARK_DIR,
     STOP_FILE,
@@ -39,11 +40,10 @@ from lakesink.format.spark_metadata_view import (
     spark_sync,
     write_version,
 )
-from lakesink.format.v3.vlog import VersionedLog
-from lakesink.format.views import derived_views
-from lakesink.maintenance import compact, status, verify
-from lakesink.storage import Storage
 from lakesink_reader import read_committed
+from lakesink_reader.format import delta_view
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import Storage
 
 STRAY = "w1111111111111111-b000000000009-p00000-ffffffffffffffff.parquet"
 
@@ -156,7 +156,7 @@ def test_a_compact_batch_is_one_spark_entry_per_live_file_in_path_order() -> Non
     entry at a time: names that need quoting, missing sizes and times, a sliced table."""
     from urllib.parse import quote
 
-    from lakesink.format.spark_metadata_view import BLOCK_SIZE, compact_batch, parse_batch
+    from lakesink.views.spark_metadata_view import BLOCK_SIZE, compact_batch, parse_batch
 
     paths = [
         "c00-a.parquet",

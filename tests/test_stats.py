@@ -24,8 +24,8 @@ import pytest
 from lakesink.commit import FileWriter, Published, WriteOptions
 from lakesink.commit import stats as stats_module
 from lakesink.commit.stats import INDEXED_COLUMNS, file_stats
-from lakesink.format.names import data_file_name
-from lakesink.storage import Storage, open_storage
+from lakesink_reader.format.names import data_file_name
+from lakesink_reader.storage import Storage, open_storage
 
 TYPES = pa.schema(
     [

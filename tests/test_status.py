@@ -9,8 +9,8 @@ from lakes import epoch_lake, foreach_lake, v3_table
 from test_reader_v3 import W1, W2, Writer
 
 from lakesink.cli import main
-from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import status
+from lakesink_reader.format.v3.vlog import VersionedLog
 
 
 def test_a_format_3_lake_shows_its_writers_offsets_and_files(

@@ -1,11 +1,11 @@
-"""The storage contract (lakesink.storage.contract) on HDFS: the session's MiniDFSCluster."""
+"""The storage contract (lakesink.storage_contract) on HDFS: the session's MiniDFSCluster."""
 
 from __future__ import annotations
 
 import pytest
 
-from lakesink.storage import Storage, open_storage
-from lakesink.storage.contract import StorageContract
+from lakesink.storage_contract import StorageContract
+from lakesink_reader.storage import Storage, open_storage
 
 pytestmark = pytest.mark.hdfs
 

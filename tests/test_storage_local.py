@@ -1,4 +1,4 @@
-"""The storage contract (lakesink.storage.contract) on local disk."""
+"""The storage contract (lakesink.storage_contract) on local disk."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from lakesink.storage import Storage, open_storage
-from lakesink.storage.contract import StorageContract
+from lakesink.storage_contract import StorageContract
+from lakesink_reader.storage import Storage, open_storage
 
 
 class TestLocalStorage(StorageContract):

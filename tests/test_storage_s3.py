@@ -1,4 +1,4 @@
-"""The storage contract (lakesink.storage.contract) on S3: a moto server on 127.0.0.1."""
+"""The storage contract (lakesink.storage_contract) on S3: a moto server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import ClassVar
 import pytest
 from s3server import BUCKET, S3Server
 
-from lakesink.storage import Storage, open_storage
-from lakesink.storage.contract import StorageContract
+from lakesink.storage_contract import StorageContract
+from lakesink_reader.storage import Storage, open_storage
 
 pytestmark = pytest.mark.s3
 

@@ -20,10 +20,10 @@ from netfaults import Action, FaultProxy, Rule
 from s3server import BUCKET, S3Server
 
 from lakesink import LakeForeachWriter, StorageError
-from lakesink.format.table import probe_store
 from lakesink.maintenance import sweep
-from lakesink.storage.local import LocalStorage
 from lakesink_reader import read_committed
+from lakesink_reader.format.table import probe_store
+from lakesink_reader.storage.local import LocalStorage
 
 pytestmark = [pytest.mark.spark, pytest.mark.s3]
 

@@ -14,9 +14,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from lakesink.errors import CorruptFileError
-from lakesink.format.v3 import checkpoint as cp
-from lakesink.format.v3.checkpoint import (
+from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.v3 import checkpoint as cp
+from lakesink_reader.format.v3.checkpoint import (
     LAST_CHECKPOINT,
     Checkpoint,
     checkpoint_name,
@@ -27,11 +27,11 @@ from lakesink.format.v3.checkpoint import (
     read_checkpoint,
     write_checkpoint,
 )
-from lakesink.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
-from lakesink.format.v3.state import LiveFiles, TableState
-from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, commit_name
-from lakesink.storage.base import StoredFile
-from lakesink.storage.local import LocalStorage
+from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.state import LiveFiles, TableState
+from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, commit_name
+from lakesink_reader.storage.base import StoredFile
+from lakesink_reader.storage.local import LocalStorage
 
 TABLE = "7ab1e000000000000000000000000001"
 RUN = "run-0000000000000001"

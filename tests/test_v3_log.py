@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from lakesink.errors import (
+from lakesink_reader.errors import (
     CommitConflictError,
     CommitError,
     CommitRefusedError,
@@ -22,7 +22,7 @@ from lakesink.errors import (
     CorruptFileError,
     FormatVersionError,
 )
-from lakesink.format.v3.commits import (
+from lakesink_reader.format.v3.commits import (
     MIB,
     AddFile,
     Commit,
@@ -35,7 +35,7 @@ from lakesink.format.v3.commits import (
     new_op_token,
     writer_tag,
 )
-from lakesink.format.v3.state import (
+from lakesink_reader.format.v3.state import (
     LiveFiles,
     TableState,
     check_append,
@@ -43,7 +43,7 @@ from lakesink.format.v3.state import (
     continuation_problems,
     removed_paths,
 )
-from lakesink.format.v3.vlog import (
+from lakesink_reader.format.v3.vlog import (
     HEADER_READ_BYTES,
     LOG_DIR,
     RetryPolicy,
@@ -51,7 +51,7 @@ from lakesink.format.v3.vlog import (
     commit_name,
     parse_commit_name,
 )
-from lakesink.storage.local import LocalStorage
+from lakesink_reader.storage.local import LocalStorage
 
 TABLE = "7ab1e000000000000000000000000001"
 OTHER_TABLE = "7ab1e000000000000000000000000002"

@@ -20,12 +20,12 @@ from live import LiveWriter, kill_when_ready
 from test_compact import WRITER, build, ids, whole_blocks
 
 from lakesink.cli import main
-from lakesink.format.names import parse_data_file
-from lakesink.format.v3.commits import PendingCommit
-from lakesink.format.v3.vlog import VersionedLog
 from lakesink.maintenance import compact, sweep, vacuum, verify
 from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.format.names import parse_data_file
+from lakesink_reader.format.v3.commits import PendingCommit
+from lakesink_reader.format.v3.vlog import VersionedLog
 
 LOG = os.path.join("_lakesink", "log")
 

@@ -3,7 +3,7 @@
 A writer is one streaming query (Spark's query id, kept in its checkpoint); a batch is Spark's
 batch id of that query. Tasks publish their files under names unique to the attempt, as in
 format 2 (``FileWriter``); the driver then commits the batch as one ``append`` of the
-versioned log (``lakesink.format.v3.vlog``), whose rules decide (docs/design/format-v3.md,
+versioned log (``lakesink_reader.format.v3.vlog``), whose rules decide (docs/design/format-v3.md,
 section 8): the writer's next batch commits; a batch it committed before is a replay, skipped
 whole; a new writer at batch > 0 (a lake deleted and recreated under an old checkpoint), a
 gap, or a second query without ``allow_other_queries`` is refused before anything is
@@ -29,12 +29,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lakesink.commit.observer import Observer, notify
-from lakesink.errors import CommitRefusedError, CommitStateUnknownError, quietly
-from lakesink.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
-from lakesink.format.v3.state import TableState
-from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
-from lakesink.format.views import derived_views
-from lakesink.storage import Storage
+from lakesink.views.derived import derived_views
+from lakesink_reader.errors import CommitRefusedError, CommitStateUnknownError, quietly
+from lakesink_reader.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
+from lakesink_reader.storage import Storage
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +59,10 @@ class BatchCommitter:
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
     delta_log
-        Keep the lake's Delta view after each commit (``lakesink.format.delta_view``).
+        Keep the lake's Delta view after each commit (``lakesink.views.delta_view``).
     spark_metadata
         Keep the lake's Spark view, ``_spark_metadata/``, after each commit
-        (``lakesink.format.spark_metadata_view``).
+        (``lakesink.views.spark_metadata_view``).
     """
 
     def __init__(

@@ -28,16 +28,16 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lakesink.commit.observer import Observer, notify
-from lakesink.errors import CommitError, quietly
-from lakesink.format.log import (
+from lakesink.maintenance.sweep import sweep
+from lakesink_reader.errors import CommitError, quietly
+from lakesink_reader.format.log import (
     DEFAULT_CHECKPOINT_INTERVAL,
     UPGRADE_FENCE_PREFIX,
     CommittedFile,
     EpochLog,
     EpochRecord,
 )
-from lakesink.maintenance.sweep import sweep
-from lakesink.storage import Storage
+from lakesink_reader.storage import Storage
 
 log = logging.getLogger(__name__)
 

@@ -19,9 +19,9 @@ import pyarrow.parquet as pq
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.commit.stats import count_nans, file_stats, nan_columns
-from lakesink.errors import SchemaMismatchError, quietly
-from lakesink.format.table import schema_differences
-from lakesink.storage import Sealed, StagedFile, Storage
+from lakesink_reader.errors import SchemaMismatchError, quietly
+from lakesink_reader.format.table import schema_differences
+from lakesink_reader.storage import Sealed, StagedFile, Storage
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import pyarrow.compute as pc
 
 from lakesink.commit.files import FileWriter, Published, WriteOptions
 from lakesink.commit.observer import Observer
-from lakesink.format.partitions import partition_dir, texts_of
-from lakesink.storage import Storage
+from lakesink_reader.format.partitions import partition_dir, texts_of
+from lakesink_reader.storage import Storage
 
 
 @dataclass(frozen=True)

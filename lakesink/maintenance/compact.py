@@ -45,7 +45,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from lakesink.commit.files import FileWriter, WriteOptions
-from lakesink.errors import (
+from lakesink_reader.errors import (
     CommitConflictError,
     CommitRefusedError,
     CommitStateUnknownError,
@@ -54,19 +54,19 @@ from lakesink.errors import (
     LakeSinkError,
     quietly,
 )
-from lakesink.format.names import (
+from lakesink_reader.format.names import (
     OPS_DIR,
     TABLE_FILE,
     compaction_file_name,
     new_attempt_id,
     parse_compaction_file,
 )
-from lakesink.format.schemas import read_as, schema_at
-from lakesink.format.table import TableMetadata, probe_store, read_table_metadata
-from lakesink.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
-from lakesink.format.v3.state import TableState
-from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog
-from lakesink.storage import StagedEntry, Storage, open_storage
+from lakesink_reader.format.schemas import read_as, schema_at
+from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
+from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog
+from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +304,7 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
         raise CorruptFileError(
             f"{storage.url}/{TABLE_FILE}: checkpoint_interval must be an int >= 1, got {interval!r}"
         )
-    from lakesink.format.delta_view import DeltaView
+    from lakesink.views.delta_view import DeltaView
 
     table_id = metadata.table_id or ""
     # Compaction and vacuum continue the Delta view, if the lake has one (never start it).
@@ -321,7 +321,7 @@ def stream_live_files(
     """Stream the live files at the snapshot's version into ``emit`` (file-list tables sorted by
     path): one row group of the checkpoint's list plus the changes after it in memory. Returns
     the number of live files."""
-    from lakesink.format.v3.checkpoint import (
+    from lakesink_reader.format.v3.checkpoint import (
         _derive,
         _usable_base,
         iter_file_list,

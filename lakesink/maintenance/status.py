@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lakesink.format.names import OPS_DIR
-from lakesink.format.table import read_table_metadata
-from lakesink.storage import Storage, open_storage
+from lakesink_reader.format.names import OPS_DIR
+from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.storage import Storage, open_storage
 
 #: Files below this size count as small in the report (``lakesink compact`` makes them fewer).
 SMALL_FILE_BYTES = 64 << 20
@@ -94,10 +94,10 @@ def status(
 
 
 def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:
-    from lakesink.format.delta_view import check_view
-    from lakesink.format.table import read_table_metadata
-    from lakesink.format.v3.commits import size_bucket
-    from lakesink.format.v3.vlog import VersionedLog
+    from lakesink.views.delta_view import check_view
+    from lakesink_reader.format.table import read_table_metadata
+    from lakesink_reader.format.v3.commits import size_bucket
+    from lakesink_reader.format.v3.vlog import VersionedLog
 
     vlog = VersionedLog(storage, table_id)
     state = vlog.open()
@@ -106,7 +106,7 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
         view = f"unknown: {exc!r}"
     try:
-        from lakesink.format.spark_metadata_view import check_spark_view
+        from lakesink.views.spark_metadata_view import check_spark_view
 
         spark_view: str | None = check_spark_view(storage).summary()
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status

@@ -34,9 +34,9 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from lakesink.errors import CorruptFileError, LakeSinkError
-from lakesink.format.log import EpochLog
-from lakesink.format.names import (
+from lakesink_reader.errors import CorruptFileError, LakeSinkError
+from lakesink_reader.format.log import EpochLog
+from lakesink_reader.format.names import (
     EPOCHS_DIR,
     META_DIR,
     OPS_DIR,
@@ -46,11 +46,11 @@ from lakesink.format.names import (
     parse_data_file,
     parse_writer_file,
 )
-from lakesink.format.partitions import partition_folders
-from lakesink.format.table import probe_store, read_table_metadata
-from lakesink.format.v3.state import TableState
-from lakesink.format.v3.vlog import LOG_DIR, VersionedLog, parallel
-from lakesink.storage import StagedEntry, Storage, open_storage
+from lakesink_reader.format.partitions import partition_folders
+from lakesink_reader.format.table import probe_store, read_table_metadata
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, parallel
+from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -325,7 +325,7 @@ class SweepPlan:
 
 def oldest_commit(storage: Storage, vlog: VersionedLog) -> int | None:
     """The oldest commit in the log (one listing, only when version 0 is gone); None: empty."""
-    from lakesink.format.v3.checkpoint import oldest_listed_commit
+    from lakesink_reader.format.v3.checkpoint import oldest_listed_commit
 
     if vlog.read_header(0) is not None:
         return 0

@@ -30,12 +30,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakesink.errors import CorruptFileError, LakeSinkError
-from lakesink.format.table import probe_store
-from lakesink.format.v3.commits import PendingCommit, new_op_token
-from lakesink.format.v3.vlog import Snapshot, VersionedLog, parallel, parse_commit_name
 from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, Orphan, SweepReport, _remove, plan_v3
-from lakesink.storage import Storage, open_storage
+from lakesink_reader.errors import CorruptFileError, LakeSinkError
+from lakesink_reader.format.table import probe_store
+from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
+from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog, parallel, parse_commit_name
+from lakesink_reader.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 
@@ -221,7 +221,7 @@ def _truncation(
     (None, []) when there is no such checkpoint (``target`` below N: the log is kept whole)."""
     import pyarrow.compute as pc
 
-    from lakesink.format.v3.checkpoint import (
+    from lakesink_reader.format.v3.checkpoint import (
         advance_hint,
         due_checkpoint,
         iter_file_list,

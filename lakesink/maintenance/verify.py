@@ -16,12 +16,12 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from lakesink.format.log import CommittedFile, EpochLog
-from lakesink.format.names import parse_data_file
-from lakesink.format.partitions import partition_folders
-from lakesink.format.schemas import fit_problems, schema_at
-from lakesink.format.table import read_table_metadata, schema_differences
-from lakesink.storage import Storage, open_storage
+from lakesink_reader.format.log import CommittedFile, EpochLog
+from lakesink_reader.format.names import parse_data_file
+from lakesink_reader.format.partitions import partition_folders
+from lakesink_reader.format.schemas import fit_problems, schema_at
+from lakesink_reader.format.table import read_table_metadata, schema_differences
+from lakesink_reader.storage import Storage, open_storage
 
 
 @dataclass(frozen=True)
@@ -100,11 +100,11 @@ def verify(
         if progress is not None:
             progress(done, len(committed))
     if metadata.format_version >= 3 and metadata.mode == "epoch":
-        from lakesink.format.delta_view import delta_sync
+        from lakesink.views.delta_view import delta_sync
 
         view = delta_sync(storage, write=False)
         report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
-        from lakesink.format.spark_metadata_view import spark_sync
+        from lakesink.views.spark_metadata_view import spark_sync
 
         spark = spark_sync(storage, write=False)
         report.spark_view, report.spark_view_ok = spark.summary(), spark.state != "foreign"

@@ -33,7 +33,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from lakesink.storage import Storage, open_storage
+from lakesink_reader.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)
 

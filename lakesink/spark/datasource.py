@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
 
-from lakesink.errors import CommitError, quietly
-from lakesink.format.log import CommittedFile
-from lakesink.format.names import data_file_name, new_attempt_id, writer_file_name
 from lakesink.spark.runs import cursor_enabled, run_memo
 from lakesink.spark.workers import freeze_heap_once
+from lakesink_reader.errors import CommitError, quietly
+from lakesink_reader.format.log import CommittedFile
+from lakesink_reader.format.names import data_file_name, new_attempt_id, writer_file_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -43,8 +43,8 @@ if TYPE_CHECKING:
     from lakesink.commit import EpochCommitter
     from lakesink.commit.batches import BatchCommitter
     from lakesink.config import SinkConfig
-    from lakesink.format.table import TableMetadata
-    from lakesink.format.v3.commits import AddFile
+    from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.format.v3.commits import AddFile
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ HOOK_MODULES = (
     "pyarrow",
     "lakesink.config",
     "lakesink.commit",
-    "lakesink.format.table",
+    "lakesink_reader.format.table",
     "lakesink.spark.rows",
 )
 
@@ -117,7 +117,7 @@ class LakeSinkDataSource(DataSource):
 
         arrow = arrow_schema(schema)
         table = checked_table(self.config, arrow, self.run_token)
-        from lakesink.format.table import check_writer_options
+        from lakesink_reader.format.table import check_writer_options
 
         check_writer_options(
             table,
@@ -150,7 +150,7 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
     """``ensure_table`` once per run of the query in this Python worker, not once per micro-batch
     (``lakesink.spark.runs``: keyed by the run, so a lake deleted and written again by a fresh
     query in the same session gets its table metadata created again)."""
-    from lakesink.format.table import ensure_table
+    from lakesink_reader.format.table import ensure_table
 
     memo = run_memo(config.storage().url, run_token)
     key = schema.serialize().to_pybytes()
@@ -176,14 +176,14 @@ def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Sc
     """The lake's new schema (encoded) that this stream brings, or None; SchemaMismatchError when
     the stream does not fit the lake (format 3: the schema its log records, which evolves with
     ``merge_schema``; format 2: table.json's)."""
-    from lakesink.format.schemas import encode_schema, schema_at, schema_change
-    from lakesink.format.table import check_compatible
+    from lakesink_reader.format.schemas import encode_schema, schema_at, schema_change
+    from lakesink_reader.format.table import check_compatible
 
     storage = config.storage()
     if table.format_version < 3:
         check_compatible(table, stream, "epoch", storage.url)
         return None
-    from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
+    from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
 
     interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
     state = VersionedLog(storage, table.table_id or "", checkpoint_interval=interval).open()
@@ -203,8 +203,8 @@ def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) 
     run planned its first batch; None when unknown. Tasks of a batch at or below it write
     nothing: a replay, which the driver skips whole. Read once per run: replays come first in
     a run, and a stale answer only costs a task its wasted write (the driver decides)."""
-    from lakesink.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
     from lakesink.spark import checkpoints
+    from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
 
     memo = run_memo(config.storage().url, run_token)
     if memo.committed_through is None and config.checkpoint_location and table.table_id:
@@ -276,7 +276,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         if self.partition_columns:
             return self._write_partitioned(iterator, storage, partition, epoch, query_id)
         if self.format_version >= 3 and query_id:
-            from lakesink.format.v3.commits import writer_tag
+            from lakesink_reader.format.v3.commits import writer_tag
 
             name = writer_file_name(writer_tag(query_id), epoch, partition, new_attempt_id())
         else:
@@ -319,7 +319,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     ) -> EpochCommitMessage:
         """A task of a partitioned lake: a file per partition folder it meets (format 3)."""
         from lakesink.commit.partitioned import PartitionedWriter
-        from lakesink.format.v3.commits import writer_tag
+        from lakesink_reader.format.v3.commits import writer_tag
 
         if not query_id:
             raise CommitError(f"{storage.url}: a task of a partitioned lake got no streaming query id")
@@ -454,7 +454,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         )
         found = found or next((m.query_id for m in messages if m.query_id), None)
         if found is None:
-            from lakesink.errors import CommitRefusedError
+            from lakesink_reader.errors import CommitRefusedError
 
             raise CommitRefusedError(
                 f"{self.config.path}: cannot tell which streaming query commits this batch (no "
@@ -487,10 +487,10 @@ def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
     know yet (the continuing query's first batch). The commit checks it again, against the
     state it commits on. ``table`` is a format-3 lake (the caller ran ``check_writer_options``).
     """
-    from lakesink.format.v3.commits import PendingCommit
-    from lakesink.format.v3.state import check_append
-    from lakesink.format.v3.vlog import VersionedLog
     from lakesink.spark import checkpoints
+    from lakesink_reader.format.v3.commits import PendingCommit
+    from lakesink_reader.format.v3.state import check_append
+    from lakesink_reader.format.v3.vlog import VersionedLog
 
     if not config.checkpoint_location:
         raise ValueError("continue_writer needs the query's checkpointLocation option")
@@ -514,10 +514,10 @@ def continuation(config: SinkConfig, state: Any, writer: str) -> Any:
     None also once the writer is in the log (a restart of the continuing query). Raises
     CommitRefusedError naming the writers when ``continue_writer`` names none of them.
     """
-    from lakesink.errors import CommitRefusedError
-    from lakesink.format.v3.commits import Continuation
-    from lakesink.format.v3.state import offsets_check_kind
     from lakesink.spark import checkpoints
+    from lakesink_reader.errors import CommitRefusedError
+    from lakesink_reader.format.v3.commits import Continuation
+    from lakesink_reader.format.v3.state import offsets_check_kind
 
     name = config.sink.continue_writer
     if not name or writer in state.writers:
@@ -553,7 +553,7 @@ def batch_id(ctx: Any) -> int:
 
 def _adds(messages: Sequence[EpochCommitMessage]) -> list[AddFile]:
     """The files of a batch's messages, as the versioned log records them."""
-    from lakesink.format.v3.commits import AddFile
+    from lakesink_reader.format.v3.commits import AddFile
 
     adds = []
     for m in messages:

@@ -25,10 +25,12 @@ import pyarrow as pa
 
 from lakesink.commit import FileWriter, Observer, WriteOptions
 from lakesink.commit.partitioned import PartitionedWriter
-from lakesink.errors import CommitError, StorageError
-from lakesink.format.names import data_file_name
-from lakesink.format.partitions import check_partition_columns
-from lakesink.format.table import (
+from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
+from lakesink.spark.workers import freeze_heap_once
+from lakesink_reader.errors import CommitError, StorageError
+from lakesink_reader.format.names import data_file_name
+from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.format.table import (
     TableMetadata,
     check_partitioning,
     check_writable_format,
@@ -36,10 +38,8 @@ from lakesink.format.table import (
     find_table,
     probe_store,
 )
-from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
-from lakesink.spark.workers import freeze_heap_once
-from lakesink.storage import Storage, open_storage
-from lakesink.storage.options import Redacted, check_storage_options
+from lakesink_reader.storage import Storage, open_storage
+from lakesink_reader.storage.options import Redacted, check_storage_options
 
 log = logging.getLogger(__name__)
 

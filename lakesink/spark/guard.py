@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lakesink.config import SinkConfig
-from lakesink.errors import StorageError
 from lakesink.spark import preflight
 from lakesink.spark.rows import arrow_schema
+from lakesink_reader.errors import StorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

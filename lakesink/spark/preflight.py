@@ -31,11 +31,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink.errors import OtherQueryError, WorkerPythonError
-from lakesink.format.log import EpochLog
-from lakesink.format.names import FORMAT_VERSION
-from lakesink.format.partitions import check_partition_columns
-from lakesink.format.table import (
+from lakesink_reader.errors import OtherQueryError, WorkerPythonError
+from lakesink_reader.format.log import EpochLog
+from lakesink_reader.format.names import FORMAT_VERSION
+from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.format.table import (
     check_compatible,
     check_partitioning,
     check_partitioning_supported,
@@ -43,9 +43,9 @@ from lakesink.format.table import (
     check_writer_options,
     find_table,
 )
-from lakesink.format.v3.state import TableState
-from lakesink.format.v3.vlog import VersionedLog
-from lakesink.storage import open_storage
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

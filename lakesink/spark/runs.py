@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lakesink.format.table import TableMetadata
-    from lakesink.format.v3.state import TableState
+    from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.format.v3.state import TableState
 
 #: Runs remembered per process: a driver worker serves a handful of queries at a time.
 MAX_RUNS = 16

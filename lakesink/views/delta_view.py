@@ -1,0 +1,675 @@
+"""Writing and checking the Delta view of a format-3 epoch lake (``lakesink.views.delta``).
+
+After each lake commit, :class:`DeltaView` (a ``VersionedLog`` ``after_commit`` hook) creates
+``_delta_log/<v:020d>.json`` create-if-absent: one PUT per commit. The same bytes already there
+mean done; other bytes mean a foreign writer touched the view: the view is then left alone
+(a marker, :data:`STOP_FILE`, tells every process so) until ``lakesink delta-sync`` finds it
+whole again, and ``lakesink status``/``verify`` report it. Nothing here ever raises into a
+commit, nor touches the lake's own log.
+
+A view commit ``v`` is written only on top of ``v - 1`` (or at 0), so a view is never a log
+with holes: a writer (``create=True``) fills a gap of up to :data:`GAP_FILL` versions, a
+maintenance op only continues a view that is there, and ``delta-sync`` writes every missing
+commit from the oldest retained lake version. What a process learned (the last view version it
+wrote, a stop, a schema Delta cannot take) is kept per lake for the life of the process, so the
+steady state costs the one PUT.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from lakesink.views.delta import (
+    DELTA_LOG_DIR,
+    LAST_CHECKPOINT,
+    DeltaViewUnsupported,
+    delta_checkpoint,
+    delta_checkpoint_name,
+    delta_commit,
+    delta_commit_name,
+    delta_schema,
+    last_checkpoint_doc,
+)
+from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.names import META_DIR, TABLE_FILE
+from lakesink_reader.format.schemas import schema_at
+from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
+from lakesink_reader.format.v3.commits import Commit
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
+from lakesink_reader.storage.base import Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+#: Written when a view commit holds bytes lakesink did not derive: writers stop updating the view.
+STOP_FILE = f"{META_DIR}/delta_view_stopped.json"
+_STOP = StopFile(STOP_FILE, "says the view was touched by a foreign writer", log)
+#: A writer fills at most this many missing view versions in a commit; more is delta-sync's job.
+GAP_FILL = 16
+
+
+@dataclass
+class _Known(ViewMemo):
+    """What this process knows of one lake's view."""
+
+    version: int = -1  # the newest view version known to be this lake's bytes
+    unsupported: str | None = None
+    metadata: TableMetadata | None = None
+
+
+_MEMOS = ViewMemos(_Known)
+
+
+forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a sync, in tests
+
+
+class DeltaView:
+    """The ``after_commit`` hook that keeps a lake's Delta view up to date.
+
+    ``create``: a writer with ``delta_log`` on may start the view and fill small gaps; else
+    (compaction, vacuum) only a view that has the previous version is continued.
+    """
+
+    def __init__(
+        self, storage: Storage, table_id: str, *, create: bool, metadata: TableMetadata | None = None
+    ) -> None:
+        self.storage = storage
+        self.table_id = table_id
+        self.create = create
+        self._given = metadata
+        #: Maintenance ops (``create=False``: compaction, vacuum, through
+        #: ``lakesink.maintenance.compact.open_v3``) also continue the Spark view
+        #: (``_spark_metadata/``), if the lake has one: a compaction is what it must show.
+        self.spark: AfterCommit | None = None
+        if not create:
+            from lakesink.views.spark_metadata_view import SparkView
+
+            self.spark = SparkView(storage, table_id, create=False)
+
+    @property
+    def known(self) -> _Known:
+        """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
+        known = _MEMOS.get(self.storage, self.table_id)
+        if known.metadata is None and self._given is not None:
+            known.metadata = self._given
+        return known
+
+    def __call__(self, commit: Commit, state: TableState) -> None:
+        if self.spark is not None:
+            self.spark(commit, state)
+        remember_time(self.known.times, commit)
+        try:
+            self._after(commit, state)
+        except Exception:
+            log.warning(
+                "updating the Delta view of %s at version %d failed; the lake commit stands, and the "
+                "next commit or `lakesink delta-sync` writes it",
+                self.storage.url,
+                commit.version,
+                exc_info=True,
+            )
+
+    def _after(self, commit: Commit, state: TableState) -> None:
+        k, v = self.known, commit.version
+        if k.unsupported is not None or _STOP.stops(self.storage, k, "Delta view"):
+            return
+        if v > 0 and k.version != v - 1 and not self.storage.exists(delta_commit_name(v - 1)):
+            if not self.create:
+                return  # no view to continue (the writers write none, or it is behind)
+            start = self._gap_start(v)
+            if start is None:
+                return
+            vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=None)
+            for u in range(start, v):
+                older = vlog.read_commit(u)
+                if older is None:
+                    self.known.warn_once(
+                        log,
+                        "gone",
+                        "the Delta view of %s misses version %d, which the lake no longer has: run "
+                        "`lakesink delta-sync`",
+                        self.storage.url,
+                        u,
+                    )
+                    return
+                if not self._write(older):
+                    return
+                if self._due(u):
+                    self._checkpoint(u, None, vlog)
+        if self._write(commit) and self._due(v):
+            self._checkpoint(v, state, None)
+
+    def _due(self, version: int) -> bool:
+        return version > 0 and version % self._interval() == 0
+
+    def _interval(self) -> int:
+        if self.known.interval is None:
+            self.known.interval = table_interval(self.storage)
+        return self.known.interval
+
+    def _checkpoint(self, version: int, state: TableState | None, vlog: VersionedLog | None) -> None:
+        """The view checkpoint at ``version``, after its commit (derived work: a failure is logged)."""
+        try:
+            write_view_checkpoint(
+                self.storage,
+                self._metadata(),
+                vlog or VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval()),
+                version,
+                state=state,
+                interval=self._interval(),
+                times=self.known.times,
+            )
+        except Exception:
+            log.warning(
+                "writing the Delta view checkpoint of %s at version %d failed; Delta readers read the "
+                "commits instead, and `lakesink delta-sync` writes it",
+                self.storage.url,
+                version,
+                exc_info=True,
+            )
+
+    def _gap_start(self, v: int) -> int | None:
+        """The first missing version of a view that lacks ``v - 1``, when the gap is small."""
+        for u in range(v - 2, max(-1, v - 1 - GAP_FILL), -1):
+            if self.storage.exists(delta_commit_name(u)):
+                return u + 1
+        if v <= GAP_FILL:
+            return 0
+        self.known.warn_once(
+            log,
+            "behind",
+            "the Delta view of %s is more than %d versions behind the lake: it is not updated until "
+            "`lakesink delta-sync` writes what is missing",
+            self.storage.url,
+            GAP_FILL,
+        )
+        return None
+
+    def _metadata(self) -> TableMetadata:
+        if self.known.metadata is None:
+            self.known.metadata = read_table_metadata(self.storage)
+        return self.known.metadata
+
+    def _write(self, commit: Commit) -> bool:
+        k = self.known
+        try:
+            data = delta_commit(self._metadata(), commit)
+        except DeltaViewUnsupported as exc:
+            k.unsupported = str(exc)
+            self.known.warn_once(log, "unsupported", "%s has no Delta view: %s", self.storage.url, exc)
+            return False
+        if self.storage.put_if_absent(delta_commit_name(commit.version), data):
+            k.version = max(k.version, commit.version)
+            return True
+        k.stopped = (
+            f"version {commit.version} of the view holds bytes lakesink did not derive (a foreign writer)"
+        )
+        log.warning(
+            "%s/%s: %s; the view is no longer updated (the lake is unaffected). `lakesink delta-sync` "
+            "resumes it once the view is removed or repaired",
+            self.storage.url,
+            delta_commit_name(commit.version),
+            k.stopped,
+        )
+        _STOP.mark(self.storage, commit.version, k.stopped)
+        return False
+
+
+# View checkpoints -----------------------------------------------------------------------------
+
+#: View checkpoints kept: writing one deletes the one this many intervals older (the view is
+#: derived, and its commits are all kept: time travel to older versions reads those).
+KEEP_CHECKPOINTS = 2
+
+
+def table_interval(storage: Storage) -> int:
+    """table.json's ``checkpoint_interval`` N (the lake's checkpoints, and the views' too)."""
+    try:
+        doc = json.loads(storage.read_bytes(TABLE_FILE))
+    except (OSError, ValueError):
+        return DEFAULT_CHECKPOINT_INTERVAL
+    interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
+    return interval if type(interval) is int and interval >= 1 else DEFAULT_CHECKPOINT_INTERVAL
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+#: Commit times a process keeps per lake (a cache: beyond it, headers or older snapshots say).
+MAX_TIMES = 100_000
+
+
+def remember_time(times: dict[int, int], commit: Commit) -> None:
+    """Keep ``commit``'s time (ms) for the snapshots that list its files, in a bounded cache."""
+    if len(times) >= MAX_TIMES:
+        times.clear()
+    times[commit.version] = _ms(commit.header.committed_at)
+
+
+def live_at(storage: Storage, vlog: VersionedLog, version: int, interval: int, files: int | None) -> pa.Table:
+    """The lake's live files at ``version`` (the list of its checkpoint there, or the nearest one
+    below and the commits since), checked against the state's file count ``files``."""
+    from lakesink_reader.format.v3.checkpoint import live_files_table
+
+    live = live_files_table(storage, vlog.table_id, version, interval=interval, read_commit=vlog.read_commit)
+    if files is not None and live.num_rows != files:
+        raise CorruptFileError(
+            f"{storage.url}: {live.num_rows} live file(s) derived at version {version}, the log's state "
+            f"says {files}"
+        )
+    return live
+
+
+def added_times(
+    storage: Storage,
+    vlog: VersionedLog,
+    live: pa.Table,
+    *,
+    times: dict[int, int],
+    prior: Callable[[], pa.Table | None] | None = None,
+) -> pa.Array[Any]:
+    """Per live file, the time (ms) of the lake commit that added it: what that commit's view
+    entry says (``modificationTime``). From ``times`` (version -> ms, filled here: a writer's
+    process knows the versions it committed), then ``prior`` (a table of ``path`` -> ``ms`` from
+    an older snapshot of the view, see :func:`prior_table`, read only when needed), the commits'
+    headers, and for versions the lake's log no longer holds the Delta view's commit of that
+    version; else the time of the oldest retained lake commit (a rebuilt view of a vacuumed
+    lake: the only time left). In Arrow: a view of a million files is a million lookups."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
+    versions: Any = fill(live.column("added_version").combine_chunks(), 0).cast(pa.int64())
+    missing = [v for v in (int(v) for v in pc.unique(versions).to_pylist()) if v not in times]
+    known: Any = None  # per live file: its time in the prior view, or null
+    if prior is not None and missing:
+        found = prior()
+        if found is not None:
+            where = pc.index_in(live.column("path").combine_chunks(), value_set=found.column("path"))
+            known = pc.take(found.column("ms"), where)
+    need = missing
+    if need and known is not None:
+        unknown = pc.and_(pc.is_in(versions, value_set=pa.array(need, pa.int64())), pc.is_null(known))
+        need = sorted(int(v) for v in pc.unique(pc.filter(versions, unknown)).to_pylist())
+    if need:
+        for v, header in zip(need, parallel(vlog.read_header, need), strict=True):
+            if header is not None:
+                times[v] = _ms(header.committed_at)
+        fallback: int | None = None
+        for v in (v for v in need if v not in times):
+            ms = _view_commit_ms(storage, v)
+            if ms is None:
+                if fallback is None:
+                    fallback = _oldest_commit_ms(storage, vlog)
+                ms = fallback
+            times[v] = ms
+    by_version = pc.take(
+        pa.array(list(times.values()), pa.int64()),
+        pc.index_in(versions, value_set=pa.array(list(times.keys()), pa.int64())),
+    )
+    out: Any = by_version if known is None else pc.coalesce(by_version, known)
+    return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out  # type: ignore[no-any-return]
+
+
+def prior_table(paths: Any, ms: Any) -> pa.Table | None:
+    """The ``prior`` of :func:`added_times`: view paths (percent-encoded, relative) -> ms, the
+    rows with a null in either dropped; None when none is left."""
+    from urllib.parse import unquote
+
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    table = pa.table({"path": paths, "ms": ms}).filter(
+        pc.and_(pc.is_valid(paths), pc.is_valid(ms))
+    )  # fmt: skip
+    if table.num_rows == 0:
+        return None
+    path: Any = table.column("path").combine_chunks().cast(pa.string())
+    if pc.any(pc.match_substring(path, "%")).as_py():
+        path = pa.array([unquote(p) for p in path.to_pylist()], pa.string())
+    return pa.table({"path": path, "ms": table.column("ms").cast(pa.int64())})
+
+
+def _view_commit_ms(storage: Storage, version: int) -> int | None:
+    try:
+        first = storage.read_bytes(delta_commit_name(version)).split(b"\n", 1)[0]
+        return int(json.loads(first)["commitInfo"]["timestamp"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _oldest_commit_ms(storage: Storage, vlog: VersionedLog) -> int:
+    from lakesink.maintenance.sweep import oldest_commit
+
+    oldest = oldest_commit(storage, vlog)
+    header = vlog.read_header(oldest) if oldest is not None else None
+    if header is None:
+        raise CorruptFileError(f"{storage.url}: the lake's log has no commit to date its files by")
+    return _ms(header.committed_at)
+
+
+def view_checkpoints(storage: Storage) -> list[int]:
+    """The versions of the view checkpoints there (a listing of ``_delta_log/``)."""
+    found = []
+    for f in storage.list(DELTA_LOG_DIR):
+        name = f.name.rsplit("/", 1)[-1]
+        if name.endswith(".checkpoint.parquet") and name[:20].isdigit() and len(name) == 39:
+            found.append(int(name[:20]))
+    return sorted(found)
+
+
+def _prior_times(storage: Storage, version: int) -> pa.Table | None:
+    """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)."""
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    try:
+        table = pq.read_table(
+            f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", columns=["add"], filesystem=fs
+        )
+    except (OSError, ValueError):
+        return None
+    import pyarrow.compute as pc
+
+    adds: Any = table.column("add").combine_chunks()
+    return prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
+
+
+def _hint_version(storage: Storage) -> int | None:
+    try:
+        return int(json.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def write_view_checkpoint(
+    storage: Storage,
+    metadata: TableMetadata,
+    vlog: VersionedLog,
+    version: int,
+    *,
+    state: TableState | None = None,
+    interval: int | None = None,
+    times: dict[int, int] | None = None,
+) -> bool:
+    """Make sure the view checkpoint at ``version`` exists, then advance ``_last_checkpoint``.
+
+    Only ever after the view's commit ``version`` exists (a checkpoint of a version Delta
+    readers cannot see would be a lie). Built from the lake -- its live files at ``version``
+    (path, size, exact stats), the writers' last batches (``txn``), table.json (``protocol``,
+    ``metaData``) -- never from the view. Written create-if-absent: a checkpoint already there
+    (this process's, another writer's, or a Delta tool's) stands. Then the hint, when it names
+    an older one, and the checkpoint ``KEEP_CHECKPOINTS`` intervals older is deleted.
+    Returns whether this call created it.
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    interval = interval or table_interval(storage)
+    if not storage.exists(delta_commit_name(version)):
+        raise FileNotFoundError(f"{storage.url}/{delta_commit_name(version)}: no view commit to checkpoint")
+    name = delta_checkpoint_name(version)
+    created = False
+    if not storage.exists(name):
+        state = state if state is not None else vlog.snapshot(at_most=version).state
+        if state.version != version:
+            raise CorruptFileError(
+                f"{storage.url}: the lake's state at version {version} is at {state.version}"
+            )
+        live = live_at(storage, vlog, version, interval, state.counts.files)
+        hint = _hint_version(storage)
+        prior = (
+            functools.partial(_prior_times, storage, hint) if hint is not None and hint < version else None
+        )
+        stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
+        txns = [(w.id, w.last_batch, _ms(w.committed_at)) for w in state.writers.values()]
+        # The schema the lake has at that version (schema evolution), as the commits' metaData say.
+        schema = schema_at(metadata.schema, state.schema_at(version))
+        table = delta_checkpoint(dataclasses.replace(metadata, schema=schema), live, stamps, txns)
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink, row_group_size=65_536, compression="zstd")
+        data = sink.getvalue().to_pybytes()
+        created = storage.put_if_absent(name, data)
+        if not created:
+            log.info("%s/%s exists with other bytes (another writer's): kept", storage.url, name)
+        hint_doc = last_checkpoint_doc(version, table.num_rows, live.num_rows, len(data))
+    else:  # there already: the hint needs its row count (``size`` is required), from the footer
+        fs, base = storage.arrow_filesystem()
+        rows = pq.read_metadata(f"{base.rstrip('/')}/{name}", filesystem=fs).num_rows
+        hint_doc = json.dumps({"size": rows, "version": version}, separators=(",", ":")).encode()
+    hint = _hint_version(storage)
+    if hint is None or hint < version:
+        storage.put(LAST_CHECKPOINT, hint_doc)
+    older = version - KEEP_CHECKPOINTS * interval
+    if older > 0 and (version % interval == 0):
+        storage.delete(delta_checkpoint_name(older))
+    if created:
+        log.info("wrote the Delta view checkpoint of %s at version %d", storage.url, version)
+    return created
+
+
+def check_view_checkpoint(storage: Storage, vlog: VersionedLog, version: int, interval: int) -> str | None:
+    """None when the view checkpoint at ``version`` holds exactly the lake's live files there
+    (paths and sizes) and the table's protocol; else what differs."""
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    table = pq.read_table(f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", filesystem=fs)
+    seen: dict[str, int] = {}
+    protocols = []
+    for row in table.select([c for c in ("add", "protocol") if c in table.column_names]).to_pylist():
+        if row.get("add") is not None:
+            seen[unquote(row["add"]["path"])] = int(row["add"]["size"])
+        if row.get("protocol") is not None:
+            protocols.append(row["protocol"])
+    live = live_at(storage, vlog, version, interval, None)
+    expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
+    if seen != expected:
+        extra, lost = len(set(seen) - set(expected)), len(set(expected) - set(seen))
+        return (
+            f"the view checkpoint at version {version} lists other files than the lake ({extra} more, "
+            f"{lost} fewer)"
+        )
+    if len(protocols) != 1 or protocols[0].get("minWriterVersion") != 7:
+        return f"the view checkpoint at version {version} has another protocol: {protocols}"
+    return None
+
+
+# Checking and syncing -------------------------------------------------------------------------
+
+
+@dataclass
+class DeltaViewReport:
+    """The Delta view of a lake, as :func:`delta_sync` or :func:`check_view` found it.
+
+    ``state``: ``ok`` (the view has every retained lake version, each with lakesink's bytes),
+    ``absent`` (no view), ``behind`` (versions missing: ``missing``), ``foreign`` (``foreign``
+    versions hold other bytes; writers stopped updating it), ``unsupported`` (the schema has
+    types Delta cannot take). A view of a lake whose oldest versions are vacuumed starts at a
+    view checkpoint at the oldest retained version.
+    """
+
+    path: str
+    state: str = "ok"
+    detail: str = ""
+    lake_version: int | None = None
+    view_version: int | None = None
+    written: list[int] = field(default_factory=list)
+    missing: list[int] = field(default_factory=list)
+    foreign: list[int] = field(default_factory=list)
+    #: View checkpoints written by this sync.
+    checkpoints: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("ok", "absent")
+
+    def summary(self) -> str:
+        return self.state + (f": {self.detail}" if self.detail else "")
+
+
+def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
+    """Write every Delta commit missing from the view of the lake at ``storage``, from the oldest
+    retained lake version, and check the ones there (``write=False``: check only, as ``verify``).
+
+    Resumes a stopped view when every version holds lakesink's bytes. Views of format-2 and
+    foreach lakes do not exist (FormatVersionError / ValueError, from ``open_v3``).
+    """
+    from lakesink.maintenance.compact import open_v3
+    from lakesink.maintenance.sweep import oldest_commit
+
+    metadata, vlog = open_v3(storage, "the Delta view")
+    report = DeltaViewReport(storage.url)
+    try:
+        delta_schema(metadata.schema)
+    except DeltaViewUnsupported as exc:
+        report.state, report.detail = "unsupported", str(exc)
+        return report
+    latest = vlog.open().version
+    report.lake_version = latest if latest >= 0 else None
+    present = {
+        int(name[:-5])
+        for f in storage.list("_delta_log")
+        if (name := f.name.rsplit("/", 1)[-1]).endswith(".json") and name[:-5].isdigit() and len(name) == 25
+    }
+    report.view_version = max(present) if present else None
+    if latest < 0:
+        report.state = "absent" if not present else "ok"
+        return report
+    oldest = oldest_commit(storage, vlog) or 0
+    interval = table_interval(storage)
+    checkpoints = view_checkpoints(storage)
+    # A lake whose oldest versions are vacuumed: the view cannot hold them, and starts (again)
+    # at a checkpoint at or above the oldest retained version.
+    start_checkpoint: int | None = None
+    vacuumed = oldest > 0 and not all(u in present for u in range(oldest))
+    if vacuumed and not any(c >= oldest for c in checkpoints):
+        start_checkpoint = oldest
+    if not present and not write:
+        report.state = "absent"
+        return report
+    if write:
+        probe_store(storage)  # a writing command: refuse on a store that overwrites
+    for v in range(oldest, latest + 1):
+        commit = vlog.read_commit(v)
+        if commit is None:
+            raise FileNotFoundError(f"{storage.url}: lake version {v} vanished while the view was synced")
+        data = delta_commit(metadata, commit)
+        name = delta_commit_name(v)
+        if v in present:
+            try:
+                same = storage.read_bytes(name) == data
+            except FileNotFoundError:
+                same = None
+            if same is False:
+                report.foreign.append(v)
+            if same is not None:
+                continue
+        if not write or report.foreign:
+            report.missing.append(v)
+        elif storage.put_if_absent(name, data):
+            report.written.append(v)
+        else:
+            report.foreign.append(v)
+    if report.foreign:
+        report.state = "foreign"
+        report.detail = (
+            f"version(s) {report.foreign[:10]} of the view hold bytes lakesink did not derive: a foreign "
+            "writer touched it; writers no longer update it (remove `_delta_log/` and run "
+            "`lakesink delta-sync` to rebuild it; the lake is unaffected)"
+        )
+        if write:
+            _STOP.mark(storage, report.foreign[0], report.detail)
+    elif report.missing:
+        report.state = "behind"
+        report.detail = (
+            f"{len(report.missing)} version(s) missing from {report.missing[0]}: run `lakesink delta-sync`"
+        )
+    else:
+        _sync_checkpoints(
+            storage, metadata, vlog, report, latest, interval, start_checkpoint, checkpoints, write
+        )
+        if write and report.state == "ok":
+            storage.delete(STOP_FILE)
+    forget(storage, metadata.table_id or "")
+    report.view_version = max(present | set(report.written)) if present or report.written else None
+    return report
+
+
+def _sync_checkpoints(
+    storage: Storage,
+    metadata: TableMetadata,
+    vlog: VersionedLog,
+    report: DeltaViewReport,
+    latest: int,
+    interval: int,
+    start_checkpoint: int | None,
+    checkpoints: list[int],
+    write: bool,
+) -> None:
+    """The view checkpoints: the one a view restarted on a vacuumed lake needs (at its oldest
+    version), the newest due one, and the newest there checked against the lake."""
+    due = latest // interval * interval
+    wanted = sorted({c for c in (start_checkpoint, due) if c is not None and c > 0})
+    wanted = [c for c in wanted if storage.exists(delta_commit_name(c))]  # never without its commit
+    for c in wanted:
+        if c in checkpoints:
+            continue
+        if write:
+            write_view_checkpoint(storage, metadata, vlog, c, interval=interval)
+            report.checkpoints.append(c)
+        elif c == start_checkpoint:
+            report.state = "behind"
+            report.detail = f"the lake's versions below {c} are vacuumed: the view needs a checkpoint at {c}"
+    newest = max([c for c in checkpoints if c <= latest] + report.checkpoints, default=None)
+    if newest is not None and report.state == "ok":
+        problem = check_view_checkpoint(storage, vlog, newest, interval)
+        if problem is not None:
+            report.state, report.foreign, report.detail = "foreign", [newest], problem
+
+
+def check_view(storage: Storage, metadata: TableMetadata, vlog: VersionedLog, latest: int) -> DeltaViewReport:
+    """The cheap check of ``lakesink status``: the stop marker, and the view commit of the latest
+    lake version compared with what lakesink derives (two or three reads)."""
+    report = DeltaViewReport(storage.url, lake_version=latest if latest >= 0 else None)
+    try:
+        delta_schema(metadata.schema)
+    except DeltaViewUnsupported as exc:
+        report.state, report.detail = "unsupported", str(exc)
+        return report
+    if storage.exists(STOP_FILE):
+        report.state, report.detail = "foreign", _STOP.reason(storage)
+        return report
+    if latest < 0:
+        report.state = "absent"
+        return report
+    try:
+        existing = storage.read_bytes(delta_commit_name(latest))
+    except FileNotFoundError:
+        existing = None
+    if existing is None:
+        report.state = "behind" if storage.exists(delta_commit_name(0)) else "absent"
+        if report.state == "behind":
+            report.detail = f"the view lacks lake version {latest}: run `lakesink delta-sync`"
+        return report
+    commit = vlog.read_commit(latest)
+    if commit is not None and delta_commit(metadata, commit) != existing:
+        report.state = "foreign"
+        report.foreign = [latest]
+        report.detail = f"version {latest} of the view holds bytes lakesink did not derive (a foreign writer)"
+        return report
+    report.view_version = latest
+    return report

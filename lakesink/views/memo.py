@@ -1,0 +1,122 @@
+"""What the derived views (``_delta_log/``, ``_spark_metadata/``) share: what a process knows
+of one lake's view between the commits it writes, and the view's stop file.
+
+A writer's driver, compaction and vacuum continue a view after each lake commit; remembering
+where the view stands (its last version known to hold lakesink's bytes, whether a foreign
+writer stopped it, the commit times its snapshots need) saves a listing and a read per commit.
+Like the writer's run memo (``lakesink.spark.runs``), it is kept so that nothing can trip over
+it:
+
+- **keyed by the lake's table id** (with its URL): a lake deleted and recreated at the same
+  path has a new table id, so it starts from nothing; two queries on one lake share what they
+  know of its view, which is a fact of the lake, not of a query;
+- **only time is saved**: every fact is checked before it is relied on (a view version is
+  written create-if-absent and read back when it exists), and a memo lost to the bound below,
+  another process, or ``forget`` (after a sync) means the view is looked at again;
+- **bounded**: the lakes seen last, at most :data:`MAX_LAKES` per kind of view.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+if TYPE_CHECKING:
+    from lakesink_reader.storage.base import Storage
+
+#: Lakes remembered per process and view kind: a driver writes a handful of lakes at a time.
+MAX_LAKES = 64
+
+
+@dataclass
+class ViewMemo:
+    """What every kind of view remembers; a view's own memo adds its position in the view."""
+
+    stop_checked: bool = False  # the stop file was looked for
+    stopped: str | None = None  # why the view is not updated (its stop file's reason)
+    interval: int | None = None  # the lake's checkpoint interval
+    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
+    times: dict[int, int] = field(default_factory=dict)
+    warned: set[str] = field(default_factory=set)
+
+    def warn_once(self, log: logging.Logger, key: str, message: str, *args: object) -> None:
+        """Log ``message`` the first time ``key`` comes up for this lake's view."""
+        if key not in self.warned:
+            self.warned.add(key)
+            log.warning(message, *args)
+
+
+Memo = TypeVar("Memo", bound=ViewMemo)
+
+
+class ViewMemos(Generic[Memo]):
+    """One kind of view's memos, by (lake URL, table id), the least recently used dropped first."""
+
+    def __init__(self, fresh: Callable[[], Memo]) -> None:
+        self._fresh = fresh
+        self._memos: OrderedDict[tuple[str, str], Memo] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, storage: Storage, table_id: str) -> Memo:
+        """The memo of the lake in ``storage`` with ``table_id`` (a fresh one the first time)."""
+        key = (storage.url, table_id)
+        with self._lock:
+            memo = self._memos.get(key)
+            if memo is None:
+                memo = self._memos[key] = self._fresh()
+                while len(self._memos) > MAX_LAKES:
+                    self._memos.popitem(last=False)
+            else:
+                self._memos.move_to_end(key)
+            return memo
+
+    def forget(self, storage: Storage, table_id: str) -> None:
+        """Drop what this process knows of one lake's view (after a sync, in tests): the next
+        commit looks at the view afresh."""
+        with self._lock:
+            self._memos.pop((storage.url, table_id), None)
+
+
+class StopFile:
+    """A view's stop file (``name``, under ``_lakesink/``): written when the view was found
+    holding content lakesink did not derive; while it is there, no writer updates the view, and
+    ``status``/``verify`` report its reason (``otherwise`` when it cannot be read)."""
+
+    def __init__(self, name: str, otherwise: str, log: logging.Logger) -> None:
+        self.name, self.otherwise, self._log = name, otherwise, log
+
+    def mark(self, storage: Storage, version: int, reason: str) -> None:
+        """Write the stop file; a failure to write it is only logged (the view stays stopped
+        in this process, and the next one finds the foreign content again)."""
+        try:
+            doc = {"version": version, "reason": reason, "found_at": time.time()}
+            storage.put(self.name, json.dumps(doc, sort_keys=True).encode())
+        except Exception:  # noqa: BLE001 -- best effort: the view stays stopped in this process
+            self._log.warning("could not write %s/%s", storage.url, self.name, exc_info=True)
+
+    def stops(self, storage: Storage, memo: ViewMemo, view: str) -> bool:
+        """Whether ``view`` (its name, for the log) is stopped: by ``memo``, or by the stop file,
+        looked for once per memo (a process meets it at its first commit; `sync` forgets)."""
+        if memo.stopped is not None:
+            return True
+        if not memo.stop_checked:
+            if storage.exists(self.name):
+                memo.stopped = self.reason(storage)
+                memo.warn_once(
+                    self._log, "stopped", "the %s of %s is not updated: %s", view, storage.url, memo.stopped
+                )
+                return True
+            memo.stop_checked = True
+        return False
+
+    def reason(self, storage: Storage) -> str:
+        try:
+            return str(json.loads(storage.read_bytes(self.name))["reason"])
+        except Exception:  # noqa: BLE001 -- only a message
+            return f"{self.name} {self.otherwise}"

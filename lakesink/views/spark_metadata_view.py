@@ -1,0 +1,679 @@
+"""The Spark view of a format-3 epoch lake: ``_spark_metadata/``, so that ``spark.read.parquet(lake)``
+reads exactly the committed files.
+
+When Spark's batch reader is given one folder that holds ``_spark_metadata/``
+(``FileStreamSink.hasMetadata``), it does not list the folder: ``MetadataLogFileIndex`` reads
+the files the log names (``FileStreamSinkLog.allFiles``), the log Spark's own file sink writes.
+What Spark 4.x reads there (``CompactibleFileStreamLog``, ``FileStreamSinkLog``,
+``SinkFileStatus``, read at apache/spark master, Spark 4.x):
+
+- batch files named by a batch id, ``<id>`` or ``<id>.compact``: ``v1`` then one JSON line per
+  file, ``{"path": <absolute, URI-encoded>, "size", "isDir", "modificationTime",
+  "blockReplication", "blockSize", "action": "add"}``; other names (ours under ``_lakesink/``,
+  staged copies) are skipped;
+- a reader takes the newest id L and the interval K, and reads the compact batch at or below L
+  (``floor((L + 1) / K) * K - 1``) and every id after it up to L -- all of which must exist.
+  Compact batches are the ids with ``(id + 1) % K == 0``;
+- K is ``latest - previous`` of the two newest ``.compact`` files; with fewer than two, the
+  reader's own ``spark.sql.streaming.fileSink.log.compactInterval`` decides (10 unless set);
+- **nothing removes a file but a compact batch**: since Spark 3.1 ``action`` is not read (a
+  ``"delete"`` entry would *add* the file), and entries of the batches after a compact only add.
+
+So the view (:class:`SparkView`, an ``after_commit`` hook):
+
+- lake version ``v`` is one batch. A version that only adds files is the next id, listing its
+  adds; a version that removes files (a compaction) -- or one the view cannot continue from
+  (the view is new, behind, or the lake was written without it) -- jumps to the next compact id
+  and lists every live file at ``v``. Every compact id reached is written as a compact (the
+  live files). The ids skipped by a jump are never read: a reader starts at the newest compact.
+- K is :data:`COMPACT_INTERVAL` and pinned from the start: the first batch is the compact
+  ``2K - 1`` (ids ``K - 1`` is an empty pin ``.compact``), so every reader, whatever its
+  configuration, computes the same K from the two newest compacts.
+- which lake version a batch holds: ``_spark_metadata/_lakesink/<id:020d>.json``
+  (``{"batch", "table_id", "version"}``), written before each compact batch; a batch after
+  the newest such anchor at or below it holds ``anchor version + (id - anchor id)``.
+- create-if-absent, like the Delta view: a batch that adds is a pure function of the lake
+  commit (equal bytes = done); a compact is compared by its files (paths and sizes: the times
+  of files added in versions the lake vacuumed may differ between two derivations). Other
+  content means a foreign writer: the view stops (:data:`STOP_FILE`), ``lakesink status`` and
+  ``verify`` say so, and ``lakesink sync-views`` resumes it once ``_spark_metadata/`` is
+  removed. The lake's own log is never touched.
+- paths are absolute URIs of the lake as Spark names it: ``file://`` for local lakes,
+  ``s3a://`` for ``s3://`` lakes (Hadoop's S3 client), ``hdfs://`` as is. A lake moved or
+  reached under another URI needs its view rebuilt (remove ``_spark_metadata/``, sync).
+- after each compact ``c``, batches and anchors below ``c - K`` are deleted (a reader that
+  started at the previous compact still finds its files; Spark's own sink deletes old batches
+  the same way).
+"""
+
+from __future__ import annotations
+
+import functools
+import io
+import json
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, NoReturn
+from urllib.parse import quote, unquote
+
+from lakesink.views.delta_view import added_times, live_at, remember_time, table_interval
+from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink_reader.format.names import META_DIR
+from lakesink_reader.format.table import probe_store
+from lakesink_reader.format.v3.commits import Commit
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage.base import Storage
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+log = logging.getLogger(__name__)
+
+SPARK_DIR = "_spark_metadata"
+ANCHOR_DIR = f"{SPARK_DIR}/_lakesink"
+#: Written when the view holds content lakesink did not derive: writers stop updating it.
+STOP_FILE = f"{META_DIR}/spark_view_stopped.json"
+_STOP = StopFile(STOP_FILE, "says the view holds content lakesink did not derive", log)
+#: K: batches between two compacts (Spark's own default). A compact lists every live file.
+COMPACT_INTERVAL = 10
+#: The empty compact that pins K, and the first real batch (lake version of the first anchor).
+PIN_BATCH = COMPACT_INTERVAL - 1
+FIRST_BATCH = 2 * COMPACT_INTERVAL - 1
+#: A writer fills at most this many missing versions in order; further behind, it jumps.
+GAP_FILL = 16
+#: Races lost to other lakesink processes (other writers of the lake) before a commit gives up.
+RACE_RETRIES = 4
+#: ``SinkFileStatus.blockSize``: informational for Parquet reads (splits follow
+#: ``spark.sql.files.maxPartitionBytes``); Hadoop's local and S3A default.
+BLOCK_SIZE = 32 * 1024 * 1024
+_BATCH = re.compile(r"^(\d+)(\.compact)?$")
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def is_compact(batch: int) -> bool:
+    return (batch + 1) % COMPACT_INTERVAL == 0
+
+
+def batch_name(batch: int) -> str:
+    return f"{SPARK_DIR}/{batch}" + (".compact" if is_compact(batch) else "")
+
+
+def anchor_name(batch: int) -> str:
+    return f"{ANCHOR_DIR}/{batch:020d}.json"
+
+
+def next_batch(previous: int | None, *, jump: bool) -> int:
+    """The batch after ``previous`` (None: the view is empty); ``jump``: the next compact id."""
+    if previous is None:
+        return FIRST_BATCH
+    batch = previous + 1
+    if jump and not is_compact(batch):
+        batch = (batch // COMPACT_INTERVAL + 1) * COMPACT_INTERVAL - 1
+    return batch
+
+
+def base_uri(storage: Storage) -> str:
+    """The lake's root as Spark's Hadoop file systems name it (``s3://`` is read as ``s3a://``)."""
+    url = storage.url.rstrip("/")
+    if url.startswith("s3://"):
+        return "s3a://" + quote(url[len("s3://") :], safe="/")
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        return f"{scheme}://{quote(rest, safe='/:@')}"
+    return "file://" + quote(url, safe="/")
+
+
+def _entry(uri: str, size: int, ms: int) -> str:
+    """One ``SinkFileStatus`` line (``uri`` is percent-encoded: nothing in it needs JSON escapes)."""
+    return (
+        f'{{"path":"{uri}","size":{int(size)},"isDir":false,"modificationTime":{int(ms)},'
+        f'"blockReplication":1,"blockSize":{BLOCK_SIZE},"action":"add"}}'
+    )
+
+
+def _batch_bytes(entries: list[str]) -> bytes:
+    return ("v1" + "".join("\n" + e for e in entries)).encode("utf-8")
+
+
+def adds_batch(base: str, commit: Commit) -> bytes:
+    """The batch of a lake version that only adds files: its adds, at the commit's time."""
+    ms = _ms(commit.header.committed_at)
+    return _batch_bytes(
+        [
+            _entry(f"{base}/{quote(a.path, safe='/')}", a.size, ms)
+            for a in sorted(commit.adds, key=lambda a: a.path)
+        ]
+    )
+
+
+#: Path characters ``quote(p, safe="/")`` leaves as they are: a path of only these needs no quoting.
+_UNQUOTED_PATH = r"^[A-Za-z0-9_.~/-]*$"
+
+
+def compact_batch(base: str, live: pa.Table, stamps: pa.Array[Any]) -> bytes:
+    """A compact batch: every live file (the lake's list at one version, sorted by path).
+
+    Built in Arrow, not as a Python string per file: at a million live files the batch is
+    ~200 MB, and building it from Python strings took 0.75 GiB and 1.5 s (Arrow: 0.35 GiB,
+    0.8 s). The bytes are exactly those of :func:`_entry` per file (two writers must derive
+    the same view; tests/test_spark_view.py compares them).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if live.num_rows == 0:
+        return _batch_bytes([])
+    paths = live.column("path").combine_chunks().cast(pa.string())
+    if not pc.all(pc.match_substring_regex(paths, _UNQUOTED_PATH)).as_py():
+        paths = pa.array([quote(str(p), safe="/") for p in paths.to_pylist()], pa.string())
+    fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
+    sizes: Any = fill(live.column("bytes").combine_chunks(), 0)
+    times: Any = fill(stamps, 0)
+    sizes, times = (a.cast(pa.int64()).cast(pa.string()) for a in (sizes, times))
+    # Each line starts with its newline, the first with the header too: the batch is then the
+    # lines' bytes back to back, copied out of Arrow once.
+    starts = pa.array(["v1\n"] + ["\n"] * (live.num_rows - 1), pa.string())
+    lines = pc.binary_join_element_wise(
+        starts,
+        f'{{"path":"{base}/',
+        paths,
+        '","size":',
+        sizes,
+        ',"isDir":false,"modificationTime":',
+        times,
+        f',"blockReplication":1,"blockSize":{BLOCK_SIZE},"action":"add"}}',
+        "",
+    )
+    if isinstance(lines, pa.ChunkedArray):
+        lines = lines.combine_chunks()
+    bounds = pa.Array.from_buffers(
+        pa.int32(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
+    )
+    first, end = bounds[0].as_py(), bounds[len(lines)].as_py()
+    return bytes(lines.buffers()[2][first:end].to_pybytes())
+
+
+def parse_batch(data: bytes) -> list[dict[str, object]]:
+    """The entries of a batch file; ValueError when it is not Spark's ``v1`` format."""
+    lines = data.decode("utf-8").split("\n")
+    if lines[0] != "v1":
+        raise ValueError(f"not a v1 batch: {lines[0][:20]!r}")
+    return [json.loads(line) for line in lines[1:] if line]
+
+
+def _files_of(data: bytes, base: str) -> dict[str, int] | None:
+    """path (relative to the lake) -> size of a batch's entries; None when unreadable or when an
+    entry is outside the lake, not an ``add``, or a directory."""
+    try:
+        entries = parse_batch(data)
+    except (ValueError, UnicodeDecodeError):
+        return None
+    out: dict[str, int] = {}
+    for e in entries:
+        path = e.get("path")
+        if (
+            not isinstance(path, str)
+            or not path.startswith(base + "/")
+            or e.get("action") != "add"
+            or e.get("isDir")
+        ):
+            return None
+        out[unquote(path[len(base) + 1 :])] = int(e.get("size", -1))  # type: ignore[call-overload]
+    return out
+
+
+# The view's layout as found in storage -----------------------------------------------------------
+
+
+@dataclass
+class Layout:
+    """The batch ids and anchors under ``_spark_metadata/`` (one listing each)."""
+
+    batches: dict[int, str]  # id -> name
+    anchors: dict[int, int]  # id -> lake version
+
+    @property
+    def latest(self) -> int | None:
+        real = [b for b in self.batches if b != PIN_BATCH or self.anchors.get(b) is not None]
+        return max(real) if real else None
+
+    def version_of(self, batch: int) -> int | None:
+        """The lake version batch ``batch`` holds (None: no anchor explains it)."""
+        below = [a for a in self.anchors if a <= batch]
+        if not below:
+            return None
+        a = max(below)
+        return self.anchors[a] + (batch - a)
+
+    def batch_of(self, version: int) -> int | None:
+        """The batch holding lake version ``version``, when the view has it."""
+        latest = self.latest
+        if latest is None:
+            return None
+        at = [(v, a) for a, v in self.anchors.items() if v <= version]
+        if not at:
+            return None
+        v, a = max(at)
+        batch = a + (version - v)
+        return batch if batch <= latest and batch in self.batches else None
+
+
+def read_layout(storage: Storage) -> Layout:
+    batches: dict[int, str] = {}
+    for f in storage.list(SPARK_DIR):
+        name = f.name.rsplit("/", 1)[-1]
+        if f.name != f"{SPARK_DIR}/{name}":
+            continue
+        m = _BATCH.match(name)
+        if m is not None and bool(m.group(2)) == is_compact(int(m.group(1))):
+            batches[int(m.group(1))] = f.name
+    anchors: dict[int, int] = {}
+    for f in storage.list(ANCHOR_DIR):
+        name = f.name.rsplit("/", 1)[-1]
+        if name.endswith(".json") and name[:-5].isdigit():
+            try:
+                doc = json.loads(storage.read_bytes(f.name))
+                anchors[int(doc["batch"])] = int(doc["version"])
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+    return Layout(batches, anchors)
+
+
+# The hook ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Known(ViewMemo):
+    position: tuple[int, int] | None = None  # (lake version, batch) last known written
+
+
+_MEMOS = ViewMemos(_Known)
+
+
+forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a sync, in tests
+
+
+class Foreign(Exception):
+    """The view holds content lakesink did not derive."""
+
+
+class LostRace(Exception):
+    """Another lakesink process placed another version where this one meant to write."""
+
+
+class SparkView:
+    """The ``after_commit`` hook that keeps a lake's ``_spark_metadata/`` up to date.
+
+    ``create``: a writer with ``spark_metadata`` on starts the view, and brings one that is
+    behind to the current version (a jump to a compact); else (compaction, vacuum) only a view
+    that holds the previous version is continued.
+    """
+
+    def __init__(self, storage: Storage, table_id: str, *, create: bool) -> None:
+        self.storage = storage
+        self.table_id = table_id
+        self.create = create
+
+    @property
+    def known(self) -> _Known:
+        """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
+        return _MEMOS.get(self.storage, self.table_id)
+
+    def __call__(self, commit: Commit, state: TableState) -> None:
+        remember_time(self.known.times, commit)
+        try:
+            self._after(commit, state)
+        except Exception:
+            log.warning(
+                "updating the Spark view (_spark_metadata/) of %s at version %d failed; the lake "
+                "commit stands, and the next commit or `lakesink sync-views` writes it",
+                self.storage.url,
+                commit.version,
+                exc_info=True,
+            )
+
+    def _after(self, commit: Commit, state: TableState) -> None:
+        k, v = self.known, commit.version
+        if _STOP.stops(self.storage, k, "Spark view"):
+            return
+        vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval())
+        for _ in range(RACE_RETRIES):
+            try:
+                self._advance(vlog, commit, state)
+                return
+            except LostRace:
+                k.position = None  # another lakesink process wrote there first: look again
+            except Foreign as exc:
+                k.stopped = str(exc)
+                log.warning(
+                    "%s: %s; the Spark view is no longer updated (the lake is unaffected)",
+                    self.storage.url,
+                    exc,
+                )
+                _STOP.mark(self.storage, v, k.stopped)
+                return
+        log.info("the Spark view of %s: lost %d races at version %d; the next commit catches up",
+                 self.storage.url, RACE_RETRIES, v)  # fmt: skip
+
+    def _advance(self, vlog: VersionedLog, commit: Commit, state: TableState) -> None:
+        """Write version ``v`` on top of ``v - 1``'s batch: after filling a small gap in order (so
+        that every process places each version alike), or as a jump when the view is far behind
+        (or absent, for a lake with more than :data:`GAP_FILL` versions)."""
+        k, v = self.known, commit.version
+        write = functools.partial(write_version, self.storage, vlog, interval=self._interval(), times=k.times)
+        if k.position is not None and k.position[0] == v - 1:
+            k.position = (v, write(commit, k.position[1], jump=bool(commit.removes), state=state))
+            return
+        layout = read_layout(self.storage)
+        top = layout.latest
+        top_version = layout.version_of(top) if top is not None else None
+        if top is not None and top_version is None:
+            raise Foreign(
+                f"batch {top} of _spark_metadata/ is not one lakesink wrote (no anchor explains it)"
+            )
+        if top_version is not None and top_version >= v:
+            at = layout.batch_of(v)
+            k.position = (v, at) if at is not None else None
+            return  # written already (by another process)
+        first = 0 if top_version is None else top_version + 1
+        if top_version != v - 1 and not self.create:
+            return  # no view to continue (the writers keep none, or it is behind)
+        if v - first > GAP_FILL or (top is None and vlog.read_header(0) is None):
+            k.position = (v, write(commit, top, jump=True, state=state))  # far behind: jump
+            return
+        previous = top
+        for u in range(first, v):
+            older = vlog.read_commit(u)
+            if older is None:  # vacuumed meanwhile: jump instead
+                k.position = (v, write(commit, top, jump=True, state=state))
+                return
+            previous = write(older, previous, jump=bool(older.removes))
+        k.position = (v, write(commit, previous, jump=bool(commit.removes), state=state))
+
+    def _interval(self) -> int:
+        if self.known.interval is None:
+            self.known.interval = table_interval(self.storage)
+        return self.known.interval
+
+
+def write_version(
+    storage: Storage,
+    vlog: VersionedLog,
+    commit: Commit,
+    previous: int | None,
+    *,
+    jump: bool,
+    state: TableState | None = None,
+    interval: int | None = None,
+    times: dict[int, int] | None = None,
+) -> int:
+    """Write lake version ``commit.version`` as the batch after ``previous`` (None: the view's
+    first batch); returns its id. Foreign when the view holds other content there."""
+    base = base_uri(storage)
+    v = commit.version
+    batch = next_batch(previous, jump=jump or previous is None)
+    if not is_compact(batch):
+        data = adds_batch(base, commit)
+        if not storage.put_if_absent(batch_name(batch), data):
+            _lost_or_foreign(storage, vlog, batch, v)
+        return batch
+    if batch == FIRST_BATCH:
+        _put_same(storage, batch_name(PIN_BATCH), _batch_bytes([]))
+    anchor = json.dumps({"batch": batch, "table_id": vlog.table_id, "version": v}, sort_keys=True).encode()
+    if not storage.put_if_absent(anchor_name(batch), anchor):
+        _lost_or_foreign(storage, vlog, batch, v)
+    interval = interval or table_interval(storage)
+    if state is None or state.version != v:
+        state = vlog.snapshot(at_most=v).state
+    live = live_at(storage, vlog, v, interval, state.counts.files)
+    prior = functools.partial(_prior, storage, base, batch - COMPACT_INTERVAL)
+    stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
+    data = compact_batch(base, live, stamps)
+    name = batch_name(batch)
+    if not storage.put_if_absent(name, data):
+        expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
+        if _files_of(storage.read_bytes(name), base) != expected:
+            raise Foreign(
+                f"compact batch {batch} of _spark_metadata/ lists other files than the lake at version {v}"
+            )
+    _clean(storage, batch)
+    log.info(
+        "wrote the Spark view of %s at version %d: compact batch %d, %d file(s)",
+        storage.url,
+        v,
+        batch,
+        live.num_rows,
+    )
+    return batch
+
+
+def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: int) -> NoReturn:
+    """Batch ``batch`` (or its anchor) was taken: LostRace when another lakesink process placed
+    another lake version there (its content is what lakesink derives for that version), else
+    Foreign."""
+    try:
+        doc = json.loads(storage.read_bytes(anchor_name(batch))) if is_compact(batch) else None
+    except (FileNotFoundError, ValueError):
+        doc = None
+    if doc is not None:
+        if doc.get("table_id") == vlog.table_id and doc.get("version") != version:
+            raise LostRace(f"compact batch {batch} holds version {doc.get('version')}")
+        raise Foreign(f"the anchor of batch {batch} of _spark_metadata/ is not this lake's version {version}")
+    layout = read_layout(storage)
+    other = layout.version_of(batch)
+    if other is not None and other != version and batch in layout.batches:
+        commit = vlog.read_commit(other)
+        if commit is not None and storage.read_bytes(layout.batches[batch]) == adds_batch(
+            base_uri(storage), commit
+        ):
+            raise LostRace(f"batch {batch} holds version {other}")
+    raise Foreign(f"batch {batch} of _spark_metadata/ holds content lakesink did not derive")
+
+
+def _put_same(storage: Storage, name: str, data: bytes) -> None:
+    if not storage.put_if_absent(name, data):
+        raise Foreign(f"{name} holds content lakesink did not derive")
+
+
+def _prior(storage: Storage, base: str, batch: int) -> pa.Table | None:
+    """path -> modificationTime of the compact ``batch`` and the batches after it (the times a
+    new compact keeps for files it carries over), read with Arrow's JSON reader: a compact batch
+    of a million files is a million lines."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.json as pj
+
+    from lakesink.views.delta_view import prior_table
+
+    if batch < FIRST_BATCH:
+        return None
+    fields: list[tuple[str, pa.DataType]] = [("path", pa.string()), ("modificationTime", pa.int64())]
+    schema = pa.schema(fields)
+    options = pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore")
+    tables = []
+    for b in reversed(range(batch, batch + COMPACT_INTERVAL)):  # a later batch's entry wins
+        try:
+            data = storage.read_bytes(batch_name(b))
+        except FileNotFoundError:
+            continue
+        header, _, body = data.partition(b"\n")
+        if header != b"v1" or not body.strip():
+            continue
+        try:
+            tables.append(pj.read_json(io.BytesIO(body), parse_options=options))
+        except (pa.ArrowInvalid, ValueError):
+            continue
+    if not tables:
+        return None
+    entries = pa.concat_tables(tables)
+    prefix = base + "/"
+    paths: Any = entries.column("path").combine_chunks()
+    ours = pc.fill_null(pc.starts_with(paths, prefix), False)
+    entries = entries.filter(ours)
+    relative = pc.utf8_slice_codeunits(entries.column("path"), len(prefix))
+    return prior_table(relative, entries.column("modificationTime"))
+
+
+def _clean(storage: Storage, compact: int) -> None:
+    """Delete batches and anchors below the previous compact (``compact - K``)."""
+    floor = compact - COMPACT_INTERVAL
+    layout = read_layout(storage)
+    for b, name in layout.batches.items():
+        if b < floor:
+            storage.delete(name)
+    for a in layout.anchors:
+        if a < floor:
+            storage.delete(anchor_name(a))
+
+
+# Checking and syncing ------------------------------------------------------------------------------
+
+
+@dataclass
+class SparkViewReport:
+    """The Spark view of a lake as :func:`spark_sync` found it.
+
+    ``state``: ``ok`` (the newest batch holds the lake's latest version, and what Spark reads --
+    the newest compact and the batches after it -- is what lakesink derives), ``absent`` (no
+    ``_spark_metadata/``), ``behind`` (the view holds an older version: Spark reads that
+    version's files), ``foreign`` (other content: writers stopped updating it).
+    """
+
+    path: str
+    state: str = "ok"
+    detail: str = ""
+    lake_version: int | None = None
+    view_version: int | None = None
+    batch: int | None = None
+    written: list[int] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("ok", "absent")
+
+    def summary(self) -> str:
+        return self.state + (f": {self.detail}" if self.detail else "")
+
+
+def spark_sync(storage: Storage, *, write: bool = True, deep: bool = True) -> SparkViewReport:
+    """Check the Spark view of the lake at ``storage`` and, with ``write``, bring it to the lake's
+    latest version (a compact batch of the live files when it is absent or behind). Resumes a
+    stopped view once what Spark reads holds lakesink's content again."""
+    from lakesink.maintenance.compact import open_v3
+
+    metadata, vlog = open_v3(storage, "the Spark view")
+    report = SparkViewReport(storage.url)
+    latest = vlog.open().version
+    report.lake_version = latest if latest >= 0 else None
+    layout = read_layout(storage)
+    if layout.latest is not None:
+        report.batch = layout.latest
+        report.view_version = layout.version_of(layout.latest)
+    problem = _check(storage, vlog, layout, latest, deep=deep)
+    if problem is not None:
+        report.state, report.detail = "foreign", problem
+        if write:
+            _STOP.mark(storage, report.view_version or 0, problem)
+        return report
+    if latest < 0:
+        report.state = "absent" if layout.latest is None else "ok"
+        return report
+    if report.view_version == latest:
+        if write:
+            storage.delete(STOP_FILE)
+            forget(storage, metadata.table_id or "")
+        return report
+    if not write:
+        report.state = "absent" if layout.latest is None else "behind"
+        if report.state == "behind":
+            report.detail = (
+                f"the view holds lake version {report.view_version}, the lake is at {latest}: Spark "
+                "reads the files of that version (run `lakesink sync-views`)"
+            )
+        return report
+    probe_store(storage)
+    commit = vlog.read_commit(latest)
+    if commit is None:
+        raise FileNotFoundError(
+            f"{storage.url}: lake version {latest} vanished while the Spark view was synced"
+        )
+    table_id = metadata.table_id or ""
+    forget(storage, table_id)
+    view = SparkView(storage, table_id, create=True)
+    state = vlog.open()
+    for _ in range(RACE_RETRIES):
+        try:
+            view._advance(vlog, commit, state)
+            break
+        except LostRace:
+            forget(storage, table_id)  # a writer placed it meanwhile: look again
+        except Foreign as exc:
+            report.state, report.detail = "foreign", str(exc)
+            _STOP.mark(storage, latest, str(exc))
+            return report
+    layout = read_layout(storage)
+    report.batch = layout.latest
+    report.view_version = layout.version_of(layout.latest) if layout.latest is not None else None
+    if report.view_version is None or report.view_version < latest:
+        report.state, report.detail = "behind", "other writers kept moving the view: run it again"
+        return report
+    report.written.append(latest)
+    storage.delete(STOP_FILE)
+    forget(storage, table_id)
+    return report
+
+
+def _check(storage: Storage, vlog: VersionedLog, layout: Layout, latest: int, *, deep: bool) -> str | None:
+    """What Spark reads -- the newest compact and the batches after it -- against the lake
+    (``deep=False``: the compact's anchor only, not its files: status never reads file lists)."""
+    top = layout.latest
+    if top is None:
+        return None
+    version = layout.version_of(top)
+    if version is None:
+        return f"batch {top} of _spark_metadata/ is not one lakesink wrote (no anchor explains it)"
+    if version > latest:
+        return (
+            f"batch {top} of _spark_metadata/ would hold lake version {version}, beyond the lake's {latest}"
+        )
+    start = (top + 1) // COMPACT_INTERVAL * COMPACT_INTERVAL - 1
+    base = base_uri(storage)
+    for b in range(max(start, 0), top + 1):
+        if b not in layout.batches:
+            return f"batch {b} of _spark_metadata/ is missing (Spark cannot read the view)"
+        v = layout.version_of(b)
+        if v is None:
+            return f"batch {b} of _spark_metadata/ is not one lakesink wrote"
+        if is_compact(b):
+            if b not in layout.anchors:
+                return f"compact batch {b} of _spark_metadata/ has no anchor: lakesink did not write it"
+            if not deep:
+                continue
+            data = storage.read_bytes(layout.batches[b])
+            live = live_at(storage, vlog, v, table_interval(storage), None)
+            expected = dict(
+                zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True)
+            )
+            if _files_of(data, base) != expected:
+                return f"compact batch {b} of _spark_metadata/ lists other files than the lake at version {v}"
+        else:
+            commit = vlog.read_commit(v)
+            if commit is None:
+                continue  # vacuumed away; its batch is older than what a compact replaces soon
+            data = storage.read_bytes(layout.batches[b])
+            if commit.removes or data != adds_batch(base, commit):
+                return f"batch {b} of _spark_metadata/ holds content lakesink did not derive from version {v}"
+    return None
+
+
+def check_spark_view(storage: Storage) -> SparkViewReport:
+    """The check of ``lakesink status``: the stop marker, then :func:`spark_sync` without writing
+    and without reading file lists (``verify`` compares the compact's files too)."""
+    if storage.exists(STOP_FILE):
+        return SparkViewReport(storage.url, state="foreign", detail=_STOP.reason(storage))
+    return spark_sync(storage, write=False, deep=False)

@@ -1,0 +1,90 @@
+"""The exceptions lakesink raises beyond the builtins (FileNotFoundError, PermissionError, ...),
+and the one rule about errors during cleanup: they never replace the error being handled."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+log = logging.getLogger("lakesink")
+
+
+class LakeSinkError(Exception):
+    """Root of every lakesink-specific error."""
+
+
+class NotALakeError(LakeSinkError):
+    """The path exists (or may exist) but holds no lakesink table metadata."""
+
+
+class TableNotFoundError(LakeSinkError, FileNotFoundError):
+    """Nothing exists at the table path (or the bucket is missing)."""
+
+
+class SchemaMismatchError(LakeSinkError):
+    """The stream's schema differs from the schema the table was created with."""
+
+
+class ModeMismatchError(LakeSinkError):
+    """A writer of one mode (foreach / epoch) was pointed at a table of the other mode."""
+
+
+class FormatVersionError(LakeSinkError):
+    """The table was written with a lake format version this code does not understand."""
+
+
+class CorruptFileError(LakeSinkError):
+    """A committed data file (or a metadata file) is missing or cannot be read: the lake is damaged."""
+
+
+class CommitError(LakeSinkError):
+    """An epoch or file could not be committed; nothing of it is visible to ``read_committed``."""
+
+
+class OtherQueryError(CommitError):
+    """Another streaming query (another checkpoint) writes the lake: refused, before it writes."""
+
+
+class WorkerPythonError(LakeSinkError):
+    """Spark would start its Python workers with an interpreter that cannot run lakesink."""
+
+
+class StorageError(LakeSinkError):
+    """The storage backend failed in a way no builtin exception describes well."""
+
+
+class CommitConflictError(CommitError):
+    """Nothing was committed: concurrent commits won (too many lost races, or a compaction
+    whose input another commit removed). Retrying -- a fresh call, from the lake's new state --
+    is safe."""
+
+
+class CommitStateUnknownError(CommitError):
+    """The commit may have landed: the answer to its create stayed unknown. Unlike its parent
+    class, this says nothing about visibility. Keep its files and let the replay of the batch
+    decide (it finds the commit, or makes it)."""
+
+
+class CommitRefusedError(CommitError):
+    """A rule of the log says no (a stale checkpoint, missing batches, another writer). Nothing
+    was committed; retrying without changing something is pointless -- the message says what."""
+
+
+def quietly(cleanup: Callable[[], Any], what: str) -> None:
+    """Run a cleanup step, logging (never raising) its failure: the caller's own outcome wins.
+
+    ``what`` completes "could not ...": e.g. ``"delete the staged file x"``.
+    """
+    try:
+        cleanup()
+    except Exception:
+        log.warning("could not %s; the orphan sweep will remove what is left", what, exc_info=True)
+
+
+def missing_extra(extra: str, what: str, distribution: str = "lakesink-reader") -> ImportError:
+    """The ImportError for a feature whose optional dependencies are not installed: the extra of
+    ``distribution`` that has them (the reader's s3/hdfs/pandas; the writer's spark)."""
+    return ImportError(
+        f"{what} needs the {extra!r} extra of {distribution}: pip install '{distribution}[{extra}]'"
+    )

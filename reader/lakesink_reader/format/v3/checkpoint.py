@@ -1,0 +1,864 @@
+"""Checkpoints of the versioned log: the state at a version, so that nobody folds from version 0.
+
+A checkpoint at version ``c`` is ``state(c)`` in two objects (docs/design/format-v3.md, section
+5), next to the commits in ``_lakesink/log/``:
+
+- ``<c>.checkpoint.<token>.files``: Parquet (named so that no ``*.parquet`` glob finds it), one
+  row per live file, sorted by path, row groups of :data:`LIST_ROW_GROUP_ROWS` rows;
+- ``<c>.checkpoint.json``: the small state (writers, ops, retention, counts) and the name, row
+  count and size of its list. Created with ``put_if_absent``: **its commit point**.
+
+Plus the hint ``_last_checkpoint`` (``{"version": c}``), only ever a hint.
+
+Writing one (:func:`write_checkpoint`): (1) the file list, streamed from the previous
+checkpoint's list row group by row group, minus the paths removed since, merged with the paths
+added since (held in memory: at most the commits since that checkpoint), under a fresh token;
+(2) the small part, create-if-absent -- a second writer of the same checkpoint loses here and
+deletes its own list, and a kill between (1) and (2) leaves an unreferenced list that nothing
+reads (vacuum removes it); (3) the hint, only when it is newer than the hint read.
+
+Finding one (:func:`find_checkpoint`): the hint, then probes of multiples of N upward from it
+(the hint may lag after a kill) or downward (time travel), the extra candidates a caller knows
+(an upgrade's version), and a listing of the log folder only when a candidate was damaged or
+the hint unreadable. A missing or damaged candidate is skipped for the next older one.
+Opening reads the small part only; the list is read when files are, and checked then
+(:func:`open_file_list`: its footer's row count must be the small part's).
+
+Checkpoints are derived data: never required for correctness while the commits they fold are
+retained, so every failure here is a reason to use an older one, or the commits themselves.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.format.v3.commits import HISTOGRAM_BUCKETS, LOG_FORMAT_VERSION, Commit, CommitKind
+from lakesink_reader.format.v3.state import (
+    LiveFile,
+    OpState,
+    StateCounts,
+    TableState,
+    WriterState,
+)
+from lakesink_reader.format.v3.vlog import (
+    DEFAULT_CHECKPOINT_INTERVAL,
+    LOG_DIR,
+    READ_BATCH,
+    commit_name,
+    parallel,
+    parse_commit_name,
+)
+from lakesink_reader.storage.base import Storage, StoredFile
+
+if TYPE_CHECKING:
+    import pyarrow.parquet as pq
+
+log = logging.getLogger(__name__)
+
+#: Rows per row group of a file list (a reader filters row groups; a merge holds one).
+LIST_ROW_GROUP_ROWS = 65_536
+#: The hint naming the newest checkpoint. Safe to lose, to lag, or to find damaged.
+LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
+#: Downward probes of multiples of N before a finder lists the log folder instead.
+MAX_PROBES = 8
+
+#: The columns of a checkpoint's file list, in this order.
+_LIST_FIELDS: list[pa.Field[Any]] = [
+    pa.field("path", pa.string(), nullable=False),
+    pa.field("bytes", pa.int64(), nullable=False),
+    pa.field("rows", pa.int64(), nullable=False),
+    pa.field("added_version", pa.int64(), nullable=False),
+    pa.field("writer", pa.dictionary(pa.int32(), pa.string())),
+    pa.field("batch", pa.int64()),
+    pa.field("partition", pa.int32()),
+    pa.field("stats", pa.string()),
+]
+LIST_SCHEMA = pa.schema(_LIST_FIELDS)
+
+_CHECKPOINT = re.compile(r"^(?P<version>\d{20})\.checkpoint\.json$")
+_FILE_LIST = re.compile(r"^(?P<version>\d{20})\.checkpoint\.(?P<token>[0-9a-f]{32})\.files$")
+
+
+def checkpoint_name(version: int) -> str:
+    """The small part of the checkpoint at ``version``: its commit point."""
+    if version < 0:
+        raise ValueError(f"a checkpoint version must be >= 0, got {version}")
+    return f"{LOG_DIR}/{version:020d}.checkpoint.json"
+
+
+def file_list_name(version: int, token: str) -> str:
+    """The file list written by one writer of the checkpoint at ``version``."""
+    return f"{LOG_DIR}/{version:020d}.checkpoint.{token}.files"
+
+
+def parse_checkpoint_name(base_name: str) -> int | None:
+    """The version of a checkpoint's small part from its base name; None for anything else."""
+    match = _CHECKPOINT.match(base_name)
+    return int(match.group("version")) if match else None
+
+
+def parse_file_list_name(base_name: str) -> tuple[int, str] | None:
+    """(version, token) of a checkpoint file list's base name; None for anything else."""
+    match = _FILE_LIST.match(base_name)
+    return (int(match.group("version")), match.group("token")) if match else None
+
+
+def due_checkpoint(version: int, interval: int) -> int | None:
+    """The newest checkpoint version ``<= version`` (a multiple of ``interval`` above 0), or None.
+
+    Not at version 0: a checkpoint there would hold what commit 0 holds.
+    """
+    if interval < 1:
+        raise ValueError(f"checkpoint_interval must be >= 1, got {interval}")
+    c = version // interval * interval
+    return c if c > 0 else None
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A checkpoint's small part: the state at ``state.version`` and the list that goes with it."""
+
+    state: TableState
+    token: str
+    created_at: float
+    files_name: str  # relative to the table root
+    files_rows: int
+    files_bytes: int
+
+    @property
+    def version(self) -> int:
+        return self.state.version
+
+
+# The small part ---------------------------------------------------------------------------------
+
+
+def _writer_doc(w: WriterState) -> dict[str, Any]:
+    return {
+        "tag": w.tag,
+        "run": w.run,
+        "first_batch": w.first_batch,
+        "first_version": w.first_version,
+        "last_batch": w.last_batch,
+        "last_version": w.last_version,
+        "committed_at": w.committed_at,
+        "offsets": w.offsets,
+        "allow_other_queries": w.allow_other_queries,
+        "continues": w.continues,
+        "continued_by": w.continued_by,
+        "retired_version": w.retired_version,
+    }
+
+
+def encode_checkpoint(checkpoint: Checkpoint) -> bytes:
+    """The small part's bytes (canonical JSON: keys sorted, no spaces, one line)."""
+    state = checkpoint.state
+    doc = {
+        "format_version": LOG_FORMAT_VERSION,
+        "version": state.version,
+        "table_id": state.table_id,
+        "token": checkpoint.token,
+        "created_at": checkpoint.created_at,
+        "commit_token": state.token,
+        "committed_at": state.committed_at,
+        "writers": {id_: _writer_doc(w) for id_, w in state.writers.items()},
+        "ops": {
+            t: {"kind": o.kind, "version": o.version, "outcome": o.outcome} for t, o in state.ops.items()
+        },
+        "retained_from": state.retained_from,
+        "counts": {
+            "files": state.counts.files,
+            "rows": state.counts.rows,
+            "bytes": state.counts.bytes,
+            "histogram": list(state.counts.histogram),
+        },
+        "files": {
+            "name": checkpoint.files_name.rsplit("/", 1)[-1],
+            "rows": checkpoint.files_rows,
+            "bytes": checkpoint.files_bytes,
+        },
+        # Only when the schema ever changed: older small parts' bytes stay as they were.
+        **({"schemas": [[v, encoded] for v, encoded in state.schemas]} if state.schemas else {}),
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return (text + "\n").encode("utf-8")
+
+
+def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -> Checkpoint:
+    """A small part read from ``where``: CorruptFileError when it is not the checkpoint at
+    ``version`` of table ``table_id``; FormatVersionError when it is newer than v3."""
+    try:
+        doc = json.loads(data)
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")
+        fmt = doc["format_version"]
+        if type(fmt) is int and fmt > LOG_FORMAT_VERSION:
+            raise FormatVersionError(
+                f"{where}: written by lake format version {fmt}, newer than this lakesink understands "
+                f"({LOG_FORMAT_VERSION}); upgrade lakesink"
+            )
+        if fmt != LOG_FORMAT_VERSION:
+            raise ValueError(f"format_version must be {LOG_FORMAT_VERSION}, got {fmt!r}")
+        if doc["version"] != version:
+            raise ValueError(f"it says it is the checkpoint at version {doc['version']!r}")
+        if doc["table_id"] != table_id:
+            raise ValueError(f"it belongs to table {doc['table_id']!r}, not {table_id}")
+        token = _text(doc, "token")
+        files = doc["files"]
+        name = _text(files, "name")
+        if parse_file_list_name(name) != (version, token):
+            raise ValueError(f"its file list {name!r} is not named for version {version} and token {token}")
+        counts = doc["counts"]
+        histogram = tuple(_count(h) for h in counts["histogram"])
+        if len(histogram) != HISTOGRAM_BUCKETS:
+            raise ValueError(f"counts.histogram must hold {HISTOGRAM_BUCKETS} ints")
+        writers = {
+            str(id_): WriterState(
+                id=str(id_),
+                tag=_text(w, "tag"),
+                run=_text(w, "run"),
+                first_batch=_count(w["first_batch"]),
+                first_version=_count(w["first_version"]),
+                last_batch=_count(w["last_batch"]),
+                last_version=_count(w["last_version"]),
+                committed_at=float(w["committed_at"]),
+                offsets=w["offsets"],
+                allow_other_queries=bool(w["allow_other_queries"]),
+                continues=w["continues"],
+                continued_by=w["continued_by"],
+                retired_version=w["retired_version"],
+            )
+            for id_, w in doc["writers"].items()
+        }
+        ops = {
+            str(t): OpState(_op_kind(o["kind"]), _count(o["version"]), _outcome(o["outcome"]))
+            for t, o in doc["ops"].items()
+        }
+        committed_at = doc["committed_at"]
+        state = TableState(
+            table_id,
+            version,
+            _text(doc, "commit_token"),
+            float(committed_at) if committed_at is not None else None,
+            writers,
+            ops,
+            _count(doc["retained_from"]),
+            StateCounts(_count(counts["files"]), _count(counts["rows"]), _count(counts["bytes"]), histogram),
+            tuple((_count(v), _text({"s": text}, "s")) for v, text in doc.get("schemas", [])),
+        )
+        rows = _count(files["rows"])
+        if rows != state.counts.files:
+            raise ValueError(f"its list has {rows} rows for {state.counts.files} live files")
+        created_at = float(doc["created_at"])
+        return Checkpoint(state, token, created_at, f"{LOG_DIR}/{name}", rows, _count(files["bytes"]))
+    except FormatVersionError:
+        raise
+    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+        raise CorruptFileError(f"{where}: not a valid checkpoint: {exc!r}") from exc
+
+
+def _text(doc: Mapping[str, Any], key: str) -> str:
+    value = doc[key]
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{key} must be a non-empty string, got {value!r}")
+    return value
+
+
+def _count(value: Any) -> int:
+    if type(value) is not int or value < 0:
+        raise ValueError(f"expected an int >= 0, got {value!r}")
+    return value
+
+
+def _op_kind(value: Any) -> CommitKind | None:
+    if value not in (None, "append", "compact", "abandon", "vacuum", "upgrade"):
+        raise ValueError(f"unknown op kind {value!r}")
+    return value  # type: ignore[no-any-return]
+
+
+def _outcome(value: Any) -> Any:
+    if value not in ("committed", "abandoned"):
+        raise ValueError(f"unknown op outcome {value!r}")
+    return value
+
+
+# Reading checkpoints ----------------------------------------------------------------------------
+
+
+def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint | None:
+    """The small part of the checkpoint at ``version``; None when it is missing or damaged (a
+    damaged one is logged: finders skip it for an older one)."""
+    name = checkpoint_name(version)
+    where = _url(storage, name)
+    try:
+        data = storage.read_bytes(name)
+    except FileNotFoundError:
+        return None
+    try:
+        return decode_checkpoint(data, version=version, table_id=table_id, where=where)
+    except CorruptFileError as exc:
+        log.warning("skipping a damaged checkpoint: %s", exc)
+        return None
+
+
+def read_hint(storage: Storage) -> int | None:
+    """The version ``_last_checkpoint`` names; None when it is missing or damaged."""
+    try:
+        doc = json.loads(storage.read_bytes(LAST_CHECKPOINT))
+        version = doc["version"]
+        if type(version) is not int or version < 0:
+            raise ValueError(f"not a version: {version!r}")
+        return version
+    except FileNotFoundError:
+        return None
+    except (ValueError, KeyError, TypeError) as exc:
+        log.warning("ignoring the damaged hint %s: %r", _url(storage, LAST_CHECKPOINT), exc)
+        return None
+
+
+def find_checkpoint(
+    storage: Storage,
+    table_id: str,
+    *,
+    interval: int | None,
+    at_most: int | None = None,
+    also: Iterable[int] = (),
+    listing: bool = False,
+) -> Checkpoint | None:
+    """The newest usable checkpoint at a version ``<= at_most`` (None: any); None when there is
+    none, and the caller folds commits from the oldest one.
+
+    Candidates, newest first: the hint and the multiples of ``interval`` above it that exist
+    (the hint may lag after a kill); when the hint is missing or newer than ``at_most``, the
+    multiples of ``interval`` downward from ``at_most`` (at most :data:`MAX_PROBES`), or, for
+    the current table without a hint, upward from ``interval`` while they exist; the versions
+    in ``also`` (an upgrade's). A missing or damaged candidate is skipped. When every
+    candidate failed and one of them was damaged, or the hint was unreadable, or ``listing``
+    asks for it (the log lacks version 0), the log folder is listed once and every
+    checkpoint there is a candidate. ``interval`` None: only the hint and the listing.
+    """
+
+    def fits(c: int) -> bool:
+        return c > 0 and (at_most is None or c <= at_most)
+
+    tried: set[int] = set()
+    damaged = False
+
+    def attempt(c: int) -> Checkpoint | None:
+        nonlocal damaged
+        if c in tried or not fits(c):
+            return None
+        tried.add(c)
+        found = read_checkpoint(storage, table_id, c)
+        if found is None and storage.exists(checkpoint_name(c)):
+            damaged = True
+        return found
+
+    hint = read_hint(storage)
+    if hint is None and storage.exists(LAST_CHECKPOINT):
+        damaged = True  # a hint that cannot be read: find the checkpoints some other way
+    top: int | None = None
+    if hint is not None and fits(hint):
+        top = _probe_upward(storage, hint, interval, at_most)
+    elif interval is not None and at_most is not None:
+        top = due_checkpoint(at_most, interval)
+    elif interval is not None and hint is None and storage.exists(checkpoint_name(interval)):
+        top = _probe_upward(storage, interval, interval, at_most)
+    if top is not None:
+        found = attempt(top)
+        if found is not None:
+            return found
+        if interval is not None:
+            below = (top - 1) // interval * interval
+            for c in range(below, max(0, below - MAX_PROBES * interval), -interval):
+                if storage.exists(checkpoint_name(c)):
+                    found = attempt(c)
+                    if found is not None:
+                        return found
+    for c in sorted(set(also), reverse=True):
+        found = attempt(c)
+        if found is not None:
+            return found
+    if not (damaged or listing or (hint is not None and not fits(hint) and interval is None)):
+        return None
+    for c in sorted((c for c, _ in listed_checkpoints(storage) if fits(c)), reverse=True):
+        found = attempt(c)
+        if found is not None:
+            return found
+    return None
+
+
+def _probe_upward(storage: Storage, start: int, interval: int | None, at_most: int | None) -> int:
+    """``start``, or the newest of ``start + k*interval`` that exist one after the other."""
+    top = start
+    while interval is not None:
+        c = (top // interval + 1) * interval
+        if (at_most is not None and c > at_most) or not storage.exists(checkpoint_name(c)):
+            break
+        top = c
+    return top
+
+
+def listed_log(storage: Storage) -> list[StoredFile]:
+    """The entries of the log folder, sorted by name (a listing sorts by version).
+
+    One ``list`` of the whole folder (S3: one ``ListObjectsV2`` page per 1,000 keys), sorted
+    here as ``LocalStorage.list`` does not sort. Every caller wants the whole folder, so a
+    listing that starts after a name would save nothing.
+    """
+    return sorted(storage.list(LOG_DIR), key=lambda f: f.name)
+
+
+def listed_checkpoints(storage: Storage) -> list[tuple[int, str]]:
+    """(version, name) of every checkpoint small part a listing of the log shows."""
+    found = []
+    for entry in listed_log(storage):
+        c = parse_checkpoint_name(entry.name.rsplit("/", 1)[-1])
+        if c is not None:
+            found.append((c, entry.name))
+    return found
+
+
+def oldest_listed_commit(storage: Storage) -> int | None:
+    """The oldest commit a listing of the log shows (None: no commit)."""
+    for entry in listed_log(storage):
+        v = parse_commit_name(entry.name.rsplit("/", 1)[-1])
+        if v is not None:
+            return v
+    return None
+
+
+# The file list ----------------------------------------------------------------------------------
+
+
+def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
+    """The checkpoint's file list, opened (its footer read); CorruptFileError when it is missing,
+    unreadable, or holds another number of rows than its small part says."""
+    import pyarrow.parquet as pq
+
+    fs, base = storage.arrow_filesystem()
+    where = _url(storage, checkpoint.files_name)
+    try:
+        handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
+        listed = pq.ParquetFile(handle)
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptFileError(f"checkpoint file list {where} cannot be read: {exc}") from exc
+    if listed.metadata.num_rows != checkpoint.files_rows:
+        raise CorruptFileError(
+            f"checkpoint file list {where} has {listed.metadata.num_rows} rows, but its checkpoint at "
+            f"version {checkpoint.version} says {checkpoint.files_rows}"
+        )
+    if not listed.schema_arrow.equals(LIST_SCHEMA):
+        raise CorruptFileError(f"checkpoint file list {where} has the schema {listed.schema_arrow}")
+    return listed
+
+
+def iter_file_list(
+    storage: Storage,
+    checkpoint: Checkpoint,
+    columns: Sequence[str] | None = None,
+    *,
+    min_added_version: int | None = None,
+    opened: pq.ParquetFile | None = None,
+) -> Iterator[pa.RecordBatch]:
+    """The checkpoint's live files, one row group at a time, sorted by path; ``columns``
+    projects, ``min_added_version`` skips row groups whose files were all added before it.
+    ``opened``: the list as :func:`open_file_list` returned it (its footer is not read again)."""
+    listed = opened if opened is not None else open_file_list(storage, checkpoint)
+    column = LIST_SCHEMA.get_field_index("added_version")
+    where = _url(storage, checkpoint.files_name)
+    for group in range(listed.metadata.num_row_groups):
+        if min_added_version is not None:
+            stats = listed.metadata.row_group(group).column(column).statistics
+            newest = stats.max if stats is not None and stats.has_min_max else None
+            if newest is not None and newest < min_added_version:
+                continue
+        try:
+            table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {exc}") from exc
+        yield from table.to_batches()
+
+
+def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
+    """The rows of a file-list batch (all columns) as :class:`LiveFile`."""
+    cols: dict[str, list[Any]] = {name: batch.column(name).to_pylist() for name in LIST_SCHEMA.names}
+    for i in range(batch.num_rows):
+        stats = cols["stats"][i]
+        yield LiveFile(
+            str(cols["path"][i]),
+            int(cols["rows"][i]),
+            int(cols["bytes"][i]),
+            int(cols["added_version"][i]),
+            cols["writer"][i],
+            cols["batch"][i],
+            cols["partition"][i],
+            json.loads(stats) if stats is not None else None,
+        )
+
+
+def _list_table(files: Sequence[LiveFile]) -> pa.Table:
+    return pa.table(
+        {
+            "path": pa.array([f.path for f in files], pa.string()),
+            "bytes": pa.array([f.size for f in files], pa.int64()),
+            "rows": pa.array([f.rows for f in files], pa.int64()),
+            "added_version": pa.array([f.added_version for f in files], pa.int64()),
+            "writer": pa.array([f.writer for f in files], pa.string()).dictionary_encode(),
+            "batch": pa.array([f.batch for f in files], pa.int64()),
+            "partition": pa.array([f.partition for f in files], pa.int32()),
+            "stats": pa.array([None if f.stats is None else _canonical(f.stats) for f in files], pa.string()),
+        },
+        schema=LIST_SCHEMA,
+    )
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+
+
+@dataclass
+class Changes:
+    """What the commits after a base checkpoint did to its live files: the base paths they
+    removed, and the files they added that are still live (a file added and removed again in
+    between is in neither)."""
+
+    removed: set[str]
+    added: dict[str, LiveFile]
+
+    @classmethod
+    def empty(cls) -> Changes:
+        return cls(set(), {})
+
+    def apply(self, commit: Commit) -> None:
+        """Fold one whole commit in; CorruptFileError for what can be told without the base
+        (adding a path added since, removing a base path twice)."""
+        version = commit.version
+        for removed in commit.removes:
+            if removed.path in self.added:
+                del self.added[removed.path]
+            elif removed.path in self.removed:
+                raise CorruptFileError(f"log version {version} removes {removed.path}, which is not live")
+            else:
+                self.removed.add(removed.path)
+        writer = commit.header.writer
+        for added in commit.adds:
+            if added.path in self.added:
+                raise CorruptFileError(
+                    f"log version {version} adds {added.path}, which is live since version "
+                    f"{self.added[added.path].added_version}"
+                )
+            self.added[added.path] = LiveFile.added(added, version, writer)
+
+
+def merge_file_list(
+    base: Iterable[pa.RecordBatch], changes: Changes, emit: Callable[[pa.Table], None], *, where: str
+) -> tuple[int, int, int]:
+    """Stream ``base`` (file-list batches sorted by path) minus ``changes.removed``, merged with
+    ``changes.added``, into ``emit`` as path-sorted tables; returns (files, rows, bytes).
+
+    Memory: one base batch plus the changes. CorruptFileError when a removed path is not in the
+    base, or an added one is there already.
+    """
+    import pyarrow.compute as pc
+
+    added = sorted(changes.added)
+    removed = pa.array(sorted(changes.removed), pa.string())
+    taken = 0  # adds emitted so far (a prefix of ``added``)
+    matched = 0
+    files = rows = size = 0
+
+    def out(table: pa.Table) -> None:
+        nonlocal files, rows, size
+        if table.num_rows:
+            files += table.num_rows
+            rows += pc.sum(table.column("rows")).as_py() or 0
+            size += pc.sum(table.column("bytes")).as_py() or 0
+            emit(table)
+
+    for batch in base:
+        if batch.num_rows == 0:
+            continue
+        table = pa.Table.from_batches([batch]).cast(LIST_SCHEMA)
+        paths = table.column("path")
+        if len(removed):
+            gone = pc.is_in(paths, value_set=removed)
+            before = table.num_rows
+            table = table.filter(pc.invert(gone))
+            matched += before - table.num_rows
+        last = paths[-1].as_py()
+        upto = bisect.bisect_right(added, last, lo=taken)
+        if upto > taken:
+            chunk = added[taken:upto]
+            present = set(table.column("path").to_pylist())
+            clash = [p for p in chunk if p in present]
+            if clash:
+                raise CorruptFileError(
+                    f"{where}: version {changes.added[clash[0]].added_version} adds {clash[0]}, which is "
+                    "live already"
+                )
+            merged = pa.concat_tables([table, _list_table([changes.added[p] for p in chunk])])
+            table = merged.take(pc.sort_indices(merged, sort_keys=[("path", "ascending")]))
+            taken = upto
+        out(table)
+    if taken < len(added):
+        out(_list_table([changes.added[p] for p in added[taken:]]))
+    if matched != len(removed):
+        raise CorruptFileError(
+            f"{where}: the commits since it remove {len(removed) - matched} path(s) that were not live"
+        )
+    return files, rows, size
+
+
+class _RowGroups:
+    """Writes tables as row groups of exactly ``rows`` rows (the last one shorter)."""
+
+    def __init__(self, writer: pq.ParquetWriter, rows: int) -> None:
+        self.writer, self.rows = writer, rows
+        self.pending: list[pa.Table] = []
+        self.count = 0
+
+    def add(self, table: pa.Table) -> None:
+        self.pending.append(table)
+        self.count += table.num_rows
+        while self.count >= self.rows:
+            self._write(self.rows)
+
+    def _write(self, rows: int) -> None:
+        whole = pa.concat_tables(self.pending).combine_chunks()
+        self.writer.write_table(whole.slice(0, rows), row_group_size=rows)
+        rest = whole.slice(rows)
+        self.pending, self.count = ([rest] if rest.num_rows else []), rest.num_rows
+
+    def finish(self) -> None:
+        if self.count:
+            self._write(self.count)
+
+
+# Writing a checkpoint ---------------------------------------------------------------------------
+
+
+def write_checkpoint(
+    storage: Storage,
+    table_id: str,
+    version: int,
+    *,
+    interval: int | None = DEFAULT_CHECKPOINT_INTERVAL,
+    expected: TableState | None = None,
+    read_commit: Callable[[int], Commit | None] | None = None,
+) -> Checkpoint:
+    """Make sure the checkpoint at ``version`` exists; returns it (ours or another writer's).
+
+    Built from the newest usable checkpoint below it (or from version 0) and the whole commits
+    since, which must all be there. ``expected``: the state the caller folded at ``version``
+    (a committing writer's); a checkpoint that derives another one is not written
+    (CorruptFileError). ``read_commit``: how to read one commit (a ``VersionedLog``'s, which
+    checks the table id), else a plain read.
+    """
+    if version < 1:
+        raise ValueError(f"checkpoints are written at versions >= 1, got {version}")
+    existing = read_checkpoint(storage, table_id, version)
+    if existing is not None:
+        advance_hint(storage, version)
+        return existing
+    reader = read_commit or _plain_reader(storage, table_id)
+    base, base_list = _usable_base(storage, table_id, version, interval)
+    state, changes = _derive(storage, base, table_id, version, reader)
+    if expected is not None and expected != state:
+        raise CorruptFileError(
+            f"the checkpoint at version {version} of {_url(storage, LOG_DIR)} derives another state than "
+            f"the writer folded: {state} != {expected}"
+        )
+    token = uuid.uuid4().hex
+    list_name = file_list_name(version, token)
+    where = _url(storage, list_name)
+    base_batches: Iterable[pa.RecordBatch] = (
+        iter_file_list(storage, base, opened=base_list) if base is not None and base_list is not None else ()
+    )
+    files_bytes = _write_list(storage, list_name, base_batches, changes, state, where)
+    checkpoint = Checkpoint(state, token, time.time(), list_name, state.counts.files, files_bytes)
+    # The commit point. If it raises, ours may have landed: the list is kept (unreferenced, it
+    # is harmless; referenced, it is the checkpoint's).
+    if not storage.put_if_absent(checkpoint_name(version), encode_checkpoint(checkpoint)):
+        log.info("the checkpoint at version %d was written by another writer: dropping ours", version)
+        storage.delete(list_name)
+        winner = read_checkpoint(storage, table_id, version)
+        if winner is None:
+            raise CorruptFileError(f"{_url(storage, checkpoint_name(version))} exists but cannot be read")
+        checkpoint = winner
+    else:
+        log.info(
+            "wrote the checkpoint at version %d of %s: %d live file(s)",
+            version,
+            _url(storage, LOG_DIR),
+            state.counts.files,
+        )
+    advance_hint(storage, version)
+    return checkpoint
+
+
+def _derive(
+    storage: Storage,
+    base: Checkpoint | None,
+    table_id: str,
+    version: int,
+    reader: Callable[[int], Commit | None],
+) -> tuple[TableState, Changes]:
+    """The state at ``version`` and the changes to ``base``'s list, from the whole commits after
+    ``base`` (version 0 on without one); CorruptFileError when one of them is missing."""
+    state = base.state if base is not None else TableState.empty(table_id)
+    changes = Changes.empty()
+    for start in range(state.version + 1, version + 1, READ_BATCH):
+        stop = min(start + READ_BATCH, version + 1)
+        for v, commit in zip(range(start, stop), _parallel(reader, range(start, stop)), strict=True):
+            if commit is None:
+                raise CorruptFileError(
+                    f"{_url(storage, commit_name(v))} is missing: the live files at version {version} "
+                    "cannot be derived"
+                    + ("" if base is None else f" from the checkpoint at version {base.version}")
+                )
+            state = state.fold(commit.header)
+            changes.apply(commit)
+    return state, changes
+
+
+def live_files_table(
+    storage: Storage,
+    table_id: str,
+    version: int,
+    *,
+    interval: int | None = DEFAULT_CHECKPOINT_INTERVAL,
+    start: Checkpoint | None = None,
+    read_commit: Callable[[int], Commit | None] | None = None,
+) -> pa.Table:
+    """The live files at ``version`` (:data:`LIST_SCHEMA`, sorted by path): a checkpoint's list
+    at or below it, minus the removes and plus the adds of the whole commits after it.
+
+    ``start``: the checkpoint to use (a snapshot's, already found); when its list is damaged, or
+    it is above ``version``, the newest usable one at or below ``version`` is found instead
+    (or the commits from version 0 are folded).
+    """
+    reader = read_commit or _plain_reader(storage, table_id)
+    base: Checkpoint | None = None
+    opened: pq.ParquetFile | None = None
+    if start is not None and start.version <= version:
+        try:
+            opened = open_file_list(storage, start)
+            base = start
+        except CorruptFileError as exc:
+            log.warning("not reading from checkpoint %d: %s", start.version, exc)
+            base, opened = _usable_base(storage, table_id, start.version, interval)
+    else:
+        base, opened = _usable_base(storage, table_id, version + 1, interval)
+    if base is not None and base.version == version:
+        batches = list(iter_file_list(storage, base, opened=opened))
+        return pa.Table.from_batches(batches, schema=LIST_SCHEMA) if batches else LIST_SCHEMA.empty_table()
+    _, changes = _derive(storage, base, table_id, version, reader)
+    tables: list[pa.Table] = []
+    merge_file_list(
+        iter_file_list(storage, base, opened=opened) if base is not None else (),
+        changes,
+        tables.append,
+        where=_url(storage, LOG_DIR) + f" at version {version}",
+    )
+    return pa.concat_tables(tables) if tables else LIST_SCHEMA.empty_table()
+
+
+def _usable_base(
+    storage: Storage, table_id: str, version: int, interval: int | None
+) -> tuple[Checkpoint | None, pq.ParquetFile | None]:
+    """The newest checkpoint below ``version`` whose list opens, and that list opened; or
+    (None, None): fold from version 0."""
+    at_most = version - 1
+    skipped: set[int] = set()
+    while at_most > 0:
+        base = find_checkpoint(storage, table_id, interval=interval, at_most=at_most)
+        if base is None or base.version in skipped:
+            break
+        try:
+            return base, open_file_list(storage, base)
+        except CorruptFileError as exc:
+            log.warning("not building on checkpoint %d: %s", base.version, exc)
+            skipped.add(base.version)
+            at_most = base.version - 1
+    return None, None
+
+
+def _write_list(
+    storage: Storage,
+    name: str,
+    base: Iterable[pa.RecordBatch],
+    changes: Changes,
+    state: TableState,
+    where: str,
+) -> int:
+    """Stream the merged list into a staged file, publish it under ``name``; returns its size."""
+    import pyarrow.parquet as pq
+
+    staged = storage.stage(name)
+    try:
+        writer = pq.ParquetWriter(staged, LIST_SCHEMA, compression="zstd")  # type: ignore[arg-type]
+        groups = _RowGroups(writer, LIST_ROW_GROUP_ROWS)
+        files, rows, size = merge_file_list(base, changes, groups.add, where=where)
+        groups.finish()
+        writer.close()
+        counts = state.counts
+        if (files, rows, size) != (counts.files, counts.rows, counts.bytes):
+            raise CorruptFileError(
+                f"{where}: the merged list holds {files} files, {rows} rows, {size} bytes; the state at "
+                f"version {state.version} counts {counts.files}, {counts.rows}, {counts.bytes}"
+            )
+        sealed = staged.seal()
+    except BaseException:
+        staged.discard()
+        raise
+    if not storage.publish(sealed):  # a fresh token: nothing else has this name
+        storage.discard(sealed)
+        raise CorruptFileError(f"{where} exists already, under a token that should be fresh")
+    return sealed.size
+
+
+def advance_hint(storage: Storage, version: int) -> None:
+    """Point ``_last_checkpoint`` at ``version`` unless it names a newer one already."""
+    hinted = read_hint(storage)
+    if hinted is None or hinted < version:
+        storage.put(LAST_CHECKPOINT, json.dumps({"version": version}).encode())
+
+
+def _plain_reader(storage: Storage, table_id: str) -> Callable[[int], Commit | None]:
+    from lakesink_reader.format.v3.commits import decode_commit
+
+    def read(version: int) -> Commit | None:
+        name = commit_name(version)
+        try:
+            data = storage.read_bytes(name)
+        except FileNotFoundError:
+            return None
+        commit = decode_commit(data, where=_url(storage, name))
+        if commit.version != version or commit.header.table_id != table_id:
+            raise CorruptFileError(
+                f"{_url(storage, name)} is version {commit.version} of table {commit.header.table_id}, "
+                f"not version {version} of table {table_id}"
+            )
+        return commit
+
+    return read
+
+
+def _parallel(fn: Callable[[int], Commit | None], items: range) -> list[Commit | None]:
+    return parallel(fn, items)
+
+
+def _url(storage: Storage, name: str) -> str:
+    return f"{storage.url.rstrip('/')}/{name}"

@@ -1,0 +1,581 @@
+"""The versioned log of a v3 lake on a ``Storage``: reading it, and committing at the next version.
+
+Version ``v`` is committed exactly when ``_lakesink/log/<v:020d>.json`` exists. It is created
+with ``put_if_absent`` only by a call that has read version ``v-1`` (or found the log empty and
+creates 0), so the log is contiguous; commits never change (docs/design/format-v3.md, sections
+3 and 7).
+
+A commit call (:meth:`VersionedLog.commit`) checks its commit against the state at the latest
+version (``state.check_commit``), then creates it at the next version. Losing that version to
+another commit, it reads the commits that won, folds them into its state, checks again -- a
+continuation or a retirement may now refuse it, a twin may have committed its batch -- and
+tries the next version, with the same token, up to a bound.
+
+The rule that keeps a lost answer from committing a batch twice: **a call never moves on to
+version v+1 before it has a definitive answer for v**. A create whose answer is lost is retried
+with the same bytes at the same version; ``put_if_absent`` reads an existing object back, so
+the retry answers True for our own earlier create and False only for another commit's bytes.
+Our bytes for ``v`` can therefore land only at ``v``, once. An answer that stays unknown raises
+CommitStateUnknownError; every other exception of a commit call means that it committed nothing.
+
+Checkpoints (``checkpoint``, the design's section 5): :meth:`VersionedLog.open` starts from the
+newest usable checkpoint and folds the commit headers after it, and a commit at a multiple of
+the checkpoint interval writes one, after its commit point, as derived work that never raises.
+:meth:`VersionedLog.refresh` takes a state from anywhere -- a checkpoint, or one kept across
+calls by a commit worker (the design's cursor) -- checks it against the log and folds it forward.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, TypeVar
+
+from lakesink_reader.errors import (
+    CommitConflictError,
+    CommitStateUnknownError,
+    CorruptFileError,
+    StorageError,
+)
+from lakesink_reader.format.names import META_DIR
+from lakesink_reader.format.v3.commits import (
+    Commit,
+    CommitHeader,
+    PendingCommit,
+    decode_commit,
+    decode_header,
+    encode_commit,
+    header_line,
+)
+from lakesink_reader.format.v3.state import Decision, TableState, check_commit, removed_paths
+from lakesink_reader.storage.base import Storage
+
+if TYPE_CHECKING:
+    from lakesink_reader.format.v3.checkpoint import Checkpoint
+
+log = logging.getLogger(__name__)
+
+LOG_DIR = f"{META_DIR}/log"
+#: Commits read at once: on an object store each read is a request of tens of ms.
+READ_BATCH = 16
+#: What a header-only read fetches first (S3: one ranged GET); a longer header is read whole.
+HEADER_READ_BYTES = 64 * 1024
+
+_COMMIT_NAME = re.compile(r"^(?P<version>\d{20})\.json$")
+
+#: Default of table.json's ``checkpoint_interval``: a checkpoint at every version ``c % N == 0``.
+DEFAULT_CHECKPOINT_INTERVAL = 100
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def commit_name(version: int) -> str:
+    """The name of the commit of ``version`` (zero-padded: a listing sorts by version)."""
+    if version < 0:
+        raise ValueError(f"a log version must be >= 0, got {version}")
+    return f"{LOG_DIR}/{version:020d}.json"
+
+
+def parse_commit_name(base_name: str) -> int | None:
+    """The version of a commit's base name in the log folder; None for anything else
+    (checkpoints, the hint, staged copies)."""
+    match = _COMMIT_NAME.match(base_name)
+    return int(match.group("version")) if match else None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a commit call keeps trying.
+
+    ``max_lost_races``: versions it may lose to other commits before CommitConflictError,
+    sleeping ``race_backoff`` * 2^n (at most ``race_backoff_max``) between them.
+    ``create_attempts``: tries of one create whose answer is lost or failed, at the same
+    version with the same bytes, before CommitStateUnknownError; ``create_backoff`` likewise.
+    Every sleep is jittered (50-100 %), so that racing writers drift apart.
+    """
+
+    max_lost_races: int = 20
+    race_backoff: float = 0.01
+    race_backoff_max: float = 1.0
+    create_attempts: int = 5
+    create_backoff: float = 0.05
+    create_backoff_max: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_lost_races < 0 or self.create_attempts < 1:
+            raise ValueError(
+                f"max_lost_races must be >= 0 and create_attempts >= 1, got {self.max_lost_races} "
+                f"and {self.create_attempts}"
+            )
+
+
+def _delay(base: float, cap: float, attempt: int, rng: random.Random) -> float:
+    return min(cap, base * (1 << attempt)) * rng.uniform(0.5, 1.0)
+
+
+CommitStatus = Literal["committed", "replayed", "lost_race"]
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What a commit call did.
+
+    ``committed``: this call's commit is ``version``. ``replayed``: its effect was in the log
+    before the call (the writer's batch, the op); nothing changed. ``lost_race``: a concurrent
+    commit with the same effect (a twin driver of the same query) won during the call.
+    ``version``: where the effect is, when the log says (a replay of an older batch: None).
+    ``state``: the state at the latest version the call saw, its own commit included -- the
+    state a next call can start from (:meth:`VersionedLog.refresh`). ``lost_races``: versions
+    this call lost to other commits.
+    """
+
+    status: CommitStatus
+    version: int | None
+    state: TableState
+    lost_races: int
+
+
+#: Called after each commit's commit point with the commit and the state after it.
+AfterCommit = Callable[[Commit, TableState], None]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The log read at one version: the checkpoint it started from (None: from the oldest
+    commit), the headers of the commits after it, and the state they fold to."""
+
+    checkpoint: Checkpoint | None
+    headers: tuple[CommitHeader, ...]
+    state: TableState
+
+    @property
+    def version(self) -> int:
+        return self.state.version
+
+
+def _may_be_lost_answer(exc: Exception) -> bool:
+    """Whether a failed request may have been applied: an I/O or storage failure (a timeout, a
+    reset, a 5xx), but not a refusal (denied, missing) nor a bug, which a retry cannot fix."""
+    refused = (FileNotFoundError, PermissionError, NotADirectoryError, IsADirectoryError)
+    return isinstance(exc, OSError | StorageError) and not isinstance(exc, refused)
+
+
+class VersionedLog:
+    """Read and commit the versioned log of one table.
+
+    Parameters
+    ----------
+    storage
+        The table root.
+    table_id
+        The ``table_id`` of the table's table.json. A commit of another table id in the log is
+        CorruptFileError: the lake was deleted and recreated under this writer.
+    retry
+        How long a commit call keeps trying (:class:`RetryPolicy`).
+    after_commit
+        More derived work after each commit point of this object's calls (after the
+        checkpoint). Its failures are logged, never raised: the commit stands whatever it does.
+    checkpoint_interval
+        table.json's ``checkpoint_interval`` N: a commit at a version ``c % N == 0`` (c > 0)
+        writes the checkpoint at ``c``, and so does the first commit of this object past a
+        ``c`` whose checkpoint is missing. None: no checkpoints are written, nor probed for
+        (the hint and the listing still find them).
+    sleep, rng
+        For the backoff; tests pass their own.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        table_id: str,
+        *,
+        retry: RetryPolicy | None = None,
+        after_commit: AfterCommit | None = None,
+        checkpoint_interval: int | None = DEFAULT_CHECKPOINT_INTERVAL,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if not table_id:
+            raise ValueError("a versioned log needs the table id of table.json, got an empty one")
+        self.storage = storage
+        self.table_id = table_id
+        self.retry = retry or RetryPolicy()
+        self.after_commit = after_commit
+        if checkpoint_interval is not None and checkpoint_interval < 1:
+            raise ValueError(f"checkpoint_interval must be >= 1, got {checkpoint_interval}")
+        self.checkpoint_interval = checkpoint_interval
+        #: The newest checkpoint this object knows to exist (0: none): one probe per interval.
+        self._checkpointed = 0
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+
+    # Reading -----------------------------------------------------------------------------------
+
+    def open(self) -> TableState:
+        """The state at the latest version: the newest usable checkpoint's, with the commit
+        headers after it folded in (every header from the oldest commit without one)."""
+        return self.snapshot().state
+
+    def snapshot(self, at_most: int | None = None, *, also: Iterable[int] = ()) -> Snapshot:
+        """The log read up to its latest version, or up to ``at_most``: the newest usable
+        checkpoint at or below it and the commit headers after it, folded.
+
+        Reads one checkpoint's small part (never its file list) and the headers after it.
+        ``also``: more checkpoint versions to try (table.json's upgrade version).
+        CorruptFileError when neither a checkpoint nor the commits from version 0 are there.
+        """
+        from lakesink_reader.format.v3.checkpoint import find_checkpoint
+
+        also = tuple(also)
+        found = find_checkpoint(
+            self.storage, self.table_id, interval=self.checkpoint_interval, at_most=at_most, also=also
+        )
+        if found is None and self.read_header(0) is None:
+            oldest = self._oldest_listed()
+            if oldest is not None and oldest > 0:
+                found = find_checkpoint(
+                    self.storage,
+                    self.table_id,
+                    interval=self.checkpoint_interval,
+                    at_most=at_most,
+                    also=also,
+                    listing=True,
+                )
+                if found is None:
+                    raise CorruptFileError(
+                        f"{self._log_url()} has no version 0 but has versions from {oldest}: its "
+                        "oldest commits were removed, and it has no usable checkpoint"
+                        + ("" if at_most is None else f" at or below version {at_most}")
+                        + " to start from"
+                    )
+        state = TableState.empty(self.table_id) if found is None else found.state
+        if found is not None:
+            self._checkpointed = max(self._checkpointed, found.version)
+        headers = self.read_headers(state.version + 1, at_most)
+        return Snapshot(found, tuple(headers), self._fold(state, headers))
+
+    def refresh(self, state: TableState) -> TableState:
+        """``state`` brought to the latest version, once the log proves it still describes it.
+
+        The commit at ``state.version`` is re-read: the same token means the same log, and the
+        commits after it are folded in. When that commit is gone the log is read again from
+        the start (:meth:`open`), whose table-id checks catch a recreated lake. CorruptFileError
+        when that version holds another commit.
+        """
+        if state.table_id != self.table_id:
+            raise ValueError(f"a state of table {state.table_id} handed to the log of table {self.table_id}")
+        if state.version >= 0:
+            header = self.read_header(state.version)
+            if header is None:
+                log.info("version %d of %s is gone: reading the log again", state.version, self._log_url())
+                return self.open()
+            if header.token != state.token:
+                raise CorruptFileError(
+                    f"{self._where(state.version)} holds commit {header.token}, not {state.token} that "
+                    "this writer's state was folded from: the log was replaced (the lake deleted and "
+                    "recreated?). Restart the writer so that it reads the lake afresh"
+                )
+        return self._fold(state, self.read_headers(state.version + 1))
+
+    def read_header(self, version: int) -> CommitHeader | None:
+        """The header of ``version``'s commit, without its actions; None when it does not exist.
+
+        Reads the commit's first :data:`HEADER_READ_BYTES` only, and never parses the action lines.
+        """
+        name = commit_name(version)
+        try:
+            data = self.storage.read_bytes(name, limit=HEADER_READ_BYTES)
+            if header_line(data) is None and len(data) >= HEADER_READ_BYTES:
+                data = self.storage.read_bytes(name)  # a header longer than the first read
+        except FileNotFoundError:
+            return None
+        header = decode_header(data, where=self._where(version))
+        self._check_identity(header, version)
+        return header
+
+    def read_commit(self, version: int) -> Commit | None:
+        """The whole commit of ``version``; None when it does not exist."""
+        try:
+            data = self.storage.read_bytes(commit_name(version))
+        except FileNotFoundError:
+            return None
+        commit = decode_commit(data, where=self._where(version))
+        self._check_identity(commit.header, version)
+        return commit
+
+    def read_headers(self, start: int, stop: int | None = None) -> list[CommitHeader]:
+        """Headers of versions ``start, start+1, ...`` up to ``stop`` (inclusive) or to the
+        first missing version, read in parallel rounds of 1, 2, 4, ... up to :data:`READ_BATCH`
+        versions: a writer's cursor usually finds one new version or none, and should not
+        read 16 absent ones to learn it."""
+        found: list[CommitHeader] = []
+        version = start
+        size = 1
+        while stop is None or version <= stop:
+            end = version + size if stop is None else min(version + size, stop + 1)
+            size = min(2 * size, READ_BATCH)
+            for header in parallel(self.read_header, range(version, end)):
+                if header is None:
+                    return found  # later versions read meanwhile may exist; the log ends here
+                found.append(header)
+            version = end
+        return found
+
+    # Committing --------------------------------------------------------------------------------
+
+    def commit(self, pending: PendingCommit, *, state: TableState | None = None) -> CommitResult:
+        """Create ``pending`` at the next version, unless a rule says otherwise.
+
+        ``state``: where to start (a checkpoint's, or the ``state`` of a previous result), else
+        the log is opened. Raises CommitRefusedError when a rule refuses the commit,
+        CommitConflictError when it lost too many versions in a row or a concurrent commit
+        conflicts with it (a compaction's input removed), CommitStateUnknownError when the
+        answer to its create stayed unknown: it may be committed. Any other exception: this
+        call committed nothing.
+        """
+        if pending.kind == "upgrade":
+            raise ValueError(
+                "upgrade commits are not raced for a version: `lakesink upgrade` writes them at versions "
+                "derived from the fenced v2 log"
+            )
+        current = self.refresh(state) if state is not None else self.open()
+        removed = self._removed_after_base(pending, current)
+        seen: list[CommitHeader] = []  # the commits that won versions this call tried
+        lost = 0
+        while True:
+            decision: Decision = check_commit(current, pending, removed)
+            if decision == "replay":
+                return self._skipped(pending, current, seen, lost)
+            if lost >= self.retry.max_lost_races:
+                raise CommitConflictError(
+                    f"{self._log_url()}: the {pending.kind} commit {pending.token} lost {lost} versions in a "
+                    f"row to other commits (the last one {current.version}); nothing of it is committed. "
+                    "Retry it: fewer writers at once, or a larger RetryPolicy.max_lost_races"
+                )
+            commit = pending.at(current.version + 1, self.table_id)
+            after = self._fold(
+                current, [commit.header]
+            )  # before the create: a commit that cannot fold is never made
+            if self._create(commit):
+                log.info(
+                    "committed version %d of %s: %s, %d file(s) added, %d removed",
+                    commit.version,
+                    self._log_url(),
+                    _what(pending),
+                    commit.header.counts.add_files,
+                    commit.header.counts.remove_files,
+                )
+                self._after_commit(commit, after)
+                return CommitResult("committed", commit.version, after, lost)
+            lost += 1
+            log.debug(
+                "version %d of %s went to another commit (%d lost)", commit.version, self._log_url(), lost
+            )
+            self._sleep(_delay(self.retry.race_backoff, self.retry.race_backoff_max, lost - 1, self._rng))
+            winners = self.read_headers(commit.version)
+            if not winners:
+                raise CorruptFileError(
+                    f"{self._where(commit.version)} was reported to exist, then could not be read"
+                )
+            if pending.kind == "compact":
+                removed.update(removed_paths(self._whole(winners)))
+            current = self._fold(current, winners)
+            seen += winners
+
+    def _create(self, commit: Commit) -> bool:
+        """Create ``commit`` at its version: True when it is there, False when another commit is.
+
+        Never returns without a definitive answer for this version: a failed or unanswered
+        create is retried with the same bytes (``put_if_absent`` reads back an existing
+        object), and an answer that stays unknown is CommitStateUnknownError.
+        """
+        name, data = commit_name(commit.version), encode_commit(commit)
+        failures: list[Exception] = []
+        for attempt in range(self.retry.create_attempts):
+            try:
+                return self.storage.put_if_absent(name, data)
+            except Exception as exc:
+                if not _may_be_lost_answer(exc):
+                    if not failures:
+                        raise  # refused (or a bug), so not applied: a plain failure of this call
+                    raise self._unknown(commit, [*failures, exc]) from exc  # an earlier try may have landed
+                failures.append(exc)
+                log.warning(
+                    "creating version %d of %s failed (%r); it may have been applied: trying the same "
+                    "bytes again (%d of %d)",
+                    commit.version,
+                    self._log_url(),
+                    exc,
+                    attempt + 1,
+                    self.retry.create_attempts,
+                )
+            if attempt + 1 < self.retry.create_attempts:
+                self._sleep(
+                    _delay(self.retry.create_backoff, self.retry.create_backoff_max, attempt, self._rng)
+                )
+        raise self._unknown(commit, failures) from failures[-1]
+
+    def _unknown(self, commit: Commit, failures: Sequence[Exception]) -> CommitStateUnknownError:
+        return CommitStateUnknownError(
+            f"{self._where(commit.version)}: the create of commit {commit.header.token} "
+            f"({_what(commit.header)}) failed {len(failures)} time(s), the last with {failures[-1]!r}; it "
+            "may have been applied. Keep its files: a replay of the batch finds it committed, or "
+            "commits it"
+        )
+
+    def _skipped(
+        self, pending: PendingCommit, state: TableState, seen: Sequence[CommitHeader], lost: int
+    ) -> CommitResult:
+        """The result of a commit whose effect is in the log: replayed, or (when it got there
+        during this call, among the commits that won our versions) a lost race."""
+        status: CommitStatus = "lost_race" if lost else "replayed"
+        version: int | None = None
+        if pending.writer is not None:
+            ref = pending.writer
+            twins = [
+                h.version
+                for h in seen
+                if h.writer is not None and h.writer.id == ref.id and h.writer.batch == ref.batch
+            ]
+            known = state.writers.get(ref.id)
+            if twins:
+                version = twins[0]
+            elif known is not None and known.last_batch == ref.batch:
+                version = known.last_version
+        elif pending.op is not None:
+            op = state.ops.get(pending.op.token) or state.ops.get(pending.op.abandons or "")
+            version = op.version if op is not None else None
+        log.info("%s of %s is in the log already (%s): skipped", _what(pending), self._log_url(), status)
+        return CommitResult(status, version, state, lost)
+
+    def _removed_after_base(self, pending: PendingCommit, state: TableState) -> dict[str, int]:
+        """For a compaction: the paths removed after its base version (its conflicts)."""
+        if pending.kind != "compact" or pending.op is None or pending.op.base_version is None:
+            return {}
+        base = pending.op.base_version
+        if base > state.version:
+            raise ValueError(
+                f"compaction {pending.op.token} is based on version {base}, but the log's latest is "
+                f"{state.version}"
+            )
+        headers = self.read_headers(base + 1, state.version)
+        if len(headers) != state.version - base:
+            raise CorruptFileError(
+                f"{self._log_url()}: versions {base + 1}..{state.version} vanished while read"
+            )
+        return removed_paths(self._whole(headers))
+
+    def _whole(self, headers: Sequence[CommitHeader]) -> list[Commit]:
+        """The whole commits of those ``headers`` that remove files (the others cannot conflict)."""
+        wanted = [h.version for h in headers if h.counts.remove_files]
+        commits = parallel(self.read_commit, wanted)
+        missing = [v for v, c in zip(wanted, commits, strict=True) if c is None]
+        if missing:
+            raise CorruptFileError(f"{self._where(missing[0])} vanished while the log was read")
+        return [c for c in commits if c is not None]
+
+    def _after_commit(self, commit: Commit, state: TableState) -> None:
+        """Derived work after a commit point: the checkpoint, then ``after_commit``. Never raises."""
+        try:
+            self.checkpoint_if_due(commit.version, state)
+        except Exception:
+            log.warning(
+                "writing the checkpoint due after version %d of %s failed; the commit stands, and a "
+                "later commit or reader uses an older checkpoint or the commits",
+                commit.version,
+                self._log_url(),
+                exc_info=True,
+            )
+        if self.after_commit is None:
+            return
+        try:
+            self.after_commit(commit, state)
+        except Exception:
+            log.warning(
+                "derived work after version %d of %s failed; the commit stands",
+                commit.version,
+                self._log_url(),
+                exc_info=True,
+            )
+
+    def checkpoint_if_due(self, version: int, state: TableState | None = None) -> Checkpoint | None:
+        """After committing ``version``: write the newest checkpoint due at or below it, when it
+        is ``version`` itself or a missing older one (probed once per interval per object).
+        ``state``: the state at ``version``, checked against the one the checkpoint derives.
+        Returns the checkpoint written or found; None when none is due. May raise (its caller,
+        the commit, logs it)."""
+        from lakesink_reader.format.v3.checkpoint import checkpoint_name, due_checkpoint, write_checkpoint
+
+        if self.checkpoint_interval is None:
+            return None
+        due = due_checkpoint(version, self.checkpoint_interval)
+        if due is None or due <= self._checkpointed:
+            return None
+        if due != version and self.storage.exists(checkpoint_name(due)):
+            self._checkpointed = due
+            return None
+        written = write_checkpoint(
+            self.storage,
+            self.table_id,
+            due,
+            interval=self.checkpoint_interval,
+            expected=state if due == version else None,
+            read_commit=self.read_commit,
+        )
+        self._checkpointed = due
+        return written
+
+    # Helpers -----------------------------------------------------------------------------------
+
+    def _fold(self, state: TableState, headers: Sequence[CommitHeader]) -> TableState:
+        for header in headers:
+            try:
+                state = state.fold(header)
+            except CorruptFileError as exc:
+                raise CorruptFileError(f"{self._where(header.version)}: {exc}") from exc
+        return state
+
+    def _check_identity(self, header: CommitHeader, version: int) -> None:
+        where = self._where(version)
+        if header.version != version:
+            raise CorruptFileError(f"{where}: the commit says it is version {header.version}")
+        if header.table_id != self.table_id:
+            raise CorruptFileError(
+                f"{where}: the commit belongs to table {header.table_id}, but this writer writes table "
+                f"{self.table_id}: the lake was deleted and recreated since the writer read it. Restart "
+                "the writer so that it reads the lake afresh"
+            )
+
+    def _oldest_listed(self) -> int | None:
+        """The oldest version a listing of the log folder shows (None: an empty log). Only for
+        a log without version 0: every other read of the log goes by version."""
+        names = (f.name.rsplit("/", 1)[-1] for f in self.storage.list(LOG_DIR))
+        versions = [v for v in (parse_commit_name(n) for n in names) if v is not None]
+        return min(versions) if versions else None
+
+    def _log_url(self) -> str:
+        return f"{self.storage.url.rstrip('/')}/{LOG_DIR}"
+
+    def _where(self, version: int) -> str:
+        return f"{self.storage.url.rstrip('/')}/{commit_name(version)}"
+
+
+def _what(commit: PendingCommit | CommitHeader) -> str:
+    """``append of batch 7 of writer W`` / ``compact op T``, for messages."""
+    if commit.writer is not None:
+        return f"append of batch {commit.writer.batch} of writer {commit.writer.id}"
+    return f"{commit.kind} op {commit.op.token if commit.op else '?'}"
+
+
+def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+    """``fn`` over ``items``, :data:`READ_BATCH` at a time in threads, results in order."""
+    if len(items) <= 1:
+        return [fn(item) for item in items]
+    with ThreadPoolExecutor(min(READ_BATCH, len(items))) as pool:
+        return list(pool.map(fn, items))

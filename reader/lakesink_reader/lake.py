@@ -1,0 +1,682 @@
+"""``Lake``: which files of a lakesink table a reader may see, and reading them with pyarrow.
+
+Isolation levels:
+
+- ``read_committed``: exactly the committed data, each committed file once. In foreach mode
+  that is every published file; in epoch mode, every file listed by an epoch record (files
+  published by an epoch that has no record yet are not committed).
+- ``read_all``: everything -- committed, published and staged files. Files that cannot be read
+  (being written, truncated by a crash, an S3 upload in flight, gone since they were listed,
+  damaged) are skipped and reported, never a crash.
+
+A committed file that cannot be read is an error (``CorruptFileError``, naming the file) for
+``read_committed``, unless ``on_error="skip"`` asks to read around it and report it.
+Format-3 (epoch-mode) lakes are read through a pinned snapshot of their versioned log
+(``lakesink_reader.v3``): versions, writers and their offsets, ``as_of_version`` and
+``versions=(a, b)``; format 1 and 2 lakes keep the epoch log's code path.
+This module never imports pyspark, nor any writer module of lakesink.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import pyarrow as pa
+
+from lakesink_reader.errors import CorruptFileError, missing_extra
+from lakesink_reader.format.log import EpochInfo, EpochLog
+from lakesink_reader.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
+from lakesink_reader.format.names import FileState as FileState
+from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
+from lakesink_reader.format.schemas import fit_problems
+from lakesink_reader.format.table import TableMetadata, read_table_metadata
+from lakesink_reader.format.v3.state import WriterState
+from lakesink_reader.storage import StagedEntry, Storage, StoredFile, open_storage
+from lakesink_reader.v3 import LogView, VersionInfo
+
+if TYPE_CHECKING:
+    import pandas
+    import pyarrow.dataset as ds
+
+Isolation = Literal["read_committed", "read_all"]
+OnError = Literal["raise", "skip"]
+#: Attempts to read around files that vanish while a read is under way (a staged file that was
+#: published or swept): each attempt drops the files found gone.
+_READ_ATTEMPTS = 3
+
+
+@dataclass(frozen=True)
+class LakeFile:
+    """A data file of the table as a reader sees it.
+
+    Format 3 (epoch mode): ``version`` is the version that added the file, ``writer`` and
+    ``batch`` the writer and batch of that append; ``epoch`` is the batch; compaction output
+    has neither (None), nor a ``partition``. Files that are not committed have none of them
+    unless their name says.
+    """
+
+    name: str  # relative to the table root; for staged data, the name it would publish as
+    path: str  # full path / URL
+    partition: int | None
+    epoch: int | None
+    state: FileState
+    size: int | None
+    rows: int | None = None  # known from the log in epoch mode
+    version: int | None = None
+    writer: str | None = None
+    batch: int | None = None
+
+
+@dataclass(frozen=True)
+class SkippedFile:
+    """A file a read left out, and why."""
+
+    path: str
+    state: FileState
+    reason: str
+
+
+class SkippedFilesWarning(UserWarning):
+    """A read skipped unreadable files; ``.skipped`` lists them."""
+
+    def __init__(self, skipped: Sequence[SkippedFile]) -> None:
+        self.skipped = list(skipped)
+        names = ", ".join(f"{s.path} ({s.state})" for s in self.skipped[:5])
+        more = f" and {len(self.skipped) - 5} more" if len(self.skipped) > 5 else ""
+        super().__init__(f"skipped {len(self.skipped)} unreadable file(s): {names}{more}")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """What a read returned and what it had to skip."""
+
+    table: pa.Table
+    skipped: list[SkippedFile]
+
+
+class Lake:
+    """A lakesink table at ``path`` (local path, ``file://`` or ``s3://``).
+
+    Raises TableNotFoundError when nothing is at ``path`` and NotALakeError when the path
+    holds no lakesink table (or is a file).
+    """
+
+    def __init__(
+        self, path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.path = os.fspath(path)
+        self._storage: Storage = open_storage(self.path, storage_options)
+        doc, self.metadata = _read_table_json(self._storage)
+        self._fs, self._base = self._storage.arrow_filesystem()
+        #: Format-3 epoch-mode lakes: the pinned snapshot of the versioned log.
+        self._v3: LogView | None = None
+        self._log: EpochLog | None = None
+        if self.metadata.mode == "epoch" and self.metadata.format_version >= 3:
+            self._v3 = LogView(self._storage, self.metadata.table_id, doc, _where(self._storage))
+        elif self.metadata.mode == "epoch":
+            self._log = EpochLog(self._storage)
+
+    def __repr__(self) -> str:
+        return f"Lake({self.path!r}, mode={self.metadata.mode!r})"
+
+    @property
+    def schema(self) -> pa.Schema:
+        """The lake's schema: a format-3 lake's as its newest version (of the pinned snapshot) has
+        it -- table.json's, or the last one a commit recorded (schema evolution). Reads of any
+        version return it: files written before a column was added read it as nulls."""
+        if self._v3 is not None:
+            return self._v3.schema(self.metadata.schema)
+        return self.metadata.schema
+
+    def _data_schema(self) -> pa.Schema:
+        """The columns data files hold: the schema without the partition columns."""
+        columns = self.metadata.partition_columns
+        return pa.schema([f for f in self.schema if f.name not in columns])
+
+    @property
+    def mode(self) -> str:
+        return self.metadata.mode
+
+    # The versioned log (format 3) -----------------------------------------------------------
+
+    @property
+    def version(self) -> int | None:
+        """The version this object reads (format-3 epoch-mode lakes; -1 before the first commit).
+        None for other lakes, which have no versioned log."""
+        return self._v3.version if self._v3 is not None else None
+
+    def refresh(self) -> None:
+        """Move a format-3 lake's pinned snapshot to the newest version (other lakes: nothing to do)."""
+        if self._v3 is not None:
+            self._v3.refresh()
+
+    def _view(self, what: str) -> LogView:
+        if self._v3 is None:
+            raise ValueError(
+                f"{what} needs a versioned log, which {self.path} has not: it is a format-"
+                f"{self.metadata.format_version} {self.metadata.mode}-mode lake"
+                + (" (its history is in epochs: Lake.epochs())" if self._log is not None else "")
+            )
+        return self._v3
+
+    def versions(self) -> list[VersionInfo]:
+        """The retained versions of a format-3 lake, oldest first (from commit headers)."""
+        return self._view("Lake.versions()").versions()
+
+    def writers(self) -> list[WriterState]:
+        """The writers (streaming queries) of a format-3 lake, in the order they first committed."""
+        return self._view("Lake.writers()").writers()
+
+    def offsets(self, writer: str | None = None) -> Any:
+        """The source offsets of the end of ``writer``'s last batch (one entry per source, Spark's
+        offset JSON; None when unknown). ``writer``: an id or 16-hex tag; None: the lake's one
+        writer that is not retired (ValueError naming them when there are several)."""
+        return self._view("Lake.offsets()").offsets(writer)
+
+    # Which files --------------------------------------------------------------------------
+
+    def epochs(self) -> list[EpochInfo]:
+        """The committed epochs of an epoch-mode table, oldest first.
+
+        Empty in foreach mode, which has no epoch log (and so refuses ``as_of_epoch`` / ``epochs``).
+        A format-3 lake has epochs when one writer lineage wrote it (ValueError naming its
+        writers otherwise): the appends of that lineage.
+        """
+        if self._v3 is not None:
+            return [
+                EpochInfo(
+                    epoch,
+                    h.committed_at,
+                    h.counts.add_files,
+                    h.counts.add_rows,
+                    h.counts.add_bytes,
+                    h.source_offsets,
+                )
+                for epoch, h in self._v3.epochs("Lake.epochs()")
+            ]
+        return self._log.epochs() if self._log is not None else []
+
+    def files(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
+    ) -> list[LakeFile]:
+        """The data files visible at ``isolation``, ordered by (epoch, partition, name) --
+        format 3: by (version, partition, name).
+
+        ``as_of_epoch`` (time travel) and ``epochs=(first, last)`` (incremental read, both
+        ends included) select committed epochs; they apply to ``read_committed`` of an
+        epoch-mode lake only (ValueError otherwise). Format-3 lakes also take
+        ``as_of_version=v`` (the files live at version v) and ``versions=(a, b)`` (the files
+        added by the append commits of versions a..b: the rows they added; compactions change
+        no rows).
+        """
+        if isolation not in ("read_committed", "read_all"):
+            raise ValueError(f"isolation must be 'read_committed' or 'read_all', got {isolation!r}")
+        if as_of_version is not None or versions is not None:
+            self._view("as_of_version=" if as_of_version is not None else "versions=")
+        if self._v3 is not None:
+            return self._v3_files(isolation, as_of_epoch, epochs, as_of_version, versions)
+        if (as_of_epoch is not None or epochs is not None) and isolation != "read_committed":
+            raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
+        if self._log is None and (as_of_epoch is not None or epochs is not None):
+            given = f"as_of_epoch={as_of_epoch!r}" if as_of_epoch is not None else f"epochs={epochs!r}"
+            # Selecting the files by the epoch in their names would look like time travel but
+            # is not: nothing says that every partition of an epoch is there.
+            raise ValueError(
+                f"{given} selects committed epochs, but {self.path} is a foreach-mode lake, which "
+                "has no epoch log: each (partition, epoch) file commits on its own, so no record "
+                "says which files make up an epoch (Lake.epochs() is empty). Read it without "
+                "as_of_epoch / epochs, or write the stream in epoch mode (lakesink.write_stream or "
+                'format("lakesink")), whose lakes can be read as of an epoch'
+            )
+        if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
+            raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
+        # Epoch-mode read_committed needs no listing of the table root: the log names the files.
+        listing = self._listing() if self._log is None or isolation == "read_all" else []
+        listed = [
+            (e.name, e.size, p)
+            for e in listing
+            if (p := parse_data_file(e.name.rpartition("/")[2])) is not None
+        ]
+        if self._log is not None:
+            records = self._log.records(as_of_epoch=as_of_epoch, epochs=epochs)
+            if as_of_epoch is not None:
+                self._check_as_of(as_of_epoch, records[-1].epoch if records else None)
+            found = [
+                LakeFile(c.name, self._path(c.name), c.partition, c.epoch, "committed", c.size, c.rows)
+                for r in records
+                for c in r.files
+            ]
+        else:
+            found = [
+                LakeFile(name, self._path(name), p.partition, p.epoch, "committed", size)
+                for name, size, p in listed
+                if p.state == "published"
+            ]
+        if isolation == "read_all":
+            # Everything else: files published by an epoch with no record (epoch mode), and
+            # staged data (as_of_epoch/epochs are refused above, so ``found`` is complete).
+            committed = {f.name for f in found}
+            found += [
+                LakeFile(n, self._path(n), p.partition, p.epoch, p.state, size)
+                for n, size, p in listed
+                if n not in committed
+            ]
+            listed_names = {n for n, _, _ in listed}
+            for staged in self._staged():
+                parsed = parse_data_file(staged.name.rpartition("/")[2])
+                if parsed is not None and staged.handle not in listed_names:
+                    found.append(
+                        LakeFile(staged.name, self._path(staged.handle or staged.name), parsed.partition,
+                                 parsed.epoch, "staged", staged.size)
+                    )  # fmt: skip
+        found.sort(key=lambda f: (f.epoch or 0, f.partition or 0, f.name))
+        return found
+
+    def _v3_files(
+        self,
+        isolation: Isolation,
+        as_of_epoch: int | None,
+        epochs: tuple[int, int] | None,
+        as_of_version: int | None,
+        versions: tuple[int, int] | None,
+    ) -> list[LakeFile]:
+        view = self._v3
+        assert view is not None
+        given = [
+            f"{k}={v!r}"
+            for k, v in (("as_of_epoch", as_of_epoch), ("epochs", epochs), ("as_of_version", as_of_version),
+                         ("versions", versions))
+            if v is not None
+        ]  # fmt: skip
+        if len(given) > 1:
+            raise ValueError(f"{' and '.join(given)}: select by one of them")
+        if given and isolation != "read_committed":
+            raise ValueError(f"{given[0]} selects committed versions: use isolation='read_committed'")
+        for name, pair in (("epochs", epochs), ("versions", versions)):
+            if pair is not None and (len(pair) != 2 or pair[0] > pair[1]):
+                raise ValueError(f"{name} must be a (first, last) pair with first <= last, got {pair!r}")
+        if epochs is not None or versions is not None:
+            if epochs is not None:
+                lineage = view.epochs(f"epochs={epochs!r}")
+                picked = [h.version for e, h in lineage if epochs[0] <= e <= epochs[1]]
+                commits = view.commits(picked)
+            else:
+                assert versions is not None
+                commits = view.added_by_appends(versions[0], versions[1])
+            found = [
+                LakeFile(a.path, self._path(a.path), a.partition, a.batch, "committed", a.size, a.rows,
+                         c.version, c.header.writer.id if c.header.writer else None, a.batch)
+                for c in commits
+                for a in c.adds
+            ]  # fmt: skip
+        else:
+            if as_of_epoch is not None:
+                lineage = view.epochs(f"as_of_epoch={as_of_epoch}")
+                at = [h.version for e, h in lineage if e == as_of_epoch]
+                if not at:
+                    newest = lineage[-1][0] if lineage else None
+                    if newest is None or as_of_epoch > newest:
+                        self._check_as_of(as_of_epoch, newest)
+                    raise ValueError(
+                        f"as_of_epoch={as_of_epoch} is below the retained range of {self.path}: its epochs "
+                        f"are {lineage[0][0]}..{newest} (versions {view.oldest()}..{view.version})"
+                    )
+                as_of_version = at[0]
+            version = view.version if as_of_version is None else as_of_version
+            empty = version < 0 and as_of_version is None  # nothing committed yet
+            found = [] if empty else self._from_list(view.live_files(version))
+        if isolation == "read_all":
+            committed = {f.name for f in found}
+            for entry in self._listing():
+                name = entry.name
+                if name in committed or not name.endswith(DATA_SUFFIX) or name.startswith((".", "_")):
+                    continue
+                parsed = parse_data_file(name.rpartition("/")[2])
+                found.append(
+                    LakeFile(name, self._path(name), parsed.partition if parsed else None,
+                             parsed.epoch if parsed else None, "published", entry.size)
+                )  # fmt: skip
+            listed = {f.name for f in found}
+            for staged in self._staged():
+                if staged.handle in listed or not staged.name.endswith(DATA_SUFFIX):
+                    continue
+                parsed = parse_data_file(staged.name.rpartition("/")[2])
+                found.append(
+                    LakeFile(staged.name, self._path(staged.handle or staged.name),
+                             parsed.partition if parsed else None, parsed.epoch if parsed else None,
+                             "staged", staged.size)
+                )  # fmt: skip
+        found.sort(key=_v3_order)
+        return found
+
+    def _folders(self) -> list[str]:
+        """The folders ``read_all`` looks in: the root, and a partitioned lake's partition folders."""
+        return ["", *partition_folders(self._storage, self.metadata.partition_columns)]
+
+    def _listing(self) -> list[StoredFile]:
+        return [e for folder in self._folders() for e in self._storage.list(folder)]
+
+    def _staged(self) -> list[StagedEntry]:
+        return [e for folder in self._folders() for e in self._storage.staged(folder)]
+
+    def _from_list(self, table: pa.Table) -> list[LakeFile]:
+        cols = table.select(["path", "bytes", "rows", "added_version", "writer", "batch", "partition"])
+        found = []
+        for row in cols.to_pylist():
+            name = row["path"]
+            found.append(
+                LakeFile(name, self._path(name), row["partition"], row["batch"], "committed", row["bytes"],
+                         row["rows"], row["added_version"], row["writer"], row["batch"])
+            )  # fmt: skip
+        return found
+
+    def _check_as_of(self, as_of_epoch: int, newest: int | None) -> None:
+        if newest is None or as_of_epoch > newest:
+            raise ValueError(
+                f"as_of_epoch={as_of_epoch} is beyond the newest committed epoch of {self.path} "
+                f"({newest if newest is not None else 'none: nothing is committed yet'})"
+            )
+
+    def _path(self, name: str) -> str:
+        return f"{self._storage.url.rstrip('/')}/{name}"
+
+    def _arrow_path(self, f: LakeFile) -> str:
+        return f"{self._base.rstrip('/')}/{f.path[len(self._storage.url.rstrip('/')) + 1 :]}"
+
+    # Reading ------------------------------------------------------------------------------
+
+    def dataset(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
+    ) -> ds.Dataset:
+        """A ``pyarrow.dataset.Dataset`` over the visible files (DuckDB and polars read it).
+
+        Files that are not committed are checked first, and left out (and reported in a
+        :class:`SkippedFilesWarning`) when they cannot be read.
+        """
+        files = self.files(
+            isolation, as_of_epoch=as_of_epoch, epochs=epochs, as_of_version=as_of_version, versions=versions
+        )
+        readable, skipped = self._readable(files)
+        if skipped:
+            warnings.warn(SkippedFilesWarning(skipped), stacklevel=2)
+        return self._dataset_of(readable)
+
+    def _dataset_of(self, files: Sequence[LakeFile]) -> ds.Dataset:
+        # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
+        # (0.4 s), and opening a lake or listing its files needs neither.
+        import pyarrow.dataset as ds
+
+        columns = self.metadata.partition_columns
+        if not columns:
+            paths = [self._arrow_path(f) for f in files]
+            return ds.dataset(paths, schema=self.schema, format="parquet", filesystem=self._fs)
+        # A partitioned lake: each file's partition values come from its folders (the log lists
+        # the path); as a fragment's partition expression they fill the columns and let a
+        # filter on them skip the file unopened.
+        parquet = ds.ParquetFileFormat()
+        fragments = [
+            parquet.make_fragment(
+                self._arrow_path(f), self._fs, partition_expression=self._partition_expression(f.name)
+            )
+            for f in files
+        ]
+        return ds.FileSystemDataset(fragments, self.schema, parquet, self._fs)
+
+    def _partition_expression(self, name: str) -> ds.Expression:
+        import pyarrow.compute as pc
+
+        columns = self.metadata.partition_columns
+        try:
+            values = typed_values(partition_texts(name, columns), self.schema)
+        except (ValueError, pa.ArrowInvalid) as exc:
+            raise CorruptFileError(f"{self._path(name)}: not in the lake's partition folders: {exc}") from exc
+        expression = None
+        for column, value in values.items():
+            term = pc.field(column).is_null() if not value.is_valid else pc.field(column) == value
+            expression = term if expression is None else expression & term
+        assert expression is not None  # a partitioned lake has at least one partition column
+        return expression
+
+    def _readable(self, files: Sequence[LakeFile]) -> tuple[list[LakeFile], list[SkippedFile]]:
+        """Committed files, plus the other files whose footer and schema are fine."""
+        readable: list[LakeFile] = []
+        skipped: list[SkippedFile] = []
+        for f in files:
+            reason = None if f.state == "committed" else self._problem(f, deep=False)
+            if reason is None:
+                readable.append(f)
+            else:
+                skipped.append(SkippedFile(f.path, f.state, reason))
+        return readable, skipped
+
+    def _problem(self, f: LakeFile, *, deep: bool) -> str | None:
+        """Why ``f`` cannot be read, or None. ``deep`` reads every page, not only the footer."""
+        if f.state == "staged" and not f.path.endswith(".uncommitted"):
+            return "multipart upload in flight: not readable until it is completed"
+        import pyarrow.parquet as pq
+
+        path = self._arrow_path(f)
+        try:
+            meta = pq.read_metadata(path, filesystem=self._fs)
+            if deep:
+                pq.read_table(path, filesystem=self._fs)
+        except FileNotFoundError:
+            if f.state == "committed":
+                return "missing: the lake commits it, but it is not in storage"
+            return "gone since it was listed (published or removed meanwhile)"
+        except (OSError, pa.ArrowException) as exc:
+            if f.state == "committed":
+                return f"corrupt: {exc}"
+            return f"not a complete Parquet file (still being written, or truncated by a crash): {exc}"
+        if fit_problems(meta.schema.to_arrow_schema(), self._data_schema()):
+            return "schema differs from the table's"
+        if self.metadata.partition_columns:
+            try:
+                partition_texts(f.name, self.metadata.partition_columns)
+            except ValueError as exc:
+                return f"not in the lake's partition folders: {exc}"
+        return None
+
+    def read(
+        self,
+        isolation: Isolation = "read_committed",
+        *,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> ReadResult:
+        """Read the visible data, and say which files were skipped.
+
+        ``on_error``: what an unreadable *committed* file does -- ``"raise"`` a
+        CorruptFileError naming it (the default of ``read_committed``), or ``"skip"`` it and
+        report it (the default of ``read_all``). Unreadable files that are not committed are
+        always skipped and reported.
+        """
+        if on_error is None:
+            on_error = "raise" if isolation == "read_committed" else "skip"
+        if on_error not in ("raise", "skip"):
+            raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
+        _check_columns(columns, self.schema)
+        files, skipped = self._readable(
+            self.files(
+                isolation,
+                as_of_epoch=as_of_epoch,
+                epochs=epochs,
+                as_of_version=as_of_version,
+                versions=versions,
+            )
+        )
+        projection = list(columns) if columns is not None else None
+        for _ in range(_READ_ATTEMPTS):
+            try:
+                table = self._dataset_of(files).to_table(columns=projection, filter=filter)
+                return ReadResult(table, skipped)
+            except (OSError, pa.ArrowException) as exc:
+                bad = [(f, reason) for f in files if (reason := self._problem(f, deep=True)) is not None]
+                if not bad:
+                    raise
+                for f, reason in bad:
+                    if f.state == "committed" and on_error == "raise":
+                        raise CorruptFileError(f"committed file {f.path!r} is {reason}") from exc
+                skipped += [SkippedFile(f.path, f.state, reason) for f, reason in bad]
+                gone = {f.path for f, _ in bad}
+                files = [f for f in files if f.path not in gone]
+        table = self._dataset_of(files).to_table(columns=projection, filter=filter)
+        return ReadResult(table, skipped)
+
+    def to_table(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        *,
+        isolation: Isolation = "read_committed",
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> pa.Table:
+        result = self.read(
+            isolation,
+            columns=columns,
+            filter=filter,
+            as_of_epoch=as_of_epoch,
+            epochs=epochs,
+            as_of_version=as_of_version,
+            versions=versions,
+            on_error=on_error,
+        )
+        if result.skipped:
+            warnings.warn(SkippedFilesWarning(result.skipped), stacklevel=2)
+        return result.table
+
+    def to_pandas(
+        self,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+        *,
+        isolation: Isolation = "read_committed",
+        as_of_epoch: int | None = None,
+        epochs: tuple[int, int] | None = None,
+        as_of_version: int | None = None,
+        versions: tuple[int, int] | None = None,
+        on_error: OnError | None = None,
+    ) -> pandas.DataFrame:
+        """The data as a pandas DataFrame (needs pandas: ``pip install 'lakesink[pandas]'``)."""
+        try:
+            import pandas  # noqa: F401 - pyarrow's to_pandas needs it; fail with the extra's name
+        except ImportError as exc:
+            raise missing_extra("pandas", "Lake.to_pandas") from exc
+        table = self.to_table(
+            columns,
+            filter,
+            isolation=isolation,
+            as_of_epoch=as_of_epoch,
+            epochs=epochs,
+            as_of_version=as_of_version,
+            versions=versions,
+            on_error=on_error,
+        )
+        return table.to_pandas()
+
+
+def _v3_order(f: LakeFile) -> tuple[int, int, str]:
+    return (-1 if f.version is None else f.version, -1 if f.partition is None else f.partition, f.name)
+
+
+def _where(storage: Storage) -> str:
+    return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
+
+
+def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
+    """table.json's document and metadata, read once (a v3 lake's has fields the metadata
+    does not keep: ``checkpoint_interval``, ``upgraded_from``)."""
+    try:
+        data = storage.read_bytes(TABLE_FILE, first_contact=True)
+    except (FileNotFoundError, NotADirectoryError):
+        read_table_metadata(storage)  # raises the error that names the path...
+        # ...unless a first writer created the lake in between: it is there now.
+        data = storage.read_bytes(TABLE_FILE, first_contact=True)
+    metadata = TableMetadata.from_json(data, _where(storage))
+    doc = json.loads(data)  # from_json parsed it: a JSON object
+    return (doc if isinstance(doc, dict) else {}), metadata
+
+
+def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> None:
+    if columns is None:
+        return
+    if isinstance(columns, str):
+        raise TypeError(f"columns must be a list of names, got the string {columns!r}")
+    unknown = [c for c in columns if c not in schema.names]
+    if unknown:
+        raise KeyError(f"unknown column(s) {unknown}; the table has {schema.names}")
+
+
+def read_committed(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    filter: ds.Expression | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    as_of_epoch: int | None = None,
+    epochs: tuple[int, int] | None = None,
+    as_of_version: int | None = None,
+    versions: tuple[int, int] | None = None,
+    on_error: OnError = "raise",
+) -> pa.Table:
+    """Exactly the committed data of the lake at ``path``, each committed file once.
+
+    ``filter`` is a ``pyarrow.compute`` expression, pushed down to row groups; ``columns``
+    projects. ``as_of_epoch=N`` reads the table as of epoch N; ``epochs=(a, b)`` reads only
+    epochs a..b (epoch-mode tables only: a foreach-mode table has no epoch log, and refuses
+    them with a ValueError).
+    ``on_error="skip"`` reads around committed files that are missing or damaged, reporting
+    them in a :class:`SkippedFilesWarning` (``lakesink verify`` lists them too).
+    """
+    lake = Lake(path, storage_options)
+    return lake.to_table(
+        columns,
+        filter,
+        as_of_epoch=as_of_epoch,
+        epochs=epochs,
+        as_of_version=as_of_version,
+        versions=versions,
+        on_error=on_error,
+    )
+
+
+def read_all(
+    path: str | os.PathLike[str],
+    *,
+    columns: Sequence[str] | None = None,
+    filter: ds.Expression | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> pa.Table:
+    """Everything in the lake, staged and published files included; unreadable files are skipped.
+
+    Skipped files are reported by a :class:`SkippedFilesWarning` whose ``skipped`` attribute
+    lists them (``Lake(path).read("read_all")`` returns the list directly).
+    """
+    lake = Lake(path, storage_options)
+    return lake.to_table(columns, filter, isolation="read_all")

@@ -1,0 +1,265 @@
+"""The reader's view of a format-3 (epoch-mode) lake: one pinned snapshot of its versioned log.
+
+Opening reads table.json, the newest checkpoint's small part and the commit headers after it
+(docs/design/format-v3.md, section 6) -- never a checkpoint's file list, which is read when
+files are. Everything else (which files a version holds, which versions an epoch maps to) is
+computed against the pinned snapshot, so one ``Lake`` object answers about one state of the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.schemas import decode_schema
+from lakesink_reader.format.v3.checkpoint import (
+    live_files_table,
+    oldest_listed_commit,
+)
+from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
+from lakesink_reader.format.v3.state import TableState, WriterState
+from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog, parallel
+from lakesink_reader.storage import Storage
+
+
+@dataclass(frozen=True)
+class VersionInfo:
+    """One commit of a format-3 lake, as ``Lake.versions()`` lists it (from its header).
+
+    ``writer``/``batch``: an append's; ``op``: the token of a maintenance op's commit.
+    """
+
+    version: int
+    kind: CommitKind
+    committed_at: float
+    writer: str | None
+    batch: int | None
+    op: str | None
+    add_files: int
+    add_rows: int
+    add_bytes: int
+    remove_files: int
+    remove_rows: int
+    remove_bytes: int
+    source_offsets: Any = None
+
+    @classmethod
+    def of(cls, header: CommitHeader) -> VersionInfo:
+        c = header.counts
+        return cls(
+            header.version,
+            header.kind,
+            header.committed_at,
+            header.writer.id if header.writer is not None else None,
+            header.writer.batch if header.writer is not None else None,
+            header.op.token if header.op is not None else None,
+            c.add_files,
+            c.add_rows,
+            c.add_bytes,
+            c.remove_files,
+            c.remove_rows,
+            c.remove_bytes,
+            header.source_offsets,
+        )
+
+
+def checkpoint_interval(doc: Mapping[str, Any], where: str) -> int:
+    """table.json's ``checkpoint_interval`` (the default when absent)."""
+    value = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
+    if type(value) is not int or value < 1:
+        raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {value!r}")
+    return value
+
+
+class LogView:
+    """A pinned snapshot of a format-3 lake's log, and what readers ask of it."""
+
+    def __init__(self, storage: Storage, table_id: str | None, doc: Mapping[str, Any], where: str) -> None:
+        if not table_id:
+            raise CorruptFileError(f"{where}: a format-3 lake's table.json must carry a table_id")
+        upgraded = doc.get("upgraded_from")
+        upgrade_version = upgraded.get("upgrade_version") if isinstance(upgraded, dict) else None
+        self._also = (upgrade_version,) if type(upgrade_version) is int and upgrade_version > 0 else ()
+        self.storage = storage
+        self.log = VersionedLog(storage, table_id, checkpoint_interval=checkpoint_interval(doc, where))
+        self.snapshot: Snapshot = self.log.snapshot(also=self._also)
+        self._headers: dict[int, CommitHeader] = {h.version: h for h in self.snapshot.headers}
+        self._schema: tuple[str, pa.Schema] | None = None  # the last decoded, by its text
+
+    @property
+    def state(self) -> TableState:
+        return self.snapshot.state
+
+    def schema(self, table_schema: pa.Schema) -> pa.Schema:
+        """The schema at the snapshot's version: the last one a commit recorded, else table.json's."""
+        encoded = self.state.schema_at(self.version)
+        if encoded is None:
+            return table_schema
+        if self._schema is None or self._schema[0] != encoded:
+            self._schema = (encoded, decode_schema(encoded, self.where(self.version)))
+        return self._schema[1]
+
+    @property
+    def version(self) -> int:
+        return self.snapshot.version
+
+    def refresh(self) -> None:
+        self.snapshot = self.log.snapshot(also=self._also)
+        self._headers = {h.version: h for h in self.snapshot.headers}
+
+    # Versions ----------------------------------------------------------------------------------
+
+    def oldest(self) -> int:
+        """The oldest version still readable: the retention floor, or the oldest commit or
+        checkpoint there is (one listing, only when the log starts after version 0)."""
+        floor = self.state.retained_from
+        if self.snapshot.checkpoint is None or self.log.read_header(floor) is not None:
+            return floor
+        listed = oldest_listed_commit(self.storage)
+        return max(floor, listed if listed is not None else self.version)
+
+    def headers(self, first: int, last: int) -> list[CommitHeader]:
+        """Headers of versions ``first..last`` (within the snapshot), cached."""
+        wanted = [v for v in range(first, last + 1) if v not in self._headers]
+        for v, header in zip(wanted, parallel(self.log.read_header, wanted), strict=True):
+            if header is None:
+                raise CorruptFileError(f"{self.where(v)} is missing: the log is not contiguous")
+            self._headers[v] = header
+        return [self._headers[v] for v in range(first, last + 1)]
+
+    def commits(self, versions: Sequence[int]) -> list[Commit]:
+        found = parallel(self.log.read_commit, list(versions))
+        for v, commit in zip(versions, found, strict=True):
+            if commit is None:
+                raise CorruptFileError(f"{self.where(v)} is missing: the log is not contiguous")
+        return [c for c in found if c is not None]
+
+    def versions(self) -> list[VersionInfo]:
+        """Every readable version of the snapshot, oldest first."""
+        if self.version < 0:
+            return []
+        return [VersionInfo.of(h) for h in self.headers(self.oldest(), self.version)]
+
+    def check_version(self, version: int, what: str) -> None:
+        """ValueError naming the readable range when ``version`` is outside it."""
+        if version > self.version:
+            raise ValueError(
+                f"{what} is beyond the newest version of {self.storage.url} ({self.version}"
+                + (": nothing is committed yet)" if self.version < 0 else ")")
+            )
+        retained = self.state.retained_from
+        if version < retained:
+            raise ValueError(
+                f"{what} is below the retained range of {self.storage.url}: versions {retained}.."
+                f"{self.version} (vacuum retains versions from {retained}; the oldest retained commit "
+                f"is {self.oldest()})"
+            )
+
+    # Files -------------------------------------------------------------------------------------
+
+    def live_files(self, version: int) -> pa.Table:
+        """The live files at ``version`` (checkpoint list columns), sorted by path."""
+        self.check_version(version, f"as_of_version={version}")
+        try:
+            return live_files_table(
+                self.storage,
+                self.log.table_id,
+                version,
+                interval=self.log.checkpoint_interval,
+                start=self.snapshot.checkpoint,
+                read_commit=self.log.read_commit,
+            )
+        except CorruptFileError as exc:
+            oldest = self.oldest()
+            if version < oldest:
+                raise ValueError(
+                    f"as_of_version={version} is below the retained range of {self.storage.url}: versions "
+                    f"{oldest}..{self.version} (retained_from {self.state.retained_from}, the oldest "
+                    f"retained commit {oldest})"
+                ) from exc
+            raise
+
+    def added_by_appends(self, first: int, last: int) -> list[Commit]:
+        """The whole append commits among versions ``first..last`` (compactions change no rows)."""
+        self.check_version(first, f"versions=({first}, {last})")
+        self.check_version(last, f"versions=({first}, {last})")
+        appends = [h.version for h in self.headers(first, last) if h.kind == "append" and h.counts.add_files]
+        return self.commits(appends)
+
+    # Writers and epochs ------------------------------------------------------------------------
+
+    def writers(self) -> list[WriterState]:
+        return sorted(self.state.writers.values(), key=lambda w: (w.first_version, w.id))
+
+    def offsets(self, writer: str | None) -> Any:
+        if writer is not None:
+            try:
+                found = self.state.writer(writer)
+            except ValueError as exc:
+                raise ValueError(f"{self.storage.url}: {exc}") from exc
+            if found is None:
+                raise ValueError(
+                    f"{writer!r} is not a writer of {self.storage.url} (its writers: {self._named()})"
+                )
+            return found.offsets
+        live = [w for w in self.writers() if not w.retired]
+        if len(live) != 1:
+            raise ValueError(
+                f"{self.storage.url} has {len(live)} writers that are not retired"
+                + (f" ({self._named()})" if live else "")
+                + ": name one with writer=<id or tag>"
+            )
+        return live[0].offsets
+
+    def lineage(self, what: str) -> list[WriterState]:
+        """The lake's writers as one lineage, oldest first (each continues the one before);
+        ValueError naming the writers otherwise. Epochs are counted along it (see epoch_of)."""
+        writers = self.writers()
+        if not writers:
+            return []
+        roots = [w for w in writers if w.continues is None]
+        chain = [roots[0]] if len(roots) == 1 else []
+        while chain and chain[-1].continued_by is not None:
+            nxt = self.state.writers.get(chain[-1].continued_by)
+            if nxt is None:
+                break
+            chain.append(nxt)
+        if len(chain) != len(writers):
+            raise ValueError(
+                f"{what} selects epochs, which a format-3 lake has only when one writer lineage wrote it; "
+                f"{self.storage.url} has the writers {self._named()}. Select versions instead "
+                "(as_of_version=, versions=(a, b); Lake.versions() lists them)"
+            )
+        return chain
+
+    def epochs(self, what: str) -> list[tuple[int, CommitHeader]]:
+        """(epoch, header) of every retained append of the lineage, in version order.
+
+        A lineage's epochs are its first writer's batches, then each continuing writer's batches
+        numbered on from the last epoch before it (one writer: epoch = batch).
+        """
+        chain = self.lineage(what)
+        if not chain:
+            return []
+        offset: dict[str, int] = {}
+        next_epoch = chain[0].first_batch
+        for w in chain:
+            offset[w.id] = next_epoch - w.first_batch
+            next_epoch += w.last_batch - w.first_batch + 1
+        found = []
+        for h in self.headers(self.oldest(), self.version):
+            if h.kind == "append" and h.writer is not None:
+                found.append((h.writer.batch + offset[h.writer.id], h))
+        return found
+
+    def _named(self) -> str:
+        return "; ".join(w.describe() for w in self.writers()) or "none"
+
+    def where(self, version: int) -> str:
+        from lakesink_reader.format.v3.vlog import commit_name
+
+        return f"{self.storage.url.rstrip('/')}/{commit_name(version)}"
