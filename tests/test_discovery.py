@@ -56,19 +56,25 @@ def test_format_lakesink_works_without_register(tmp_path: Path) -> None:
     assert Lake(lake).mode == "epoch"
 
 
-def test_the_wheel_ships_the_discovery_module(tmp_path: Path) -> None:
+def test_the_wheels_ship_the_discovery_module_and_the_reader(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(tmp_path), str(ROOT / "reader"),
+         str(ROOT)],
         capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     import zipfile
 
-    [wheel] = tmp_path.glob("lakesink-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
-    assert "pyspark_lakesink.py" in names
-    assert {"lakesink/__init__.py", "reader/lakesink_reader/__init__.py", "reader/__init__.py"} <= set(names)
-    assert not any(n.startswith(("devtools/", "tests/", "bench/")) for n in names)
+    [writer] = tmp_path.glob("lakesink-*.whl")
+    names = zipfile.ZipFile(writer).namelist()
+    assert "pyspark_lakesink.py" in names and "lakesink/views/delta_view.py" in names
+    others = ("devtools/", "tests/", "bench/", "reader/", "lakesink_reader/")
+    assert not any(n.startswith(others) for n in names)
+    [reader] = tmp_path.glob("lakesink_reader-*.whl")
+    names = zipfile.ZipFile(reader).namelist()
+    wanted = ("__init__.py", "format/v3/vlog.py", "storage/s3.py", "py.typed")
+    assert {f"lakesink_reader/{n}" for n in wanted} <= set(names)
+    assert not any(n.startswith(("lakesink/", "pyspark_lakesink")) for n in names)
 
 
 def test_finding_the_data_source_imports_neither_pyarrow_nor_the_commit_protocol() -> None:

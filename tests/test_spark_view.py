@@ -27,6 +27,7 @@ from test_reader_v3 import W1, W2, Writer, ids
 from lakesink.commit.batches import BatchCommitter
 from lakesink.config import SinkConfig
 from lakesink.maintenance import compact, status, verify
+from lakesink.views import delta_view
 from lakesink.views.derived import derived_views
 from lakesink.views.spark_metadata_view import (
     ANCHOR_DIR,
@@ -41,7 +42,6 @@ from lakesink.views.spark_metadata_view import (
     write_version,
 )
 from lakesink_reader import read_committed
-from lakesink_reader.format import delta_view
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 
