@@ -54,6 +54,7 @@ from lakesink_reader.errors import (
     LakeSinkError,
     quietly,
 )
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import (
     OPS_DIR,
     TABLE_FILE,
@@ -298,7 +299,7 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
             f"{what} needs an epoch-mode lake: {storage.url} is a {metadata.mode} lake, whose files are "
             "committed by their names, not by a log (docs/design/format-v3.md, section 14)"
         )
-    doc = json.loads(storage.read_bytes(TABLE_FILE))
+    doc = jsondoc.loads(storage.read_bytes(TABLE_FILE))
     interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
     if type(interval) is not int or interval < 1:
         raise CorruptFileError(
@@ -416,6 +417,7 @@ def _rewrite(
     writer = FileWriter(storage, name, schema, options)
     try:
         for f in b.inputs:
+            storage.refuse_link(f.path)  # pyarrow follows links: never copy a file from outside the lake
             with fs.open_input_file(f"{base.rstrip('/')}/{f.path}") as handle:
                 parquet = pq.ParquetFile(handle)
                 if parquet.metadata.num_rows != f.rows:
@@ -546,7 +548,7 @@ def settle_ops(
 
 def _lease_time(storage: Storage, name: str, fallback: float) -> float:
     try:
-        doc = json.loads(storage.read_bytes(name))
+        doc = jsondoc.loads(storage.read_bytes(name))
         value = doc.get("refreshed_at")
         return float(value) if isinstance(value, int | float) else fallback
     except (OSError, ValueError, LakeSinkError):

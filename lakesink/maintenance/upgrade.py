@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from lakesink_reader.errors import CommitConflictError, CorruptFileError
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.log import UPGRADE_FENCE_PREFIX, EpochLog, EpochRecord
 from lakesink_reader.format.names import TABLE_FILE, epoch_record_name
 from lakesink_reader.format.table import probe_store, read_table_metadata
@@ -417,7 +418,7 @@ def _write_checkpoint(storage: Storage, plan: _Plan, hook: Hook | None) -> None:
 
 def _table_doc(raw: bytes, storage: Storage) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
+        doc = jsondoc.loads(raw)
     except ValueError as exc:
         raise CorruptFileError(f"{storage.url}/{TABLE_FILE}: not JSON: {exc}") from exc
     if not isinstance(doc, dict):

@@ -16,6 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
 from lakesink_reader.format.names import parse_data_file
 from lakesink_reader.format.partitions import partition_folders
@@ -94,7 +95,11 @@ def verify(
     for done, f in enumerate(committed, 1):
         report.checked += 1
         data_schema = pa.schema([c for c in schema if c.name not in metadata.partition_columns])
-        problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", data_schema, deep, evolves)
+        try:
+            storage.refuse_link(f.name)  # a link is reported, never followed (docs/FORMAT.md, "Trust")
+            problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", data_schema, deep, evolves)
+        except CorruptFileError as exc:
+            problem = f"refused: {exc}"
         if problem is not None:
             report.problems.append(Problem(f.name, f.epoch, problem))
         if progress is not None:

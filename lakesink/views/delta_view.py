@@ -38,6 +38,7 @@ from lakesink.views.delta import (
 )
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import META_DIR, TABLE_FILE
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
@@ -235,7 +236,7 @@ KEEP_CHECKPOINTS = 2
 def table_interval(storage: Storage) -> int:
     """table.json's ``checkpoint_interval`` N (the lake's checkpoints, and the views' too)."""
     try:
-        doc = json.loads(storage.read_bytes(TABLE_FILE))
+        doc = jsondoc.loads(storage.read_bytes(TABLE_FILE))
     except (OSError, ValueError):
         return DEFAULT_CHECKPOINT_INTERVAL
     interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
@@ -344,7 +345,7 @@ def prior_table(paths: Any, ms: Any) -> pa.Table | None:
 def _view_commit_ms(storage: Storage, version: int) -> int | None:
     try:
         first = storage.read_bytes(delta_commit_name(version)).split(b"\n", 1)[0]
-        return int(json.loads(first)["commitInfo"]["timestamp"])
+        return int(jsondoc.loads(first)["commitInfo"]["timestamp"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
@@ -388,7 +389,7 @@ def _prior_times(storage: Storage, version: int) -> pa.Table | None:
 
 def _hint_version(storage: Storage) -> int | None:
     try:
-        return int(json.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
+        return int(jsondoc.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -59,7 +59,8 @@ from urllib.parse import quote, unquote
 
 from lakesink.views.delta_view import added_times, live_at, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
-from lakesink_reader.format.names import META_DIR
+from lakesink_reader.format import jsondoc
+from lakesink_reader.format.names import META_DIR, unsafe_name
 from lakesink_reader.format.table import probe_store
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
@@ -203,7 +204,7 @@ def parse_batch(data: bytes) -> list[dict[str, object]]:
     lines = data.decode("utf-8").split("\n")
     if lines[0] != "v1":
         raise ValueError(f"not a v1 batch: {lines[0][:20]!r}")
-    return [json.loads(line) for line in lines[1:] if line]
+    return [jsondoc.loads(line) for line in lines[1:] if line]
 
 
 def _files_of(data: bytes, base: str) -> dict[str, int] | None:
@@ -223,7 +224,10 @@ def _files_of(data: bytes, base: str) -> dict[str, int] | None:
             or e.get("isDir")
         ):
             return None
-        out[unquote(path[len(base) + 1 :])] = int(e.get("size", -1))  # type: ignore[call-overload]
+        name = unquote(path[len(base) + 1 :])
+        if unsafe_name(name):  # never a name lakesink writes: not the view it derives
+            return None
+        out[name] = int(e.get("size", -1))  # type: ignore[call-overload]
     return out
 
 
@@ -277,7 +281,7 @@ def read_layout(storage: Storage) -> Layout:
         name = f.name.rsplit("/", 1)[-1]
         if name.endswith(".json") and name[:-5].isdigit():
             try:
-                doc = json.loads(storage.read_bytes(f.name))
+                doc = jsondoc.loads(storage.read_bytes(f.name))
                 anchors[int(doc["batch"])] = int(doc["version"])
             except (OSError, ValueError, KeyError, TypeError):
                 continue
@@ -457,7 +461,7 @@ def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: 
     another lake version there (its content is what lakesink derives for that version), else
     Foreign."""
     try:
-        doc = json.loads(storage.read_bytes(anchor_name(batch))) if is_compact(batch) else None
+        doc = jsondoc.loads(storage.read_bytes(anchor_name(batch))) if is_compact(batch) else None
     except (FileNotFoundError, ValueError):
         doc = None
     if doc is not None:

@@ -19,7 +19,6 @@ This module never imports pyspark, nor any writer module of lakesink.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, missing_extra
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.log import EpochInfo, EpochLog
 from lakesink_reader.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.format.names import FileState as FileState
@@ -391,8 +391,12 @@ class Lake:
     def _path(self, name: str) -> str:
         return f"{self._storage.url.rstrip('/')}/{name}"
 
+    def _relative(self, f: LakeFile) -> str:
+        """The name ``f`` is stored under (a staged file's own, not the one it would publish as)."""
+        return f.path[len(self._storage.url.rstrip("/")) + 1 :]
+
     def _arrow_path(self, f: LakeFile) -> str:
-        return f"{self._base.rstrip('/')}/{f.path[len(self._storage.url.rstrip('/')) + 1 :]}"
+        return f"{self._base.rstrip('/')}/{self._relative(f)}"
 
     # Reading ------------------------------------------------------------------------------
 
@@ -423,6 +427,10 @@ class Lake:
         # (0.4 s), and opening a lake or listing its files needs neither.
         import pyarrow.dataset as ds
 
+        for f in files:
+            # pyarrow follows links: a committed name that is a link on local disk is refused
+            # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
+            self._storage.refuse_link(self._relative(f))
         columns = self.metadata.partition_columns
         if not columns:
             paths = [self._arrow_path(f) for f in files]
@@ -619,7 +627,7 @@ def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
         # ...unless a first writer created the lake in between: it is there now.
         data = storage.read_bytes(TABLE_FILE, first_contact=True)
     metadata = TableMetadata.from_json(data, _where(storage))
-    doc = json.loads(data)  # from_json parsed it: a JSON object
+    doc = jsondoc.loads(data)  # from_json parsed it: a JSON object
     return (doc if isinstance(doc, dict) else {}), metadata
 
 

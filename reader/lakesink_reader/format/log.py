@@ -28,13 +28,16 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import (
     EPOCH_LAST_CHECKPOINT,
     EPOCH_LOG_FORMAT_VERSION,
     EPOCHS_DIR,
+    NAME_RULE,
     epoch_checkpoint_name,
     epoch_record_name,
     parse_epoch_log_entry,
+    unsafe_name,
 )
 from lakesink_reader.storage.base import Storage
 
@@ -70,6 +73,14 @@ class EpochInfo:
     rows: int
     bytes: int
     source_offsets: Any = None
+
+
+def _data_name(path: Any) -> str:
+    """A record's file name, when it passes the lake's name rule (ValueError, which the log
+    turns into CorruptFileError naming the record, otherwise)."""
+    if not isinstance(path, str) or unsafe_name(path):
+        raise ValueError(f"refusing the path {path!r}: {NAME_RULE} and outside _lakesink/")
+    return path
 
 
 @dataclass(frozen=True)
@@ -128,7 +139,7 @@ class EpochRecord:
     def from_doc(cls, doc: Mapping[str, Any]) -> EpochRecord:
         epoch = int(doc["epoch"])
         files = tuple(
-            CommittedFile(str(f["path"]), int(f["partition"]), epoch, int(f["rows"]), int(f["bytes"]))
+            CommittedFile(_data_name(f["path"]), int(f["partition"]), epoch, int(f["rows"]), int(f["bytes"]))
             for f in doc["files"]
         )
         query_id, commit_id = doc.get("query_id"), doc.get("commit_id")
@@ -347,7 +358,7 @@ class EpochLog:
 
     def _hint(self) -> int | None:
         try:
-            return int(json.loads(self.storage.read_bytes(EPOCH_LAST_CHECKPOINT))["epoch"])
+            return int(jsondoc.loads(self.storage.read_bytes(EPOCH_LAST_CHECKPOINT))["epoch"])
         except (FileNotFoundError, ValueError, KeyError, TypeError):
             return None  # a hint: missing or damaged means "list the log"
 
@@ -371,7 +382,7 @@ class EpochLog:
     def _decode(self, data: bytes, name: str) -> dict[str, Any]:
         where = self._where(name)
         try:
-            doc = json.loads(data)
+            doc = jsondoc.loads(data)
             version = int(doc.get("format_version", 0))
         except (ValueError, AttributeError) as exc:
             raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc

@@ -50,6 +50,42 @@ def probe_name() -> str:
     return f"{PROBE_PREFIX}{uuid.uuid4().hex}"
 
 
+#: What no name read from a lake may be (docs/FORMAT.md, "Trust"): empty, absolute, with a scheme
+#: (``s3:``, ``file:``, ``C:``), a backslash, a NUL or a line break, an empty, ``.`` or ``..``
+#: segment. Such a name could reach outside the table root once joined onto it (or parsed as a
+#: URI by a view's reader). Kept to RE2's syntax: the checkpoint file list is checked with it
+#: by ``pyarrow.compute`` (no lookaround).
+UNSAFE_NAME = r"^$|^/|^[A-Za-z][A-Za-z0-9+.-]*:|[\\\x00\n\r]|//|/$|(^|/)\.\.?(/|$)"
+#: ... and what a data file's name may not be besides: inside the lake's metadata folder.
+UNSAFE_DATA_NAME = UNSAFE_NAME + r"|^_lakesink(/|$)"
+_UNSAFE_NAME = re.compile(UNSAFE_NAME)
+_UNSAFE_DATA_NAME = re.compile(UNSAFE_DATA_NAME)
+#: How a refused name is described: the rule, so that the message says what is wrong with it.
+NAME_RULE = (
+    "a name in a lake is relative to the table root and '/'-separated, without '.', '..' or empty "
+    "segments, a scheme, a backslash or control characters"
+)
+
+
+def unsafe_name(name: str, *, data: bool = True) -> bool:
+    """Whether ``name``, read from the lake, breaks :data:`NAME_RULE` (``data``: or names a file
+    under ``_lakesink/``, where no data file is). The one test every logged name passes before
+    it becomes a storage path."""
+    return (_UNSAFE_DATA_NAME if data else _UNSAFE_NAME).search(name) is not None
+
+
+def check_name(name: object, where: str, *, data: bool = True) -> str:
+    """``name`` when it is a safe name (:func:`unsafe_name`); CorruptFileError naming ``where``
+    (the file it was read from) and the entry otherwise."""
+    from lakesink_reader.errors import CorruptFileError
+
+    if not isinstance(name, str) or unsafe_name(name, data=data):
+        raise CorruptFileError(
+            f"{where}: refusing the entry {name!r}: {NAME_RULE}" + (" and outside _lakesink/" if data else "")
+        )
+    return name
+
+
 STAGED_SUFFIX = ".uncommitted"
 DATA_SUFFIX = ".parquet"
 

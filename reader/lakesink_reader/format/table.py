@@ -25,6 +25,7 @@ from lakesink_reader.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import (
     FORMAT_VERSION,
     READABLE_FORMAT_VERSION,
@@ -110,7 +111,7 @@ class TableMetadata:
     @classmethod
     def from_json(cls, data: bytes, where: str) -> TableMetadata:
         try:
-            doc: dict[str, Any] = json.loads(data)
+            doc: dict[str, Any] = jsondoc.loads(data)
             version = int(doc["format_version"])
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptFileError(f"{where}: table metadata is not valid lakesink JSON: {exc}") from exc

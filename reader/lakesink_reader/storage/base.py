@@ -16,7 +16,8 @@ import builtins
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
-from lakesink_reader.errors import StorageError, quietly
+from lakesink_reader.errors import CorruptFileError, StorageError, quietly
+from lakesink_reader.format.names import NAME_RULE, unsafe_name
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -127,6 +128,13 @@ class Storage(Protocol):
 
     def exists(self, name: str) -> bool: ...
 
+    def refuse_link(self, name: str) -> None:
+        """CorruptFileError naming ``name`` when it, or a folder it is in, is a symbolic link
+        (followed, it could lead outside the lake: docs/FORMAT.md, "Trust"). For files opened
+        through :meth:`arrow_filesystem`, which follows links; the backend's own reads and
+        writes refuse links by themselves. Object stores have no links: nothing to do."""
+        ...
+
     def list(self, folder: str = "") -> builtins.list[StoredFile]:
         """The files directly in ``folder`` (not recursive), all pages of them."""
         ...
@@ -184,6 +192,15 @@ class Storage(Protocol):
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
         """A pyarrow filesystem and the base path that names are joined onto."""
         ...
+
+
+def checked_name(storage: Storage, name: str) -> str:
+    """``name`` when it is a name a lake may hold: the storage's second line of defence behind
+    the lake's name rule (``lakesink_reader.format.names``), so that no backend joins ``..`` or
+    an absolute name onto its root. CorruptFileError naming the storage otherwise."""
+    if name and unsafe_name(name, data=False):
+        raise CorruptFileError(f"{storage.url}: refusing the name {name!r}: {NAME_RULE}")
+    return name
 
 
 SealedT = TypeVar("SealedT", bound=Sealed)

@@ -54,6 +54,7 @@ from lakesink_reader.storage.base import (
     StagedEntry,
     StoredFile,
     check_put_if_absent,
+    checked_name,
     expect_sealed,
     put_if_absent_by_publish,
     sealed_copy,
@@ -409,8 +410,7 @@ class HdfsStorage:
             raise StorageError(f"HDFS error on {where}: {_first_line(exc)}") from exc
 
     def path_of(self, name: str) -> str:
-        if name.startswith("/") or "//" in name:
-            raise ValueError(f"bad name {name!r}: names are relative, '/'-separated")
+        checked_name(self, name)  # never '..', never absolute: no key outside the lake's prefix
         if not name:
             return self.root
         return f"{self.root.rstrip('/')}/{name}"
@@ -532,6 +532,9 @@ class HdfsStorage:
 
     def exists(self, name: str) -> bool:
         return self._status(name) is not None
+
+    def refuse_link(self, name: str) -> None:
+        checked_name(self, name)  # HDFS links are off unless a cluster enables them
 
     def list(self, folder: str = "") -> builtins.list[StoredFile]:
         path = self.path_of(folder.strip("/"))

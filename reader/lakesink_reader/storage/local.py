@@ -20,15 +20,17 @@ import re
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
-from lakesink_reader.errors import quietly
+from lakesink_reader.errors import CorruptFileError, quietly
 from lakesink_reader.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,
     StoredFile,
     check_put_if_absent,
+    checked_name,
     expect_sealed,
     put_if_absent_by_publish,
     sealed_copy,
@@ -196,7 +198,30 @@ class LocalStorage:
         return f"LocalStorage({self.root!r})"
 
     def path_of(self, name: str) -> str:
-        return os.path.join(self.root, *name.split("/")) if name else self.root
+        """The path of ``name`` under the root, when the name is one a lake may hold and no part
+        of it below the root is a symbolic link (CorruptFileError otherwise): every read, write
+        and listing of this backend goes through here, so none follows a link out of the lake."""
+        if not name:
+            return self.root
+        checked_name(self, name)
+        self.refuse_link(name)
+        return os.path.join(self.root, *name.split("/"))
+
+    def refuse_link(self, name: str) -> None:
+        # One lstat per part of the name below the root (the root itself may be a link: the
+        # user chose it). A part that does not exist ends the walk: nothing below it does.
+        path = self.root
+        for part in checked_name(self, name).split("/"):
+            path = os.path.join(path, part)
+            try:
+                mode = os.lstat(path).st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if S_ISLNK(mode):
+                raise CorruptFileError(
+                    f"{path} is a symbolic link: lakesink follows no link inside a lake, where it could "
+                    'lead to a file outside it (docs/FORMAT.md, "Trust"); replace it by the file itself'
+                )
 
     # Staging and publishing ---------------------------------------------------------------
 
@@ -274,9 +299,10 @@ class LocalStorage:
         found = []
         for name, entry in self._scan(folder):
             try:
-                if entry.is_file():
-                    stat = entry.stat()
-                    found.append(StoredFile(name, stat.st_size, stat.st_mtime))
+                # A link is not listed, nor its target's size: ``refuse_link`` names it.
+                if entry.is_file(follow_symlinks=False):
+                    info = entry.stat(follow_symlinks=False)
+                    found.append(StoredFile(name, info.st_size, info.st_mtime))
             except FileNotFoundError:  # removed while we listed: not there any more
                 continue
         return found
@@ -300,7 +326,18 @@ class LocalStorage:
             return []
 
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
-        with open(self.path_of(name), "rb") as f:
+        path = self.path_of(name)
+        try:
+            # O_NOFOLLOW: a link put there since path_of looked is refused all the same.
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+        except OSError as exc:
+            if exc.errno != errno.ELOOP:
+                raise
+            self.refuse_link(name)  # names the link
+            raise CorruptFileError(
+                f"{path} is a symbolic link: lakesink follows no link inside a lake"
+            ) from exc
+        with open(fd, "rb") as f:
             return f.read() if limit is None else f.read(limit)
 
     def put_if_absent(self, name: str, data: bytes) -> bool:

@@ -41,7 +41,14 @@ from botocore.exceptions import ClientError
 
 from lakesink_reader.errors import CommitError, StorageError, quietly
 from lakesink_reader.format.names import STAGING_DIR
-from lakesink_reader.storage.base import Sealed, StagedEntry, StoredFile, check_put_if_absent, expect_sealed
+from lakesink_reader.storage.base import (
+    Sealed,
+    StagedEntry,
+    StoredFile,
+    check_put_if_absent,
+    checked_name,
+    expect_sealed,
+)
 from lakesink_reader.storage.options import s3_client_settings
 from lakesink_reader.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
 from lakesink_reader.storage.s3errors import end_unreachable_first_attempt, error_code, s3_errors
@@ -172,8 +179,7 @@ class S3Storage:
         )
 
     def key_of(self, name: str) -> str:
-        if name.startswith("/") or "//" in name:
-            raise ValueError(f"bad name {name!r}: names are relative, '/'-separated")
+        checked_name(self, name)  # never '..', never absolute: no key outside the lake's prefix
         return f"{self.prefix}/{name}" if self.prefix else name
 
     def _folder_prefix(self, folder: str) -> str:
@@ -340,6 +346,9 @@ class S3Storage:
 
     def exists(self, name: str) -> bool:
         return self.version(name) is not None
+
+    def refuse_link(self, name: str) -> None:
+        checked_name(self, name)  # an object store has no links
 
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         key = self.key_of(name)

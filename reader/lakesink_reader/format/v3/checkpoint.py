@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.format import jsondoc
 from lakesink_reader.format.v3.commits import HISTOGRAM_BUCKETS, LOG_FORMAT_VERSION, Commit, CommitKind
 from lakesink_reader.format.v3.state import (
     LiveFile,
@@ -70,6 +71,8 @@ log = logging.getLogger(__name__)
 LIST_ROW_GROUP_ROWS = 65_536
 #: The hint naming the newest checkpoint. Safe to lose, to lag, or to find damaged.
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
+#: The most of the hint that is read: ``{"version": c}`` is a few dozen bytes.
+_HINT_BYTES = 4096
 #: Downward probes of multiples of N before a finder lists the log folder instead.
 MAX_PROBES = 8
 
@@ -199,7 +202,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
     """A small part read from ``where``: CorruptFileError when it is not the checkpoint at
     ``version`` of table ``table_id``; FormatVersionError when it is newer than v3."""
     try:
-        doc = json.loads(data)
+        doc = jsondoc.loads(data)
         if not isinstance(doc, dict):
             raise ValueError("not a JSON object")
         fmt = doc["format_version"]
@@ -264,7 +267,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
         return Checkpoint(state, token, created_at, f"{LOG_DIR}/{name}", rows, _count(files["bytes"]))
     except FormatVersionError:
         raise
-    except (KeyError, ValueError, TypeError, AttributeError) as exc:
+    except (KeyError, ValueError, TypeError, AttributeError, OverflowError) as exc:
         raise CorruptFileError(f"{where}: not a valid checkpoint: {exc!r}") from exc
 
 
@@ -315,7 +318,7 @@ def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint
 def read_hint(storage: Storage) -> int | None:
     """The version ``_last_checkpoint`` names; None when it is missing or damaged."""
     try:
-        doc = json.loads(storage.read_bytes(LAST_CHECKPOINT))
+        doc = jsondoc.loads(storage.read_bytes(LAST_CHECKPOINT, limit=_HINT_BYTES))
         version = doc["version"]
         if type(version) is not int or version < 0:
             raise ValueError(f"not a version: {version!r}")
@@ -442,26 +445,50 @@ def oldest_listed_commit(storage: Storage) -> int | None:
 # The file list ----------------------------------------------------------------------------------
 
 
+#: A file list holds at least this many bytes on disk per row: its paths are distinct, and each
+#: row carries sizes and counts. Lists lakesink writes hold about 15 (zstd); a list claiming
+#: more rows than its size allows is refused before a row is read (docs/FORMAT.md, "Trust").
+MIN_LIST_BYTES_PER_ROW = 1
+#: The paths of a row group decode to at most this many times the list's size on disk (lists
+#: lakesink writes: about 5). One dictionary entry repeated for every row would decode to
+#: rows x its length: a small file that would take the machine's memory.
+MAX_PATH_EXPANSION = 64
+
+
 def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
     """The checkpoint's file list, opened (its footer read); CorruptFileError when it is missing,
-    unreadable, or holds another number of rows than its small part says."""
+    unreadable, holds another number of rows than its small part says, or more rows than its
+    size on disk can hold. Its paths are read dictionary-encoded (:func:`iter_file_list`
+    checks them before they are decoded)."""
     import pyarrow.parquet as pq
 
+    storage.refuse_link(checkpoint.files_name)
     fs, base = storage.arrow_filesystem()
     where = _url(storage, checkpoint.files_name)
     try:
         handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
-        listed = pq.ParquetFile(handle)
+        size = handle.size()
+        listed = pq.ParquetFile(handle, read_dictionary=["path"])
     except (OSError, pa.ArrowException) as exc:
         raise CorruptFileError(f"checkpoint file list {where} cannot be read: {exc}") from exc
-    if listed.metadata.num_rows != checkpoint.files_rows:
+    rows = listed.metadata.num_rows
+    if rows != checkpoint.files_rows:
         raise CorruptFileError(
-            f"checkpoint file list {where} has {listed.metadata.num_rows} rows, but its checkpoint at "
+            f"checkpoint file list {where} has {rows} rows, but its checkpoint at "
             f"version {checkpoint.version} says {checkpoint.files_rows}"
         )
-    if not listed.schema_arrow.equals(LIST_SCHEMA):
+    if size != checkpoint.files_bytes or rows * MIN_LIST_BYTES_PER_ROW > size:
+        raise CorruptFileError(
+            f"checkpoint file list {where} claims {rows} rows in {size} bytes (its checkpoint at version "
+            f"{checkpoint.version} says {checkpoint.files_bytes} bytes): not a list lakesink wrote"
+        )
+    if not listed.schema_arrow.equals(_READ_SCHEMA):
         raise CorruptFileError(f"checkpoint file list {where} has the schema {listed.schema_arrow}")
     return listed
+
+
+#: :data:`LIST_SCHEMA` as :func:`open_file_list` reads it: the paths dictionary-encoded.
+_READ_SCHEMA = LIST_SCHEMA.set(0, pa.field("path", pa.dictionary(pa.int32(), pa.string()), nullable=False))
 
 
 def iter_file_list(
@@ -474,7 +501,11 @@ def iter_file_list(
 ) -> Iterator[pa.RecordBatch]:
     """The checkpoint's live files, one row group at a time, sorted by path; ``columns``
     projects, ``min_added_version`` skips row groups whose files were all added before it.
-    ``opened``: the list as :func:`open_file_list` returned it (its footer is not read again)."""
+    ``opened``: the list as :func:`open_file_list` returned it (its footer is not read again).
+
+    Every path passes the lake's name rule (``names.UNSAFE_DATA_NAME``) and is distinct, and a
+    row group's paths decode to at most :data:`MAX_PATH_EXPANSION` times the list's size,
+    before they are decoded: CorruptFileError naming the list and the entry otherwise."""
     listed = opened if opened is not None else open_file_list(storage, checkpoint)
     column = LIST_SCHEMA.get_field_index("added_version")
     where = _url(storage, checkpoint.files_name)
@@ -488,7 +519,37 @@ def iter_file_list(
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
         except (OSError, pa.ArrowException) as exc:
             raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {exc}") from exc
+        if "path" in table.column_names:
+            index = table.column_names.index("path")
+            table = table.set_column(
+                index, LIST_SCHEMA.field("path"), _checked_paths(table.column(index), checkpoint, where)
+            )
         yield from table.to_batches()
+
+
+def _checked_paths(paths: pa.ChunkedArray[Any], checkpoint: Checkpoint, where: str) -> pa.ChunkedArray[Any]:
+    """A row group's dictionary-encoded paths, checked, then decoded."""
+    import pyarrow.compute as pc
+
+    from lakesink_reader.format.names import UNSAFE_DATA_NAME, check_name
+
+    decoded = 0
+    for chunk in paths.chunks:
+        encoded: pa.DictionaryArray[Any, Any] = chunk  # type: ignore[assignment]  # read_dictionary=["path"]
+        names, indices = encoded.dictionary, encoded.indices
+        if len(names) < len(encoded) or encoded.null_count:
+            raise CorruptFileError(f"checkpoint file list {where}: a path is listed twice (or is null)")
+        decoded += pc.sum(pc.take(pc.binary_length(names), indices)).as_py() or 0  # type: ignore[call-overload]
+        bad = pc.match_substring_regex(names, UNSAFE_DATA_NAME)
+        if pc.any(bad).as_py():
+            first = bad.to_pylist().index(True)
+            check_name(names[first].as_py(), f"checkpoint file list {where}")
+    if decoded > MAX_PATH_EXPANSION * max(checkpoint.files_bytes, 1):
+        raise CorruptFileError(
+            f"checkpoint file list {where}: its paths decode to {decoded} bytes from a "
+            f"{checkpoint.files_bytes}-byte list: not a list lakesink wrote"
+        )
+    return paths.cast(pa.string())
 
 
 def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
@@ -504,7 +565,7 @@ def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
             cols["writer"][i],
             cols["batch"][i],
             cols["partition"][i],
-            json.loads(stats) if stats is not None else None,
+            jsondoc.loads(stats) if stats is not None else None,
         )
 
 

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.format import jsondoc
+from lakesink_reader.format.names import NAME_RULE, unsafe_name
 
 #: The format version every v3 commit carries. A newer one is refused (FormatVersionError).
 LOG_FORMAT_VERSION = 3
@@ -478,16 +480,10 @@ def _check_actions(
 
 
 def _check_path(path: str) -> None:
-    """A root-relative, '/'-separated path that cannot leave the root or enter ``_lakesink``."""
-    parts = path.split("/")
-    if (
-        not path
-        or "\\" in path
-        or any(p in ("", ".", "..") for p in parts)
-        or parts[0] == "_lakesink"
-        or "\n" in path
-    ):
-        raise ValueError(f"path must be relative to the table root, '/'-separated, got {path!r}")
+    """A root-relative, '/'-separated path that cannot leave the root or enter ``_lakesink``:
+    the lake's one name rule (``names.unsafe_name``), also for checkpoint lists and epoch records."""
+    if unsafe_name(path):
+        raise ValueError(f"refusing the path {path!r}: {NAME_RULE} and outside _lakesink/")
 
 
 # Encoding -----------------------------------------------------------------------------------------
@@ -644,7 +640,7 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
 
 def _json_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
     try:
-        doc = json.loads(raw)
+        doc = jsondoc.loads(raw)
     except ValueError as exc:
         raise CorruptFileError(f"{where}: line {number} is not JSON: {exc}") from exc
     if not isinstance(doc, dict):
