@@ -301,13 +301,21 @@ def _parse_storage_options(text: str) -> dict[str, Any]:
     """
     import ast
 
-    try:
-        parsed = json.loads(text)
-    except ValueError:
+    from lakesink_reader.format import jsondoc
+
+    parsed: Any = None
+    if len(text) <= jsondoc.MAX_BYTES:
         try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            parsed = None
+            parsed = jsondoc.loads(text)
+        except ValueError:
+            try:
+                parsed = ast.literal_eval(text)
+            # Any malformed literal: "{[1]: 'x'}" is a TypeError, deep nesting a RecursionError
+            # or MemoryError. All get the one message below, which never shows the value.
+            except Exception:  # noqa: BLE001
+                parsed = None
+            if parsed is not None and jsondoc.depth(parsed, jsondoc.MAX_DEPTH) > jsondoc.MAX_DEPTH:
+                parsed = None
     if not isinstance(parsed, dict):
         # The value is not shown: it may hold credentials.
         raise ValueError(

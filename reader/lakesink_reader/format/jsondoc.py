@@ -40,12 +40,12 @@ def loads(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX
     brackets = (
         data.count(b"[") + data.count(b"{") if isinstance(data, bytes) else data.count("[") + data.count("{")
     )
-    if brackets > max_depth and _depth(doc, max_depth) > max_depth:
+    if brackets > max_depth and depth(doc, max_depth) > max_depth:
         raise ValueError(f"JSON nested deeper than {max_depth} levels")
     return doc
 
 
-def _depth(doc: Any, limit: int) -> int:
+def depth(doc: Any, limit: int) -> int:
     """How deep ``doc`` nests, counted up to ``limit + 1`` (then it stops looking)."""
     stack: list[tuple[Any, int]] = [(doc, 1)]
     deepest = 0

@@ -115,6 +115,57 @@ def hdfs_settings(options: object, url: str) -> dict[str, str]:
     return settings
 
 
+#: Hadoop's key for the permission bits new files and folders leave out, and its default.
+UMASK_KEY = "fs.permissions.umask-mode"
+DEFAULT_UMASK = 0o022
+_SYMBOLIC_UMASK = re.compile(r"^([ugoa]*)=([rwx]*)$")
+
+
+def hdfs_umask(config: Mapping[str, str], url: str) -> int:
+    """The umask the cluster's own clients apply (``fs.permissions.umask-mode``: the ``config``
+    storage option, else ``core-site.xml`` under ``HADOOP_CONF_DIR``, else 022). hdfs-native
+    creates files with the mode it is given, unmasked: lakesink masks it, so that a lake's files
+    are no more readable than the cluster's policy makes other files. Octal (``077``) or
+    symbolic (``u=rwx,g=rx,o=``, the bits allowed), as Hadoop reads it; ValueError naming the key."""
+    text = config.get(UMASK_KEY)
+    if text is None:
+        text = _core_site_value(UMASK_KEY)
+    if text is None:
+        return DEFAULT_UMASK
+    text = text.strip()
+    if re.fullmatch(r"0?[0-7]{1,3}", text):
+        return int(text, 8)
+    allowed = 0
+    for clause in text.split(","):
+        m = _SYMBOLIC_UMASK.match(clause.strip())
+        if m is None:
+            raise ValueError(
+                f"{UMASK_KEY} for {url} must be octal (022) or symbolic (u=rwx,g=rx,o=), got {text!r}"
+            )
+        who = m.group(1) or "a"
+        bits = sum({"r": 4, "w": 2, "x": 1}[c] for c in set(m.group(2)))
+        for w in "ugo" if "a" in who else who:
+            allowed |= bits << {"u": 6, "g": 3, "o": 0}[w]
+    return 0o777 & ~allowed
+
+
+def _core_site_value(key: str) -> str | None:
+    """``key`` in ``$HADOOP_CONF_DIR/core-site.xml`` (None: no such file or key)."""
+    folder = os.environ.get("HADOOP_CONF_DIR")
+    if not folder:
+        return None
+    import xml.etree.ElementTree as ET
+
+    try:
+        tree = ET.parse(os.path.join(folder, "core-site.xml"))
+    except (OSError, ET.ParseError):
+        return None
+    for prop in tree.getroot().iter("property"):
+        if (prop.findtext("name") or "").strip() == key:
+            return prop.findtext("value")
+    return None
+
+
 def hdfs_user(options: object, url: str) -> str | None:
     """The ``user`` storage option: a non-empty name without whitespace, or None."""
     user = check_storage_options(options, url).get("user")
@@ -201,7 +252,8 @@ class HdfsStagedFile:
                 with storage.errors(self._staged):
                     try:
                         self._writer = storage.client.create(
-                            self._path, WriteOptions(overwrite=False, create_parent=True)
+                            self._path,
+                            WriteOptions(overwrite=False, create_parent=True, permission=storage.file_mode),
                         )
                     except OSError as exc:
                         if not _answer_lost(exc) or attempt == RENAME_ATTEMPTS - 1:
@@ -326,6 +378,8 @@ class HdfsStorage:
         self._config = hdfs_settings(storage_options, url)
         self.user = hdfs_user(storage_options, url)
         self.url = f"{self.namenode}{self.root}" if self.namenode else f"hdfs://{self.root}"
+        #: New files' mode: rw for all, less the cluster's umask (Hadoop's rule for files).
+        self.file_mode = 0o666 & ~hdfs_umask(self._config, url)
         self._lock = threading.Lock()
         self._clients: dict[str, Client] = {}
         self._pid = os.getpid()
@@ -618,7 +672,9 @@ class HdfsStorage:
             check_put_if_absent(self, name, f"file {self.path_of(name)}", advice.format("rename"))
             try:
                 with self.errors(name):
-                    self.client.create(self.path_of(name), WriteOptions(overwrite=False)).close()
+                    self.client.create(
+                        self.path_of(name), WriteOptions(overwrite=False, permission=self.file_mode)
+                    ).close()
             except FileExistsError:
                 pass
             else:

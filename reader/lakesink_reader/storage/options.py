@@ -6,10 +6,12 @@ the ``lakesink`` command and the jobs as repeated ``KEY=VALUE`` pairs: all end u
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from lakesink_reader.format import jsondoc
 
 #: Every option, with the type it must have. Values are never printed: they may be secrets.
 S3_OPTIONS: dict[str, type | tuple[type, ...]] = {
@@ -79,6 +81,28 @@ def check_storage_options(options: object, url: str) -> dict[str, Any]:
     return dict(options)
 
 
+def check_endpoint(endpoint: object, what: str) -> None:
+    """An S3 endpoint URL: http(s), and without a user name or password in it -- botocore would
+    take them, and every connection error, log line and pyarrow filesystem would then carry
+    them. ValueError naming ``what`` (never the value) otherwise."""
+    if not isinstance(endpoint, str) or not endpoint.startswith(("http://", "https://")):
+        raise ValueError(f"{what} must be a URL starting with http:// or https:// (value not shown)")
+    if "@" in urlsplit(endpoint).netloc:
+        raise ValueError(
+            f"{what} holds a user name or password (user:pass@host), which would show in every error "
+            "message: give the access key id as the 'key' option and the secret as 'secret' (or use a "
+            "profile or the environment), and the endpoint as scheme://host:port (value not shown)"
+        )
+
+
+def shown_url(url: str) -> str:
+    """``url`` as messages and logs show it: without a user name or password."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
 def check_local_options(options: object, url: str) -> None:
     """A local path takes no storage options: name any that were given."""
     given = check_storage_options(options, url)
@@ -103,10 +127,8 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
                 "(value not shown)"
             )
     endpoint = given.get("endpoint_url")
-    if endpoint is not None and not endpoint.startswith(("http://", "https://")):
-        raise ValueError(
-            f"storage_options 'endpoint_url' for {url} must start with http:// or https://, got {endpoint!r}"
-        )
+    if endpoint is not None:
+        check_endpoint(endpoint, f"storage_options 'endpoint_url' for {url}")
     part_size = given.get("part_size") or DEFAULT_PART_SIZE
     if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
         raise ValueError(
@@ -117,6 +139,9 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
     if not 1 <= in_flight <= 64:
         raise ValueError(f"storage_options parts_in_flight must be from 1 to 64, got {in_flight!r}")
     client_kwargs = dict(given.get("client_kwargs") or {})
+    if client_kwargs.get("endpoint_url") is not None:
+        where = f"storage_options client_kwargs['endpoint_url'] for {url}"
+        check_endpoint(client_kwargs["endpoint_url"], where)
     config_kwargs = dict(given.get("config_kwargs") or {})
     retries = config_kwargs.pop("retries", None) or {}
     if not isinstance(retries, Mapping):
@@ -167,7 +192,7 @@ def parse_option_pairs(pairs: Sequence[str], *, flag: str = "--storage-option") 
         value: Any = raw
         if path[-1] not in _STRING_OPTIONS:
             try:
-                value = json.loads(raw)
+                value = jsondoc.loads(raw)
             except ValueError:
                 value = raw
         target = options

@@ -49,7 +49,7 @@ from lakesink_reader.storage.base import (
     checked_name,
     expect_sealed,
 )
-from lakesink_reader.storage.options import s3_client_settings
+from lakesink_reader.storage.options import check_endpoint, s3_client_settings, shown_url
 from lakesink_reader.storage.s3_upload import ATTEMPT_METADATA, S3Sealed, S3StagedFile, marker_name
 from lakesink_reader.storage.s3errors import end_unreachable_first_attempt, error_code, s3_errors
 
@@ -124,9 +124,14 @@ class S3Storage:
                     from botocore.config import Config
 
                     session = boto3.session.Session(**self._settings.session_kwargs.value)
-                    self._client = session.client(
+                    client = session.client(
                         "s3", config=Config(**self._settings.config_kwargs), **self._settings.client_kwargs
                     )
+                    # The endpoint_url option is checked; one from the environment or a profile
+                    # (AWS_ENDPOINT_URL) is checked here, before any request could show it.
+                    where = f"the S3 endpoint of {self.url} (from AWS_ENDPOINT_URL?)"
+                    check_endpoint(str(client.meta.endpoint_url), where)
+                    self._client = client
                     self._session = session
         return self._client
 
@@ -165,8 +170,10 @@ class S3Storage:
 
     @property
     def endpoint(self) -> str:
-        """The endpoint URL the client talks to (after AWS_ENDPOINT_URL etc. are applied)."""
-        return str(self.client.meta.endpoint_url)
+        """The endpoint URL the client talks to (after AWS_ENDPOINT_URL etc. are applied), as
+        messages show it: without a user name or password (an ``AWS_ENDPOINT_URL`` may hold
+        them; ``endpoint_url`` is refused with them)."""
+        return shown_url(str(self.client.meta.endpoint_url))
 
     def errors(self, key: str | None, *, first_contact: bool = False) -> Any:
         """Context manager translating botocore errors on ``key`` (see ``s3errors``)."""
@@ -502,7 +509,8 @@ class S3Storage:
             kwargs["anonymous"] = True
         endpoint = urlparse(self.endpoint)
         if not (endpoint.hostname or "").endswith(".amazonaws.com"):
-            kwargs["endpoint_override"] = endpoint.netloc + endpoint.path.rstrip("/")
+            # Never the user info: pyarrow gets the credentials as access_key / secret_key.
+            kwargs["endpoint_override"] = endpoint.netloc.rpartition("@")[2] + endpoint.path.rstrip("/")
             kwargs["scheme"] = endpoint.scheme or "https"
         connect = self._settings.config_kwargs.get("connect_timeout")
         if isinstance(connect, int | float):
