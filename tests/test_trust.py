@@ -1,0 +1,396 @@
+"""A lake cannot reach outside itself (docs/FORMAT.md, "Trust"; issue #37), tried as an attacker
+with write access to one lake's folder would: small lakes built with lakesink's own writers
+(Spark-free), then files edited by hand. Nothing outside the lake may be read, copied, listed in
+a view or reported; crafted files fail as ``CorruptFileError`` (or are skipped where FORMAT.md
+says so); no message carries an endpoint's user info or an option's value."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from lakes import epoch_lake, v3_file
+from test_compact import build
+
+from lakesink.cli import main
+from lakesink.config import SinkConfig
+from lakesink_reader import CorruptFileError, Lake, read_committed
+from lakesink_reader.format.names import TABLE_FILE
+from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
+from lakesink_reader.storage import open_storage
+from lakesink_reader.storage.hdfs import HdfsStorage
+from lakesink_reader.storage.options import S3_OPTIONS
+from lakesink_reader.storage.s3 import S3Storage
+
+ROOT = Path(__file__).resolve().parent.parent
+OUTSIDE = "../victim/secret.parquet"
+SECRET_IDS = range(9000, 9050)
+#: Versions 0..5 (two files of 50 ids each: ids 0..599), a checkpoint at version 4.
+LAKE_IDS = list(range(600))
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One lake built once; each test works on its own copy."""
+    base = tmp_path_factory.mktemp("template")
+    build(str(base / "lake"), batches=6, interval=4)
+    return base / "lake"
+
+
+@pytest.fixture
+def lake(template: Path, tmp_path: Path) -> str:
+    """A copy of the template lake at ``tmp_path/lake``, beside another tenant's file
+    ``tmp_path/victim/secret.parquet`` (the lake's schema, ids 9000..9049)."""
+    shutil.copytree(template, tmp_path / "lake", symlinks=True)
+    v3_file(open_storage(str(tmp_path / "victim")), "secret.parquet", SECRET_IDS.start, len(SECRET_IDS))
+    return str(tmp_path / "lake")
+
+
+def victim(lake: str) -> Path:
+    return Path(lake).parent / "victim" / "secret.parquet"
+
+
+def log_dir(lake: str) -> Path:
+    return Path(lake) / "_lakesink" / "log"
+
+
+def rewrite_list(lake: str, edit: Callable[[pa.Table], pa.Table], **write: Any) -> Path:
+    """Rewrite the checkpoint's file list through ``edit`` and make its small part agree (rows,
+    bytes), as an attacker who can write the folder would."""
+    summary = next(log_dir(lake).glob("*.checkpoint.json"))
+    doc = json.loads(summary.read_text())
+    listed = log_dir(lake) / doc["files"]["name"]
+    table = edit(pq.read_table(listed))
+    pq.write_table(table, listed, **{"compression": "zstd", **write})
+    doc["files"]["bytes"] = listed.stat().st_size
+    doc["files"]["rows"] = doc["counts"]["files"] = table.num_rows
+    summary.write_text(json.dumps(doc))
+    return listed
+
+
+def with_path(path: str, lake: str) -> Callable[[pa.Table], pa.Table]:
+    """An edit that points the list's first row at ``path`` (with the outside file's sizes)."""
+
+    def edit(table: pa.Table) -> pa.Table:
+        rows = table.to_pylist()
+        rows[0].update(path=path, bytes=victim(lake).stat().st_size, rows=len(SECRET_IDS))
+        return pa.Table.from_pylist(rows, schema=LIST_SCHEMA)
+
+    return edit
+
+
+def ids(lake: str) -> list[int]:
+    return sorted(read_committed(lake).column("id").to_pylist())
+
+
+def cli(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(args)
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def lake_ids_on_disk(lake: str) -> set[int]:
+    """Every id in every regular Parquet file inside the lake (links are not followed)."""
+    found: set[int] = set()
+    for folder, _, names in os.walk(lake):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".parquet") and not os.path.islink(path):
+                found.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return found
+
+
+def view_text(lake: str) -> str:
+    """Everything the derived views hold (JSON and Parquet as bytes)."""
+    return "".join(
+        p.read_bytes().decode("latin-1")
+        for folder in ("_delta_log", "_spark_metadata")
+        for p in (Path(lake) / folder).rglob("*")
+        if p.is_file()
+    )
+
+
+# 1. One name rule for every name read from the lake --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "entry", [OUTSIDE, "/etc/passwd", "s3://other-bucket/x.parquet", "file:/etc/x", "a/./b.parquet",
+              "a//b.parquet", "a\\b.parquet", "a\x00.parquet", "_lakesink/table.json"],
+)  # fmt: skip
+def test_a_checkpoint_list_naming_a_file_outside_is_refused(lake: str, entry: str) -> None:
+    listed = rewrite_list(lake, with_path(entry, lake))
+    for read in (lambda: Lake(lake).files(), lambda: read_committed(lake)):
+        with pytest.raises(CorruptFileError) as caught:
+            read()
+        assert listed.name in str(caught.value) and repr(entry) in str(caught.value)
+
+
+def test_maintenance_commands_never_reach_the_file_a_list_names(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secret = victim(lake).read_bytes()
+    rewrite_list(lake, with_path(OUTSIDE, lake))
+    for args in (["verify", lake], ["compact", lake, "--min-files", "2"], ["sync-views", lake]):
+        code, out = cli(args, capsys)
+        assert code != 0 and "refusing the entry" in out and OUTSIDE in out, (args, out)
+        assert "Traceback" not in out and "found" not in out  # verify reports no outside size
+    code, out = cli(["vacuum", lake, "--retain", "0", "--force", "--delete"], capsys)
+    assert "Traceback" not in out
+    assert victim(lake).read_bytes() == secret  # neither read into the lake, nor removed
+    assert not set(SECRET_IDS) & lake_ids_on_disk(lake)
+    assert "victim" not in view_text(lake)
+
+
+def test_a_commit_naming_a_file_outside_is_refused(lake: str) -> None:
+    commit = log_dir(lake) / f"{5:020d}.json"
+    lines = commit.read_text().splitlines()
+    add = json.loads(lines[1])
+    add["add"]["path"] = OUTSIDE
+    commit.write_text("\n".join([lines[0], json.dumps(add), *lines[2:]]) + "\n")
+    with pytest.raises(CorruptFileError, match=re.escape(repr(OUTSIDE))) as caught:
+        read_committed(lake)
+    assert commit.name in str(caught.value)
+
+
+def test_a_format_2_record_naming_a_file_outside_is_refused(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    epoch_lake(lake)
+    v3_file(open_storage(str(tmp_path / "victim")), "secret.parquet", SECRET_IDS.start, len(SECRET_IDS))
+    record = Path(lake) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    doc = json.loads(record.read_text())
+    doc["files"][0]["path"] = OUTSIDE
+    record.write_text(json.dumps(doc))
+    for read in (lambda: Lake(lake).files(), lambda: read_committed(lake)):
+        with pytest.raises(CorruptFileError, match=re.escape(repr(OUTSIDE))) as caught:
+            read()
+        assert record.name in str(caught.value)
+
+
+def test_every_backend_refuses_a_name_that_leaves_its_root(tmp_path: Path) -> None:
+    local = open_storage(str(tmp_path / "lake"))
+    s3 = S3Storage("s3://bucket/lake")
+    hdfs = HdfsStorage("hdfs://127.0.0.1:1/lake")
+    for bad in ("../x", "a/../../x", "/etc/passwd", "a//b"):
+        for refuse in (local.read_bytes, local.exists, s3.key_of, hdfs.path_of):
+            with pytest.raises(CorruptFileError, match="refusing the name"):
+                refuse(bad)  # type: ignore[operator]
+    assert s3.key_of("_lakesink/log/x.json") == "lake/_lakesink/log/x.json"
+
+
+# 2. Symbolic links are refused on local disk ------------------------------------------------------
+
+
+def test_a_data_file_linked_outside_is_refused_by_reader_verify_and_compact(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    linked = sorted(f.name for f in Lake(lake).files())[-1]
+    os.unlink(os.path.join(lake, linked))
+    os.symlink(victim(lake), os.path.join(lake, linked))
+    with pytest.raises(CorruptFileError, match="symbolic link") as caught:
+        read_committed(lake)
+    assert linked in str(caught.value)
+    code, out = cli(["verify", lake, "--json"], capsys)
+    problems = json.loads(out[out.index("{") :])["problems"]
+    assert code != 0 and [p["name"] for p in problems] == [linked]
+    assert "symbolic link" in problems[0]["problem"]
+    assert str(len(SECRET_IDS)) + " rows" not in out and "found" not in out
+    code, out = cli(["compact", lake, "--min-files", "2", "--target-file-size", "1GB"], capsys)
+    assert code != 0 and "symbolic link" in out and linked in out
+    assert not set(SECRET_IDS) & lake_ids_on_disk(lake)  # nothing copied in
+
+
+def test_a_log_folder_linked_to_another_lake_is_refused(
+    lake: str, tmp_path: Path, template: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(template, other)
+    before = sorted(os.listdir(other / "_lakesink" / "log"))
+    crafted = tmp_path / "crafted" / "_lakesink"
+    crafted.mkdir(parents=True)
+    shutil.copy(other / TABLE_FILE, crafted / "table.json")
+    (crafted / "log").symlink_to(other / "_lakesink" / "log")
+    with pytest.raises(CorruptFileError, match="symbolic link"):
+        Lake(str(crafted.parent)).files()
+    code, out = cli(["vacuum", str(crafted.parent), "--retain", "0", "--force", "--delete"], capsys)
+    assert code != 0 and "symbolic link" in out
+    assert sorted(os.listdir(other / "_lakesink" / "log")) == before
+
+
+# 3. Crafted files fail cleanly ---------------------------------------------------------------------
+
+
+def test_deep_json_in_a_commit_header_is_a_corrupt_file(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    commit = log_dir(lake) / f"{5:020d}.json"
+    header, rest = commit.read_text().split("\n", 1)
+    commit.write_text(header.replace('"source_offsets":null', f'"source_offsets":{DEEP}') + "\n" + rest)
+    with pytest.raises(CorruptFileError, match="nested deeper") as caught:
+        read_committed(lake)
+    assert commit.name in str(caught.value)
+    for args in (["status", lake], ["verify", lake]):
+        code, out = cli(args, capsys)
+        assert code != 0 and commit.name in out and "Traceback" not in out, (args, out)
+
+
+@pytest.mark.parametrize("damaged", ["summary", "hint"])
+def test_a_damaged_checkpoint_or_hint_is_skipped(
+    lake: str, damaged: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    summary = next(log_dir(lake).glob("*.checkpoint.json"))
+    target = summary if damaged == "summary" else Path(lake) / LAST_CHECKPOINT
+    target.write_text(DEEP)
+    with caplog.at_level(logging.WARNING):
+        assert ids(lake) == LAKE_IDS
+        assert len(Lake(lake).files()) == 12
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
+def test_deep_json_in_table_json_is_a_corrupt_file(lake: str, capsys: pytest.CaptureFixture[str]) -> None:
+    (Path(lake) / TABLE_FILE).write_text(DEEP)
+    with pytest.raises(CorruptFileError, match=r"table\.json"):
+        read_committed(lake)
+    code, out = cli(["verify", lake], capsys)
+    assert code != 0 and "table.json" in out and "Traceback" not in out
+
+
+def test_a_small_list_claiming_many_rows_is_refused_quickly_in_little_memory(lake: str) -> None:
+    """18 KB of Parquet claiming 300,000 rows of one dictionary-encoded path: refused before a row
+    is decoded, and the lake read from its commits instead (the checkpoint is derived data)."""
+    rows = 300_000
+
+    def bomb(table: pa.Table) -> pa.Table:
+        one = table.slice(0, 1).to_pylist()[0]
+        return pa.table(
+            {f.name: pa.repeat(pa.scalar(one[f.name], f.type), rows) for f in LIST_SCHEMA},
+            schema=LIST_SCHEMA,
+        )
+
+    listed = rewrite_list(lake, bomb, use_dictionary=True)
+    assert listed.stat().st_size < 20_000 and pq.ParquetFile(listed).metadata.num_rows == rows
+    script = """
+import re, sys, time
+import pyarrow.compute, pyarrow.parquet
+pyarrow.array([1])  # pyarrow's first array imports pandas where installed: not what the list costs
+from lakesink_reader import Lake
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
+
+lake = Lake(sys.argv[1])
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak (VmHWM) to the current RSS
+before, start = status("VmRSS"), time.monotonic()
+files = lake.files()
+print(len(files), time.monotonic() - start, status("VmHWM") - before)
+"""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'reader'}"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, lake], capture_output=True, text=True, env=env, check=True
+    )
+    found, seconds, grown = out.stdout.split()
+    assert int(found) == 12  # the live files, from the commits
+    assert float(seconds) < 1.0 and int(grown) < 50 << 20, out.stdout
+    assert "claims 300000 rows" in out.stderr  # logged: not reading from that checkpoint
+
+
+def test_a_list_whose_paths_expand_is_refused(lake: str) -> None:
+    """Few rows, each one long path from one dictionary entry: the decoded size is bounded."""
+    long_path = "x" * 60_000 + ".parquet"
+
+    def expand(table: pa.Table) -> pa.Table:
+        first = table.slice(0, 1).to_pylist()[0]
+        out = [{**first, "path": f"{long_path}"} for _ in range(400)]
+        return pa.Table.from_pylist(out, schema=LIST_SCHEMA)
+
+    listed = rewrite_list(lake, expand, use_dictionary=True)
+    with pytest.raises(CorruptFileError) as caught:
+        Lake(lake).files()
+    assert listed.name in str(caught.value)
+
+
+@pytest.mark.parametrize("text", [DEEP, "{" * 100_000, "{[1]: 'x'}", "{'a': " * 500 + "1" + "}" * 500])
+def test_malformed_storage_options_get_the_one_error(text: str) -> None:
+    with pytest.raises(ValueError, match=r"must be a JSON object .* \(value not shown\)"):
+        SinkConfig.from_options({"path": "/tmp/x", "storage_options": text})
+
+
+# 4. Credentials out of every message ----------------------------------------------------------------
+
+KEY, SECRET = "AKIAEXAMPLE", "SuperSecret123"
+PLANTED = f"http://{KEY}:{SECRET}@127.0.0.1:1"
+
+
+def assert_clean(*texts: str) -> None:
+    for text in texts:
+        assert KEY not in text and SECRET not in text, text
+
+
+def test_endpoint_user_info_and_option_values_never_shown(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    caplog.set_level(logging.DEBUG)
+    messages = []
+    for options in (
+        {"endpoint_url": PLANTED},
+        {"endpoint_url": PLANTED.removeprefix("http://")},
+        {"client_kwargs": {"endpoint_url": PLANTED}},
+        {"key": KEY, "secret": 12345},  # a refusal names the option, not its value
+        {"part_size": SECRET},
+    ):
+        with pytest.raises((ValueError, TypeError)) as caught:
+            read_committed("s3://bucket/lake", storage_options=options)
+        messages.append(str(caught.value))
+    assert "'key'" in messages[0] and "'secret'" in messages[0]  # the way out
+    assert "12345" not in messages[3]
+    for command in ("verify", "status", "compact", "vacuum", "sync-views"):
+        code, out = cli([command, "s3://bucket/lake", "--storage-option", f"endpoint_url={PLANTED}"], capsys)
+        assert code != 0 and "endpoint_url" in out
+        messages.append(out)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", PLANTED)
+    with pytest.raises(ValueError, match="AWS_ENDPOINT_URL") as env_error:
+        read_committed("s3://bucket/lake", storage_options={"key": "k", "secret": "s"})
+    messages.append(str(env_error.value))
+    assert_clean(*messages, *(r.getMessage() for r in caplog.records), caplog.text)
+
+
+def test_spark_redacts_storage_options_holding_a_secret() -> None:
+    """Spark redacts a data source option whose name *or value* matches spark.redaction.regex
+    (``Utils.redact``; its default below). storage_options travels as one JSON text holding the
+    option names, so every credential option lakesink takes makes its value match."""
+    spark_default = re.compile(r"(?i)secret|password|token|access[.]?key")
+    for name in ("secret", "token"):
+        assert name in S3_OPTIONS
+        assert spark_default.search(json.dumps({"endpoint_url": "http://h:1", name: "x"}))
+    # botocore's own names, given through client_kwargs, match too
+    for name in ("aws_secret_access_key", "aws_session_token"):
+        assert spark_default.search(json.dumps({"client_kwargs": {name: "x"}}))
+
+
+def test_hdfs_files_honour_the_cluster_umask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("HADOOP_CONF_DIR", raising=False)
+    url = "hdfs://127.0.0.1:1/lake"
+    assert HdfsStorage(url).file_mode == 0o644
+    assert HdfsStorage(url, {"config": {"fs.permissions.umask-mode": "077"}}).file_mode == 0o600
+    assert HdfsStorage(url, {"config": {"fs.permissions.umask-mode": "u=rwx,g=rx,o="}}).file_mode == 0o640
+    (tmp_path / "core-site.xml").write_text(
+        "<configuration><property><name>fs.permissions.umask-mode</name><value>027</value></property>"
+        "</configuration>"
+    )
+    monkeypatch.setenv("HADOOP_CONF_DIR", str(tmp_path))
+    assert HdfsStorage(url).file_mode == 0o640
+    with pytest.raises(ValueError, match=re.escape("fs.permissions.umask-mode")):
+        HdfsStorage(url, {"config": {"fs.permissions.umask-mode": "rwx"}})
