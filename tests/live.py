@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+#: A child's PYTHONPATH: this checkout's lakesink and its reader (in a second checkout the venv's
+#: editable install of lakesink_reader may point at another one).
+CHECKOUT_PATH = f"{ROOT}{os.pathsep}{ROOT / 'reader'}"
 
 
 def kill_when_ready(script: str, *args: str) -> None:
@@ -27,7 +30,7 @@ def kill_when_ready(script: str, *args: str) -> None:
         stdout=subprocess.PIPE,
         text=True,
         cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        env={**os.environ, "PYTHONPATH": CHECKOUT_PATH},
     )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"

@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from lakes import epoch_lake, v3_file, v3_name, v3_table
-from live import LiveWriter, kill_when_ready
+from live import CHECKOUT_PATH, LiveWriter, kill_when_ready
 
 from lakesink import FormatVersionError
 from lakesink.cli import main
@@ -273,7 +273,7 @@ def test_memory_stays_bounded_by_the_row_group_not_the_input(tmp_path: Path) -> 
         n += per_file
     out = subprocess.run(
         [sys.executable, "-c", MEASURE, path, str(16 << 20)],
-        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True,
+        capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": CHECKOUT_PATH}, check=True,
     ).stdout.split()  # fmt: skip
     status, input_bytes, grown = out[0], int(out[1]), int(out[2])
     assert status == "committed" and input_bytes > 150 << 20

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from lakes import epoch_lake, v3_file
+from live import CHECKOUT_PATH
 from test_compact import build
 
 from lakesink.cli import main
@@ -33,7 +34,6 @@ from lakesink_reader.storage.hdfs import HdfsStorage
 from lakesink_reader.storage.options import S3_OPTIONS
 from lakesink_reader.storage.s3 import S3Storage
 
-ROOT = Path(__file__).resolve().parent.parent
 OUTSIDE = "../victim/secret.parquet"
 SECRET_IDS = range(9000, 9050)
 #: Versions 0..5 (two files of 50 ids each: ids 0..599), a checkpoint at version 4.
@@ -296,7 +296,7 @@ before, start = status("VmRSS"), time.monotonic()
 files = lake.files()
 print(len(files), time.monotonic() - start, status("VmHWM") - before)
 """
-    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'reader'}"}
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
     out = subprocess.run(
         [sys.executable, "-c", script, lake], capture_output=True, text=True, env=env, check=True
     )
