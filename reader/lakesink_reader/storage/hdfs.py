@@ -140,7 +140,7 @@ def hdfs_umask(config: Mapping[str, str], url: str) -> int:
         m = _SYMBOLIC_UMASK.match(clause.strip())
         if m is None:
             raise ValueError(
-                f"{UMASK_KEY} for {url} must be octal (022) or symbolic (u=rwx,g=rx,o=), got {text!r}"
+                f"{UMASK_KEY} for {url} must be octal (022) or symbolic (u=rwx,g=rx,o=) (value not shown)"
             )
         who = m.group(1) or "a"
         bits = sum({"r": 4, "w": 2, "x": 1}[c] for c in set(m.group(2)))
@@ -172,7 +172,9 @@ def hdfs_user(options: object, url: str) -> str | None:
     if user is None:
         return None
     if not isinstance(user, str) or not user or any(c.isspace() for c in user):
-        raise ValueError(f"storage_options 'user' for {url} must be an HDFS user name, got {user!r}")
+        raise ValueError(
+            f"storage_options 'user' for {url} must be an HDFS user name, without spaces (value not shown)"
+        )
     return user
 
 
