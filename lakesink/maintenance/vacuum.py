@@ -2,7 +2,8 @@
 
 One run (docs/design/format-v3.md, section 11), with ``delete=True``:
 
-1. R = the newest version committed at or before ``now - retain`` (``retain`` of at least
+1. R = the newest version committed at or before ``now - retain`` by both its committer's
+   clock and the store's (``retain`` of at least
    :data:`RETAIN_FLOOR`, 24 h, unless forced: the floor absorbs writer clock skew and long
    reads of old versions). When R is above the lake's ``retained_from``, a ``vacuum`` commit
    with ``retained_from = R`` is made: from then on readers refuse older versions;
@@ -13,9 +14,11 @@ One run (docs/design/format-v3.md, section 11), with ``delete=True``:
    batch a live writer may still commit is never touched;
 3. C_R, the checkpoint at ``floor(R / N) * N`` (N = ``checkpoint_interval``), is written when
    missing, then read whole and its counts checked: from here on it is load-bearing;
-4. the log entries below C_R go, oldest first (a checkpoint's small part before its file list,
-   so no checkpoint ever names a missing list), except the checkpoint the hint names; then the
-   file lists no small part references at versions whose small part exists.
+4. the hint is made to name C_R, then the log entries below C_R go, in ascending version order
+   (a checkpoint's small part before its file list, so no checkpoint ever names a missing list;
+   the commit last), stopping at the first delete that fails: what is deleted of the log is a
+   prefix, which committers rely on (``VersionedLog._base_stands``); then the file lists no
+   small part references at versions whose small part exists.
 
 Every step is idempotent and none needs the previous run's memory: a kill -9 anywhere and a
 rerun converge (the rerun's R is at least the committed one). Nothing is deleted without
