@@ -66,10 +66,12 @@ def test_a_cursor_reads_two_commits_where_an_open_reads_the_checkpoint_and_every
     storage.reads.clear()
     cursor = ours.commit(16, [published(storage, "a16.parquet")], state=fresh.state)
     # With the cursor: the commit it was folded at (same token: the same log) and the probe of
-    # the next version, which is absent; then the create.
+    # the next version, which is absent; then the create, and the commit it was folded at once
+    # more (still there: vacuum did not delete the version it created, VersionedLog._base_stands).
     assert storage.reads == [
         "_lakesink/log/00000000000000000016.json",
         "_lakesink/log/00000000000000000017.json",
+        "_lakesink/log/00000000000000000016.json",
     ], storage.reads
     assert len(from_open) >= len(storage.reads) + 6, from_open  # hint, checkpoint, headers 11..16
     assert cursor.version == 17 and cursor.state == ours.log.open()

@@ -231,9 +231,11 @@ def test_opening_reads_one_checkpoint_and_the_commits_after_it(big_log: tuple[Pa
         snapshot = log.snapshot()
     assert snapshot.version == 348 and snapshot.checkpoint is not None and snapshot.checkpoint.version == 300
     assert storage.checkpoints_read() == [300] and storage.reads[LAST_CHECKPOINT] == 1
-    assert storage.commits_read() == list(range(301, 349))
+    # The headers after it, then the checkpoint's own commit (the proof that the log was not
+    # truncated under the read, VersionedLog.snapshot).
+    assert storage.commits_read() == list(range(300, 349))
     assert set(storage.reads) == {LAST_CHECKPOINT, checkpoint_name(300)} | {
-        commit_name(v) for v in range(301, 349)
+        commit_name(v) for v in range(300, 349)
     }
     assert storage.listings == 0 and opened_lists == []  # no listing, no file list at open
     assert snapshot.state == VersionedLog(LocalStorage(str(root)), TABLE, checkpoint_interval=None).open()
@@ -241,7 +243,7 @@ def test_opening_reads_one_checkpoint_and_the_commits_after_it(big_log: tuple[Pa
     storage.reset()
     old = log.snapshot(at_most=250)  # time travel: the checkpoint at or below, and what follows
     assert old.version == 250 and old.checkpoint is not None and old.checkpoint.version == 200
-    assert storage.checkpoints_read() == [200] and storage.commits_read() == list(range(201, 251))
+    assert storage.checkpoints_read() == [200] and storage.commits_read() == list(range(200, 251))
 
     storage.reset()
     table = live_files_table(storage, TABLE, 348, start=snapshot.checkpoint, read_commit=log.read_commit)

@@ -17,8 +17,10 @@ What happens to this attempt's published files:
   file");
 - refused: deleted, and the refusal raised (CommitRefusedError, a CommitError);
 - unknown (the log entry's create was never answered): kept, and CommitStateUnknownError
-  raised: the entry may exist. Spark then aborts the batch, and ``abort`` deletes nothing of a
-  batch the log may hold; the replay of the batch settles it, and the sweep removes the loser.
+  raised: the entry may exist, now or later (a request can be applied after its client gave
+  up). The committer remembers the batch (``in_doubt``, which the driver keeps per run), and
+  Spark's ``abort`` of it deletes nothing -- not even when the log does not hold it yet; the
+  replay of the batch settles it, and the sweep removes the loser's files once it is settled.
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ class BatchCommitter:
     spark_metadata
         Keep the lake's Spark view, ``_spark_metadata/``, after each commit
         (``lakesink.views.spark_metadata_view``).
+    in_doubt
+        The batches whose commit's outcome stayed unknown (CommitStateUnknownError): ``abort``
+        keeps their files. This object's own set unless the caller hands one that outlives it
+        (the driver builds a committer per call, and keeps the set in its run's memo).
     """
 
     def __init__(
@@ -77,8 +83,10 @@ class BatchCommitter:
         observer: Observer | None = None,
         delta_log: bool = True,
         spark_metadata: bool = True,
+        in_doubt: set[int] | None = None,
     ) -> None:
         self.storage = storage
+        self.in_doubt = in_doubt if in_doubt is not None else set()
         self.writer_id = writer_id
         self.run = run
         self.allow_other_queries = allow_other_queries
@@ -138,7 +146,8 @@ class BatchCommitter:
         try:
             result = self.log.commit(pending, state=state)
         except CommitStateUnknownError:
-            raise  # the entry may exist: keep every file; the replay settles it
+            self.in_doubt.add(batch)  # the entry may exist, or land later: keep every file
+            raise
         except CommitRefusedError:
             self._drop(files, listed=(), why=f"batch {batch} was refused")
             raise
@@ -146,6 +155,7 @@ class BatchCommitter:
             # Nothing was committed (vlog's contract): this attempt's files are garbage.
             self._drop(files, listed=(), why=f"the commit of batch {batch} failed")
             raise
+        self.in_doubt.discard(batch)  # the log has a definitive answer for it now
         if result.status == "committed":
             notify(self.observer, "after_record", batch)
             log.info(
@@ -161,7 +171,17 @@ class BatchCommitter:
         return result
 
     def abort(self, batch: int, files: Iterable[AddFile]) -> None:
-        """The batch will not be committed now: delete this attempt's files, unless the log may hold it."""
+        """The batch will not be committed now: delete this attempt's files, unless the log may
+        hold them, now or later (a commit of the batch whose outcome stayed unknown: its create
+        may still be applied; the replay settles it and the sweep removes the loser's files)."""
+        if batch in self.in_doubt:
+            log.warning(
+                "abort of batch %d of %s: its commit's outcome is unknown (the log entry may still land), "
+                "so nothing is deleted; the replay of the batch settles it",
+                batch,
+                self.storage.url,
+            )
+            return
         try:
             state = self.log.open()
         except Exception:

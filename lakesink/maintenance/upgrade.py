@@ -234,12 +234,22 @@ def upgrade(
         return report
     _call(hook, "fenced")
 
-    _write_commits(storage, plan.imports, progress, hook)
-    _call(hook, "imported")
-    _write_commits(storage, (plan.upgrade,), None, None)
-    _call(hook, "upgrade_committed")
-    if plan.upgrade.version > 0:
-        _write_checkpoint(storage, plan, hook)
+    # Before each batch of creates: a run that finds the lake upgraded (by a concurrent run)
+    # stops. Writers and vacuum may have moved the format-3 log on since -- truncated it even
+    # -- and a create-if-absent of a vacuumed version would succeed: a stray below the log's
+    # checkpoint, which nothing needs and which the next vacuum has to remove again.
+    try:
+        _write_commits(storage, plan.imports, progress, hook)
+        _call(hook, "imported")
+        _write_commits(storage, (plan.upgrade,), None, None)
+        _call(hook, "upgrade_committed")
+        if plan.upgrade.version > 0:
+            _check_not_upgraded(storage)
+            _write_checkpoint(storage, plan, hook)
+    except _UpgradedMeanwhile:
+        log.info("%s was upgraded by another run meanwhile: this run stops", storage.url)
+        report.status = "already_format_3"
+        return report
     _call(hook, "checkpointed")
     _commit_point(
         storage,
@@ -370,10 +380,20 @@ def _write_commits(
 
     for start in range(0, len(commits), READ_BATCH):
         chunk = commits[start : start + READ_BATCH]
+        _check_not_upgraded(storage)
         parallel(create, chunk)
         if progress is not None:
             progress(start + len(chunk), len(commits))
         _call(hook, "importing")
+
+
+class _UpgradedMeanwhile(Exception):
+    """table.json says format 3: another run completed the upgrade while this one ran."""
+
+
+def _check_not_upgraded(storage: Storage) -> None:
+    if _table_doc(storage.read_bytes(TABLE_FILE), storage).get("format_version") == 3:
+        raise _UpgradedMeanwhile
 
 
 def _write_checkpoint(storage: Storage, plan: _Plan, hook: Hook | None) -> None:

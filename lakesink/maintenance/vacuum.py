@@ -2,7 +2,8 @@
 
 One run (docs/design/format-v3.md, section 11), with ``delete=True``:
 
-1. R = the newest version committed at or before ``now - retain`` (``retain`` of at least
+1. R = the newest version committed at or before ``now - retain`` by both its committer's
+   clock and the store's (``retain`` of at least
    :data:`RETAIN_FLOOR`, 24 h, unless forced: the floor absorbs writer clock skew and long
    reads of old versions). When R is above the lake's ``retained_from``, a ``vacuum`` commit
    with ``retained_from = R`` is made: from then on readers refuse older versions;
@@ -13,9 +14,11 @@ One run (docs/design/format-v3.md, section 11), with ``delete=True``:
    batch a live writer may still commit is never touched;
 3. C_R, the checkpoint at ``floor(R / N) * N`` (N = ``checkpoint_interval``), is written when
    missing, then read whole and its counts checked: from here on it is load-bearing;
-4. the log entries below C_R go, oldest first (a checkpoint's small part before its file list,
-   so no checkpoint ever names a missing list), except the checkpoint the hint names; then the
-   file lists no small part references at versions whose small part exists.
+4. the hint is made to name C_R, then the log entries below C_R go, in ascending version order
+   (a checkpoint's small part before its file list, so no checkpoint ever names a missing list;
+   the commit last), stopping at the first delete that fails: what is deleted of the log is a
+   prefix, which committers rely on (``VersionedLog._base_stands``); then the file lists no
+   small part references at versions whose small part exists.
 
 Every step is idempotent and none needs the previous run's memory: a kill -9 anywhere and a
 rerun converge (the rerun's R is at least the committed one). Nothing is deleted without
@@ -24,6 +27,7 @@ rerun converge (the rerun's R is at least the committed one). Nothing is deleted
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -180,22 +184,38 @@ def vacuum(
             try:
                 storage.delete(name)
             except (OSError, LakeSinkError) as exc:
-                log.warning("could not remove %s: %s", name, exc)
+                # Stop here: what is deleted of the log must stay a prefix (a committer proves its
+                # create did not land in the deleted part by its base commit still being there,
+                # VersionedLog._base_stands). The next run starts from the checkpoint and goes on.
+                log.warning("could not remove %s (%s): the log's truncation stops here", name, exc)
                 report.failed.append((name, str(exc)))
-            else:
-                report.removed.append(name)
-                _call(hook, "log_entry")
+                break
+            report.removed.append(name)
+            _call(hook, "log_entry")
     _call(hook, "log")
     return report
 
 
 def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cutoff: float) -> int | None:
-    """The newest version committed at or before ``cutoff`` (the committer's clock), searched
-    from the latest version down to the oldest retained one; None when there is none."""
+    """The newest version committed at or before ``cutoff``, searched from the latest version
+    down to the oldest retained one; None when there is none.
+
+    A version is that old only when both clocks that saw it say so: its committer's
+    (``committed_at``) and the store's (the commit object's modification time in a listing of
+    the log, where the store gives one). A writer whose clock runs behind by more than
+    ``retain`` cannot make a fresh version look old, and so cannot move R past versions a
+    reader may have pinned a moment ago: what decides is the store's clock against vacuum's,
+    one pair that the 24 h floor covers, not every writer's."""
     from lakesink.maintenance.sweep import oldest_commit
+    from lakesink_reader.format.v3.checkpoint import listed_log
 
     state = snap.state
     headers = {h.version: h for h in snap.headers}
+    stored: dict[int, float] = {}
+    for entry in listed_log(storage):
+        v = parse_commit_name(entry.name.rsplit("/", 1)[-1])
+        if v is not None and entry.modified is not None:
+            stored[v] = entry.modified
     oldest = oldest_commit(storage, vlog)
     floor = max(state.retained_from, oldest if oldest is not None else state.version)
     version = state.version
@@ -206,8 +226,8 @@ def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cuto
                 raise CorruptFileError(f"{storage.url}: log version {v} vanished while the log was read")
             headers[v] = header
         for v in range(version, max(floor, version - 16) - 1, -1):
-            committed_at = headers[v].committed_at
-            if committed_at is not None and committed_at <= cutoff:
+            seen = [t for t in (headers[v].committed_at, stored.get(v)) if t is not None]
+            if seen and max(seen) <= cutoff:
                 return v
         version = max(floor, version - 16) - 1
     return None
@@ -222,6 +242,7 @@ def _truncation(
     import pyarrow.compute as pc
 
     from lakesink_reader.format.v3.checkpoint import (
+        LAST_CHECKPOINT,
         advance_hint,
         due_checkpoint,
         iter_file_list,
@@ -260,7 +281,9 @@ def _truncation(
         # A hint below C_R would make readers start from a checkpoint whose next commits are gone
         # (they probe upward only while checkpoints exist, then read commits until one is missing).
         advance_hint(storage, c)
-    hint = read_hint(storage)
+        hinted = read_hint(storage)
+        if hinted is not None and hinted < c:  # a writer's read-then-put moved it back: again
+            storage.put(LAST_CHECKPOINT, json.dumps({"version": c}).encode())
     commits: dict[int, str] = {}
     smalls: dict[int, str] = {}
     lists: dict[int, list[tuple[str, str]]] = {}
@@ -278,8 +301,11 @@ def _truncation(
         if parsed is not None:
             lists.setdefault(parsed[0], []).append((parsed[1], entry.name))
     doomed: list[str] = []
+    # Every entry below C_R goes, the hinted checkpoint's too: a hint moved back later to a
+    # deleted checkpoint makes readers look further (a listing), never stop below C_R. Ascending,
+    # a version's small part before its lists and its commit: the deleted part stays a prefix.
     for v in sorted(set(commits) | set(smalls) | set(lists)):
-        if v < c and v != hint:
+        if v < c:
             if v in smalls:
                 doomed.append(smalls[v])  # the small part first: it never names a missing list
             doomed += [name for _, name in lists.get(v, [])]

@@ -436,6 +436,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             observer=self.config.observer,
             delta_log=self.config.sink.delta_log,
             spark_metadata=self.config.sink.spark_metadata,
+            in_doubt=run_memo(self.config.storage().url, self.run_token).in_doubt,
         )
 
     def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:

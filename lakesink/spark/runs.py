@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -48,6 +48,8 @@ class RunMemo:
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
     schema_change: str | None = None
+    #: format 3: batches whose commit's outcome stayed unknown: Spark's abort of them deletes nothing
+    in_doubt: set[int] = field(default_factory=set)
 
 
 _RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()

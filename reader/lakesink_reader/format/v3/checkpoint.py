@@ -402,6 +402,20 @@ def find_checkpoint(
     return None
 
 
+def newest_listed_checkpoint(
+    storage: Storage, table_id: str, at_most: int | None = None
+) -> Checkpoint | None:
+    """The newest checkpoint ``<= at_most`` a listing of the log shows whose small part reads and
+    whose commit is there (one below the log's truncation has lost its commit); None: none."""
+    for c, _ in reversed(listed_checkpoints(storage)):
+        if at_most is not None and c > at_most:
+            continue
+        found = read_checkpoint(storage, table_id, c)
+        if found is not None and storage.exists(commit_name(c)):
+            return found
+    return None
+
+
 def _probe_upward(storage: Storage, start: int, interval: int | None, at_most: int | None) -> int:
     """``start``, or the newest of ``start + k*interval`` that exist one after the other."""
     top = start
@@ -845,6 +859,11 @@ def _usable_base(
     skipped: set[int] = set()
     while at_most > 0:
         base = find_checkpoint(storage, table_id, interval=interval, at_most=at_most)
+        if base is not None and not storage.exists(commit_name(base.version)):
+            # A checkpoint left below the log's truncation (a hint moved back by a late put
+            # named it): the commits after it are gone. Start from the newest one listed.
+            log.warning("checkpoint %d is below the log's truncation: using the newest listed", base.version)
+            base = newest_listed_checkpoint(storage, table_id, at_most)
         if base is None or base.version in skipped:
             break
         try:

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Literal, TypeVar
 
 from lakesink_reader.errors import (
     CommitConflictError,
+    CommitError,
     CommitStateUnknownError,
     CorruptFileError,
     StorageError,
@@ -120,6 +121,8 @@ def _delay(base: float, cap: float, attempt: int, rng: random.Random) -> float:
 
 
 CommitStatus = Literal["committed", "replayed", "lost_race"]
+#: The commit a call found present (version, token) before it read the commits after it.
+_Base = tuple[int, str] | None
 
 
 @dataclass(frozen=True)
@@ -226,13 +229,55 @@ class VersionedLog:
         """The log read up to its latest version, or up to ``at_most``: the newest usable
         checkpoint at or below it and the commit headers after it, folded.
 
-        Reads one checkpoint's small part (never its file list) and the headers after it.
+        Reads one checkpoint's small part (never its file list) and the headers after it, then
+        the commit it started from once more: still there with its token, it proves that vacuum
+        deleted nothing above it meanwhile (it deletes the log in ascending order, a prefix), so
+        the first missing version is the end of the log, not a hole vacuum cut, and no commit
+        folded was a stray created in the deleted part. Not there: the start was a checkpoint
+        left below the log's truncation (a hint moved back by a writer's late put, an older
+        vacuum that kept the hinted checkpoint) or was deleted while read; the log is read
+        again from the newest checkpoint a listing shows.
         ``also``: more checkpoint versions to try (table.json's upgrade version).
         CorruptFileError when neither a checkpoint nor the commits from version 0 are there.
         """
-        from lakesink_reader.format.v3.checkpoint import find_checkpoint
-
         also = tuple(also)
+        snap = self._snapshot(at_most, also)
+        if self._base_present(snap):
+            return snap
+        log.warning(
+            "%s: the log read from version %d was truncated under it (or that checkpoint is a leftover "
+            "below the truncation): reading it again from the newest listed checkpoint",
+            self._log_url(),
+            snap.checkpoint.version if snap.checkpoint is not None else 0,
+        )
+        snap = self._snapshot(at_most, also, newest_listed=True)
+        if self._base_present(snap):
+            return snap
+        raise CorruptFileError(
+            f"{self._log_url()}: the log was truncated while it was read, twice; try again"
+        )
+
+    def _base_present(self, snap: Snapshot) -> bool:
+        """Whether the commit ``snap`` started from is still there with its token (an empty log: True)."""
+        if snap.checkpoint is not None:
+            version, token = snap.checkpoint.version, snap.checkpoint.state.token
+        elif snap.headers:
+            version, token = snap.headers[0].version, snap.headers[0].token
+        else:
+            return True
+        header = self.read_header(version)
+        return header is not None and header.token == token
+
+    def _snapshot(
+        self, at_most: int | None, also: tuple[int, ...], *, newest_listed: bool = False
+    ) -> Snapshot:
+        from lakesink_reader.format.v3.checkpoint import find_checkpoint, newest_listed_checkpoint
+
+        if newest_listed:
+            found = newest_listed_checkpoint(self.storage, self.table_id, at_most)
+            state = TableState.empty(self.table_id) if found is None else found.state
+            headers = self.read_headers(state.version + 1, at_most)
+            return Snapshot(found, tuple(headers), self._fold(state, headers))
         found = find_checkpoint(
             self.storage, self.table_id, interval=self.checkpoint_interval, at_most=at_most, also=also
         )
@@ -268,20 +313,39 @@ class VersionedLog:
         the start (:meth:`open`), whose table-id checks catch a recreated lake. CorruptFileError
         when that version holds another commit.
         """
+        return self._start(state)[0]
+
+    def _start(self, state: TableState | None) -> tuple[TableState, _Base]:
+        """Where a commit call starts: ``state`` refreshed (or the log opened), and the base it
+        stands on -- the commit it found present with the expected token *before* it read the
+        commits after it (see :meth:`_base_stands`)."""
+        if state is None:
+            return self._opened(self.snapshot())
         if state.table_id != self.table_id:
             raise ValueError(f"a state of table {state.table_id} handed to the log of table {self.table_id}")
-        if state.version >= 0:
-            header = self.read_header(state.version)
-            if header is None:
-                log.info("version %d of %s is gone: reading the log again", state.version, self._log_url())
-                return self.open()
-            if header.token != state.token:
-                raise CorruptFileError(
-                    f"{self._where(state.version)} holds commit {header.token}, not {state.token} that "
-                    "this writer's state was folded from: the log was replaced (the lake deleted and "
-                    "recreated?). Restart the writer so that it reads the lake afresh"
-                )
-        return self._fold(state, self.read_headers(state.version + 1))
+        if state.version < 0:
+            return self._fold(state, self.read_headers(0)), None
+        header = self.read_header(state.version)
+        if header is None:
+            log.info("version %d of %s is gone: reading the log again", state.version, self._log_url())
+            return self._opened(self.snapshot())
+        if header.token != state.token:
+            raise CorruptFileError(
+                f"{self._where(state.version)} holds commit {header.token}, not {state.token} that "
+                "this writer's state was folded from: the log was replaced (the lake deleted and "
+                "recreated?). Restart the writer so that it reads the lake afresh"
+            )
+        return self._fold(state, self.read_headers(state.version + 1)), (state.version, state.token or "")
+
+    @staticmethod
+    def _opened(snap: Snapshot) -> tuple[TableState, _Base]:
+        """A snapshot's state and base: its checkpoint's commit (the small part was read before
+        the headers after it), else version 0 (read first, alone), else none (an empty log)."""
+        if snap.checkpoint is not None:
+            return snap.state, (snap.checkpoint.version, snap.checkpoint.state.token or "")
+        if snap.headers:
+            return snap.state, (snap.headers[0].version, snap.headers[0].token)
+        return snap.state, None
 
     def read_header(self, version: int) -> CommitHeader | None:
         """The header of ``version``'s commit, without its actions; None when it does not exist.
@@ -344,7 +408,7 @@ class VersionedLog:
                 "upgrade commits are not raced for a version: `lakesink upgrade` writes them at versions "
                 "derived from the fenced v2 log"
             )
-        current = self.refresh(state) if state is not None else self.open()
+        current, base = self._start(state)
         removed = self._removed_after_base(pending, current)
         seen: list[CommitHeader] = []  # the commits that won versions this call tried
         lost = 0
@@ -363,6 +427,19 @@ class VersionedLog:
                 current, [commit.header]
             )  # before the create: a commit that cannot fold is never made
             if self._create(commit):
+                if not self._base_stands(base):
+                    # Our create may have landed in the part of the log vacuum deleted: is it there?
+                    snap = self._in_doubt(commit)
+                    stands = self._stands(commit, pending, snap, removed)
+                    current, base = self._opened(snap)
+                    if stands is None:  # in the deleted part: not committed; a lost race
+                        lost += 1
+                        seen += snap.headers
+                        if pending.kind == "compact":  # CorruptFileError when truncated past its base
+                            removed = self._removed_after_base(pending, current)
+                        continue
+                    if not stands:
+                        return self._skipped(pending, current, [*seen, *snap.headers], lost + 1)
                 log.info(
                     "committed version %d of %s: %s, %d file(s) added, %d removed",
                     commit.version,
@@ -387,6 +464,90 @@ class VersionedLog:
                 removed.update(removed_paths(self._whole(winners)))
             current = self._fold(current, winners)
             seen += winners
+
+    def _base_stands(self, base: _Base) -> bool:
+        """After our create of version v succeeded: whether it is a commit of the log (True), or
+        may have landed in the part vacuum deleted (False: :meth:`_in_doubt` decides).
+
+        "v was absent" means "never committed" or "committed, then vacuumed". Vacuum deletes
+        commits strictly in ascending version order and stops at the first delete that fails
+        (``lakesink.maintenance.vacuum``), so whatever it deleted is a prefix of the log: v gone
+        implies every version below v gone. The base -- a commit this call found present with
+        its token *before* it read the commits after it -- still present with that token now
+        therefore proves that nothing above it was deleted before now: v was never committed
+        before our create, and the commits we folded between were the log's, not strays. One
+        header read per commit. An empty log has no base: a log vacuum truncated has the hint
+        (vacuum moves it before it deletes anything, and nothing deletes it).
+        """
+        from lakesink_reader.format.v3.checkpoint import read_hint
+
+        try:
+            if base is None:
+                return read_hint(self.storage) is None
+            header = self.read_header(base[0])
+        except Exception:
+            log.warning("re-reading version %s of %s failed", base, self._log_url(), exc_info=True)
+            return False
+        return header is not None and header.token == base[1]
+
+    def _in_doubt(self, commit: Commit) -> Snapshot:
+        """The log read afresh after a create whose base vanished; CommitStateUnknownError when
+        it cannot be read (our commit may stand)."""
+        log.info(
+            "the base of version %d of %s vanished while it was created (a vacuum ran): reading the "
+            "log again to see whether it stands",
+            commit.version,
+            self._log_url(),
+        )
+        try:
+            return self.snapshot()
+        except Exception as exc:
+            raise CommitStateUnknownError(
+                f"{self._where(commit.version)}: commit {commit.header.token} ({_what(commit.header)}) was "
+                "created while a vacuum truncated the log, and the log cannot be read to tell whether it "
+                f"stands ({exc!r}). Keep its files: a replay of the batch finds it committed, or commits it"
+            ) from exc
+
+    def _stands(
+        self, commit: Commit, pending: PendingCommit, snap: Snapshot, removed: dict[str, int]
+    ) -> bool | None:
+        """Whether our created ``commit`` is the log's, from a snapshot read after the create:
+        True (ours: the log reads it at its version, or the state a checkpoint above it holds
+        has its effect at its version), False (the effect is there, a twin's), None (it landed
+        in the deleted part: a stray, deleted here best-effort; nothing reads a commit below the
+        newest checkpoint, and vacuum removes it)."""
+        v = commit.version
+        for header in snap.headers:
+            if header.version == v:
+                if header.token == commit.header.token:
+                    return True
+                break
+        try:
+            replay = check_commit(snap.state, pending, removed) == "replay"
+        except (CommitError, ValueError):  # refused or conflicting now: not there; the loop raises it
+            replay = False
+        if replay:
+            state = snap.state
+            if pending.writer is not None:
+                w = state.writers.get(pending.writer.id)
+                return w is not None and w.last_batch == pending.writer.batch and w.last_version == v
+            op = state.ops.get(pending.op.token) if pending.op is not None else None
+            return op is not None and op.version == v
+        log.warning(
+            "version %d of %s was created where vacuum had deleted the log (the log is at %d now): "
+            "%s is not committed there; removing it and trying again at the latest version",
+            v,
+            self._log_url(),
+            snap.state.version,
+            _what(pending),
+        )
+        try:
+            stray = self.read_header(v)
+            if stray is not None and stray.token == commit.header.token:
+                self.storage.delete(commit_name(v))
+        except Exception:
+            log.warning("could not remove the stray %s (vacuum will)", self._where(v), exc_info=True)
+        return None
 
     def _create(self, commit: Commit) -> bool:
         """Create ``commit`` at its version: True when it is there, False when another commit is.
