@@ -305,11 +305,11 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
         raise CorruptFileError(
             f"{storage.url}/{TABLE_FILE}: checkpoint_interval must be an int >= 1, got {interval!r}"
         )
-    from lakesink.views.delta_view import DeltaView
+    from lakesink.views.derived import maintenance_views
 
     table_id = metadata.table_id or ""
-    # Compaction and vacuum continue the Delta view, if the lake has one (never start it).
-    view = DeltaView(storage, table_id, create=False, metadata=metadata)
+    # Compaction and vacuum update the views the lake has (bringing them up), never start one.
+    view = maintenance_views(storage, table_id, metadata)
     return metadata, VersionedLog(storage, table_id, checkpoint_interval=interval, after_commit=view)
 
 

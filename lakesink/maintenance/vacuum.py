@@ -27,6 +27,7 @@ rerun converge (the rerun's R is at least the committed one). Nothing is deleted
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import time
@@ -36,7 +37,7 @@ from typing import Any
 
 from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, Orphan, SweepReport, _remove, plan_v3
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
-from lakesink_reader.format.table import probe_store
+from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog, parallel, parse_commit_name
 from lakesink_reader.storage import Storage, open_storage
@@ -169,9 +170,10 @@ def vacuum(
         now=now,
         partition_columns=metadata.partition_columns,
     )
-    report.files, report.kept = plan.findings, plan.kept
+    report.files, report.kept = _spare_what_views_list(storage, vlog, metadata, target, plan.findings, delete)
+    report.kept += plan.kept
     if delete:
-        swept = SweepReport(storage.url, older_than, True, findings=list(plan.findings))
+        swept = SweepReport(storage.url, older_than, True, findings=list(report.files))
         _remove(storage, swept, progress)
         report.removed += [o.name for o in swept.removed]
         report.failed += [(o.name, error) for o, error in swept.failed]
@@ -194,6 +196,39 @@ def vacuum(
             _call(hook, "log_entry")
     _call(hook, "log")
     return report
+
+
+def _spare_what_views_list(
+    storage: Storage,
+    vlog: VersionedLog,
+    metadata: TableMetadata,
+    target: int,
+    findings: list[Orphan],
+    delete: bool,
+) -> tuple[list[Orphan], list[Orphan]]:
+    """The derived views' step (issue 32, hole 4): a view that lags behind the lake (a writer
+    killed between its lake commit and its view update) is read at the version it holds, so
+    its files must outlive that version's retention. The views are brought up to the latest
+    version first (``delete`` only: a dry run writes nothing); the files that a view still
+    behind ``target`` lists are then kept, with the reason, out of ``findings``. Returns the
+    findings left and those kept."""
+    from lakesink.views.derived import bring_up, files_lagging_views_list
+
+    if delete:
+        bring_up(storage, vlog, metadata)
+    listed = files_lagging_views_list(storage, target) if findings else {}
+    if not listed:
+        return findings, []
+    kept = [dataclasses.replace(o, reason=listed[o.name]) for o in findings if o.name in listed]
+    if kept:
+        log.warning(
+            "vacuum of %s keeps %d file(s) that a derived view behind version %d still lists: %s",
+            storage.url,
+            len(kept),
+            target,
+            kept[0].reason,
+        )
+    return [o for o in findings if o.name not in listed], kept
 
 
 def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cutoff: float) -> int | None:

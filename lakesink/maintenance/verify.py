@@ -105,14 +105,23 @@ def verify(
         if progress is not None:
             progress(done, len(committed))
     if metadata.format_version >= 3 and metadata.mode == "epoch":
+        from lakesink.maintenance.compact import open_v3
         from lakesink.views.delta_view import delta_sync
+        from lakesink.views.derived import DELTA, SPARK, view_problems
+        from lakesink.views.spark_metadata_view import spark_sync
 
         view = delta_sync(storage, write=False)
         report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
-        from lakesink.views.spark_metadata_view import spark_sync
-
         spark = spark_sync(storage, write=False)
         report.spark_view, report.spark_view_ok = spark.summary(), spark.state != "foreign"
+        # A view that lags is read at the version it holds: a failure when that version's files
+        # are gone or the lake no longer retains it (issue 32, hole 4).
+        retained_from = open_v3(storage, "verify")[1].open().retained_from
+        lagging = view_problems(storage, retained_from, lambda name: name in listing or storage.exists(name))
+        if DELTA in lagging:
+            report.delta_view, report.delta_view_ok = f"{report.delta_view}; {lagging[DELTA]}", False
+        if SPARK in lagging:
+            report.spark_view, report.spark_view_ok = f"{report.spark_view}; {lagging[SPARK]}", False
     return report
 
 

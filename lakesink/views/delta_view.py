@@ -7,12 +7,17 @@ mean done; other bytes mean a foreign writer touched the view: the view is then 
 whole again, and ``lakesink status``/``verify`` report it. Nothing here ever raises into a
 commit, nor touches the lake's own log.
 
-A view commit ``v`` is written only on top of ``v - 1`` (or at 0), so a view is never a log
-with holes: a writer (``create=True``) fills a gap of up to :data:`GAP_FILL` versions, a
-maintenance op only continues a view that is there, and ``delta-sync`` writes every missing
-commit from the oldest retained lake version. What a process learned (the last view version it
-wrote, a stop, a schema Delta cannot take) is kept per lake for the life of the process, so the
-steady state costs the one PUT.
+A view commit ``v`` is written on top of ``v - 1`` (or at 0), or on top of a view checkpoint at
+``v``: whoever updates a view brings it up to the lake's version, however far behind it is (a
+writer killed between its lake commit and its view update leaves it behind). A gap of up to
+:data:`GAP_FILL` versions whose lake commits are still there is filled in order; a longer one,
+or one whose lake commits were vacuumed, is bridged by a rebuild: the view checkpoint at ``v``
+(built from the lake's checkpoint and the commits after it), then the commit ``v``. Readers
+start at the newest view checkpoint, so they read ``v`` whole; only time travel to the versions
+skipped fails until ``sync-views`` writes them (when the lake still has them). A writer
+(``create=True``) may start a view; a maintenance op only updates one that is there. What a
+process learned (the last view version it wrote, a stop, a schema Delta cannot take) is kept
+per lake for the life of the process, so the steady state costs the one PUT.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, AfterCommit, VersionedLog, parallel
+from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog, parallel
 from lakesink_reader.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -55,7 +60,8 @@ log = logging.getLogger(__name__)
 #: Written when a view commit holds bytes lakesink did not derive: writers stop updating the view.
 STOP_FILE = f"{META_DIR}/delta_view_stopped.json"
 _STOP = StopFile(STOP_FILE, "says the view was touched by a foreign writer", log)
-#: A writer fills at most this many missing view versions in a commit; more is delta-sync's job.
+#: A view this many versions behind, or less, is filled in order; further behind, it is rebuilt
+#: at the lake's version (a view checkpoint: bounded cost per update, whatever the gap).
 GAP_FILL = 16
 
 
@@ -77,8 +83,9 @@ forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a
 class DeltaView:
     """The ``after_commit`` hook that keeps a lake's Delta view up to date.
 
-    ``create``: a writer with ``delta_log`` on may start the view and fill small gaps; else
-    (compaction, vacuum) only a view that has the previous version is continued.
+    ``create``: a writer with ``delta_log`` on may start the view; else (compaction, vacuum,
+    through ``lakesink.views.derived.maintenance_views``) only a view that is there is updated.
+    Either way a view that is behind is brought up to the commit's version.
     """
 
     def __init__(
@@ -88,14 +95,6 @@ class DeltaView:
         self.table_id = table_id
         self.create = create
         self._given = metadata
-        #: Maintenance ops (``create=False``: compaction, vacuum, through
-        #: ``lakesink.maintenance.compact.open_v3``) also continue the Spark view
-        #: (``_spark_metadata/``), if the lake has one: a compaction is what it must show.
-        self.spark: AfterCommit | None = None
-        if not create:
-            from lakesink.views.spark_metadata_view import SparkView
-
-            self.spark = SparkView(storage, table_id, create=False)
 
     @property
     def known(self) -> _Known:
@@ -106,8 +105,6 @@ class DeltaView:
         return known
 
     def __call__(self, commit: Commit, state: TableState) -> None:
-        if self.spark is not None:
-            self.spark(commit, state)
         remember_time(self.known.times, commit)
         try:
             self._after(commit, state)
@@ -125,23 +122,17 @@ class DeltaView:
         if k.unsupported is not None or _STOP.stops(self.storage, k, "Delta view"):
             return
         if v > 0 and k.version != v - 1 and not self.storage.exists(delta_commit_name(v - 1)):
-            if not self.create:
-                return  # no view to continue (the writers write none, or it is behind)
+            if not self.create and not self._exists():
+                return  # no view to continue (the writers of this lake keep none)
             start = self._gap_start(v)
             if start is None:
+                self._rebuild(commit, state)  # far behind: bounded cost, whatever the gap
                 return
             vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=None)
             for u in range(start, v):
                 older = vlog.read_commit(u)
-                if older is None:
-                    self.known.warn_once(
-                        log,
-                        "gone",
-                        "the Delta view of %s misses version %d, which the lake no longer has: run "
-                        "`lakesink delta-sync`",
-                        self.storage.url,
-                        u,
-                    )
+                if older is None:  # vacuumed from the lake's log: the view cannot hold it
+                    self._rebuild(commit, state)
                     return
                 if not self._write(older):
                     return
@@ -149,6 +140,48 @@ class DeltaView:
                     self._checkpoint(u, None, vlog)
         if self._write(commit) and self._due(v):
             self._checkpoint(v, state, None)
+
+    def _exists(self) -> bool:
+        """Whether the lake has a Delta view (its first commit, or a checkpoint hint: a view
+        rebuilt on a vacuumed lake starts at a checkpoint)."""
+        return self.known.version >= 0 or any(
+            self.storage.exists(name) for name in (delta_commit_name(0), LAST_CHECKPOINT)
+        )
+
+    def _rebuild(self, commit: Commit, state: TableState) -> None:
+        """Bring a view that is far behind (or whose missing versions the lake vacuumed) to
+        ``commit``'s version: the view checkpoint there first -- the lake's live files, from its
+        checkpoint and the commits after it -- then the commit. A Delta reader starts at the
+        newest checkpoint, so at no point does it meet the gap below ``v``; time travel into the
+        gap fails until ``sync-views`` writes what the lake still has of it."""
+        v = commit.version
+        try:
+            delta_commit(self._metadata(), commit)  # a schema Delta cannot take: no view, as in _write
+        except DeltaViewUnsupported:
+            self._write(commit)
+            return
+        log.info("the Delta view of %s is behind version %d: rebuilding it there", self.storage.url, v)
+        try:
+            write_view_checkpoint(
+                self.storage,
+                self._metadata(),
+                VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval()),
+                v,
+                state=state,
+                interval=self._interval(),
+                times=self.known.times,
+                ahead_of_commit=True,
+            )
+        except Exception:
+            log.warning(
+                "rebuilding the Delta view of %s at version %d failed; the lake commit stands, and the "
+                "next commit or `lakesink sync-views` brings the view up",
+                self.storage.url,
+                v,
+                exc_info=True,
+            )
+            return
+        self._write(commit)
 
     def _due(self, version: int) -> bool:
         return version > 0 and version % self._interval() == 0
@@ -180,21 +213,13 @@ class DeltaView:
             )
 
     def _gap_start(self, v: int) -> int | None:
-        """The first missing version of a view that lacks ``v - 1``, when the gap is small."""
+        """The first missing version of a view that lacks ``v - 1``, when the gap is at most
+        :data:`GAP_FILL` versions; None when it is longer (or the view is new on a lake with more
+        versions than that): the view is then rebuilt at ``v``."""
         for u in range(v - 2, max(-1, v - 1 - GAP_FILL), -1):
             if self.storage.exists(delta_commit_name(u)):
                 return u + 1
-        if v <= GAP_FILL:
-            return 0
-        self.known.warn_once(
-            log,
-            "behind",
-            "the Delta view of %s is more than %d versions behind the lake: it is not updated until "
-            "`lakesink delta-sync` writes what is missing",
-            self.storage.url,
-            GAP_FILL,
-        )
-        return None
+        return 0 if v <= GAP_FILL else None
 
     def _metadata(self) -> TableMetadata:
         if self.known.metadata is None:
@@ -387,6 +412,50 @@ def _prior_times(storage: Storage, version: int) -> pa.Table | None:
     return prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
 
 
+def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+    """What a Delta reader reads of the view at its newest version: that version and the files
+    it lists (path relative to the lake -> size); None when the lake has no view.
+
+    The newest view checkpoint, then the view commits after it up to the first one missing
+    (where a reader stops). For ``verify`` and ``vacuum``'s protection of a view that is behind:
+    a view at the lake's version lists the lake's own files."""
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    commits, checkpoints = set(), set()
+    for f in storage.list(DELTA_LOG_DIR):
+        name = f.name.rsplit("/", 1)[-1]
+        if not name[:20].isdigit():
+            continue
+        if name.endswith(".json") and len(name) == 25:
+            commits.add(int(name[:20]))
+        elif name.endswith(".checkpoint.parquet") and len(name) == 39:
+            checkpoints.add(int(name[:20]))
+    if not commits and not checkpoints:
+        return None
+    files: dict[str, int] = {}
+    version = -1
+    if checkpoints:
+        version = max(checkpoints)
+        fs, base = storage.arrow_filesystem()
+        table = pq.read_table(
+            f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", columns=["add"], filesystem=fs
+        )
+        for add in table.column("add").to_pylist():
+            if add is not None:
+                files[unquote(add["path"])] = int(add["size"])
+    while version + 1 in commits:
+        version += 1
+        for line in storage.read_bytes(delta_commit_name(version)).splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                files[unquote(action["add"]["path"])] = int(action["add"]["size"])
+            elif "remove" in action:
+                files.pop(unquote(action["remove"]["path"]), None)
+    return (version, files) if version >= 0 else None
+
+
 def _hint_version(storage: Storage) -> int | None:
     try:
         return int(jsondoc.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
@@ -403,11 +472,14 @@ def write_view_checkpoint(
     state: TableState | None = None,
     interval: int | None = None,
     times: dict[int, int] | None = None,
+    ahead_of_commit: bool = False,
 ) -> bool:
     """Make sure the view checkpoint at ``version`` exists, then advance ``_last_checkpoint``.
 
     Only ever after the view's commit ``version`` exists (a checkpoint of a version Delta
-    readers cannot see would be a lie). Built from the lake -- its live files at ``version``
+    readers cannot see would be a lie), except for a rebuild (``ahead_of_commit``): a view far
+    behind gets its checkpoint first, then the commit, so that readers never meet the gap.
+    Built from the lake -- its live files at ``version``
     (path, size, exact stats), the writers' last batches (``txn``), table.json (``protocol``,
     ``metaData``) -- never from the view. Written create-if-absent: a checkpoint already there
     (this process's, another writer's, or a Delta tool's) stands. Then the hint, when it names
@@ -418,7 +490,7 @@ def write_view_checkpoint(
     import pyarrow.parquet as pq
 
     interval = interval or table_interval(storage)
-    if not storage.exists(delta_commit_name(version)):
+    if not ahead_of_commit and not storage.exists(delta_commit_name(version)):
         raise FileNotFoundError(f"{storage.url}/{delta_commit_name(version)}: no view commit to checkpoint")
     name = delta_checkpoint_name(version)
     created = False

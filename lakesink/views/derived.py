@@ -1,21 +1,35 @@
-"""The derived views a format-3 epoch lake keeps after each commit, as one ``after_commit`` hook.
+"""The derived views a format-3 epoch lake keeps after each commit, as one ``after_commit`` hook,
+and what maintenance needs of them: bringing views that lag up, and the files they still list.
 
 - ``_delta_log/`` (:mod:`lakesink.views.delta_view`): Delta readers (deltalake, polars, DuckDB);
 - ``_spark_metadata/`` (:mod:`lakesink.views.spark_metadata_view`): ``spark.read.parquet``.
 
-Both are derived from the lake's own log, never the truth, and never fail a commit.
+Both are derived from the lake's own log, never the truth, and never fail a commit. A view can
+lag behind the lake (a writer killed between its lake commit and its view update, a failed
+write to the view): whoever updates it next brings it up to the lake's version, and until then
+its readers read the version it holds -- whose files ``vacuum`` must therefore keep
+(:func:`files_lagging_views_list`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from lakesink.views import delta_view, spark_metadata_view
 from lakesink.views.delta_view import DeltaView
 from lakesink.views.spark_metadata_view import SparkView
+from lakesink_reader.format.table import TableMetadata
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import AfterCommit
+from lakesink_reader.format.v3.vlog import AfterCommit, VersionedLog
 from lakesink_reader.storage.base import Storage
+
+log = logging.getLogger(__name__)
+
+DELTA = "Delta view (_delta_log/)"
+SPARK = "Spark view (_spark_metadata/)"
 
 
 class DerivedViews:
@@ -41,3 +55,110 @@ def derived_views(
     if not hooks:
         return None
     return hooks[0] if len(hooks) == 1 else DerivedViews(hooks)
+
+
+def maintenance_views(storage: Storage, table_id: str, metadata: TableMetadata | None = None) -> DerivedViews:
+    """The hook of compaction and vacuum: both views, updated (and brought up) when the lake has
+    them, never started (a lake whose writers keep no view gets none from maintenance)."""
+    return DerivedViews(
+        [
+            DeltaView(storage, table_id, create=False, metadata=metadata),
+            SparkView(storage, table_id, create=False),
+        ]
+    )
+
+
+def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int:
+    """Bring the lake's views (those it has) up to its latest version, as its last commit's hook
+    would have; returns that version. Failures are logged, not raised (the views are derived):
+    see :func:`files_lagging_views_list` for what a view left behind still needs."""
+    state = vlog.open()
+    if state.version < 0:
+        return state.version
+    commit = vlog.read_commit(state.version)
+    if commit is not None:
+        maintenance_views(storage, vlog.table_id, metadata)(commit, state)
+    return state.version
+
+
+@dataclass(frozen=True)
+class LaggingView:
+    """A view whose readers read an older lake version than ``floor``, and the files they read."""
+
+    view: str  # DELTA or SPARK
+    version: int
+    files: dict[str, int]
+
+
+def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
+    """The views of the lake whose readers read a version below ``floor``, with what they list.
+    Cheap when the views are at or above it (a listing of each view's folder; a view's file
+    list is read only when it lags)."""
+    out: list[LaggingView] = []
+    for view, at_least, listed in (
+        (DELTA, _delta_at_least, delta_view.listed_files),
+        (SPARK, _spark_at_least, spark_metadata_view.listed_files),
+    ):
+        if at_least(storage, floor):
+            continue
+        found = listed(storage)
+        if found is not None and found[0] < floor:
+            out.append(LaggingView(view, found[0], found[1]))
+    return out
+
+
+def _delta_at_least(storage: Storage, version: int) -> bool:
+    from lakesink.views.delta import delta_commit_name
+
+    return version >= 0 and storage.exists(delta_commit_name(version))
+
+
+def _spark_at_least(storage: Storage, version: int) -> bool:
+    layout = spark_metadata_view.read_layout(storage)
+    at = layout.version_of(layout.latest) if layout.latest is not None else None
+    return at is None or at >= version  # (no view, or one lakesink did not write: nothing to keep)
+
+
+def files_lagging_views_list(storage: Storage, floor: int) -> dict[str, str]:
+    """The files that views still behind ``floor`` list, each with why it is kept (for
+    ``vacuum``, which deletes only what no version from ``floor`` on lists)."""
+    kept: dict[str, str] = {}
+    for lag in lagging_views(storage, floor):
+        for name in lag.files:
+            kept.setdefault(
+                name,
+                f"the {lag.view} is at lake version {lag.version}, below the retained versions (from "
+                f"{floor}), and still lists it: kept until the view is brought up (`lakesink sync-views "
+                f"{storage.url}`, or the next commit)",
+            )
+    return kept
+
+
+def view_problems(storage: Storage, retained_from: int, present: Callable[[str], bool]) -> dict[str, str]:
+    """For ``verify``, per view (:data:`DELTA`, :data:`SPARK`): what makes its readers fail or
+    read what the lake no longer keeps -- files it lists that are not there (``present`` says),
+    or a version below ``retained_from`` (vacuumed: its files may go at the next vacuum, and the
+    lake commits that would bring it up in order are gone). Views in order have no entry."""
+    out: dict[str, str] = {}
+    fix = f"run `lakesink sync-views {storage.url}` to bring it to the lake's version"
+    for view, listed in ((DELTA, delta_view.listed_files), (SPARK, spark_metadata_view.listed_files)):
+        try:
+            found = listed(storage)
+        except Exception as exc:  # noqa: BLE001 -- a view lakesink cannot parse: the sync's check says why
+            log.info("%s of %s could not be read: %r", view, storage.url, exc)
+            continue
+        if found is None:
+            continue
+        version, files = found
+        gone = sorted(name for name in files if not present(name))
+        if gone:
+            out[view] = (
+                f"at lake version {version} it lists {len(gone)} file(s) that are gone (the first: "
+                f"{gone[0]}): its readers fail; {fix}"
+            )
+        elif version < retained_from:
+            out[view] = (
+                f"it holds lake version {version}, below the versions the lake retains (from "
+                f"{retained_from}; older ones were vacuumed); {fix}"
+            )
+    return out

@@ -59,6 +59,7 @@ from urllib.parse import quote, unquote
 
 from lakesink.views.delta_view import added_times, live_at, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import META_DIR, unsafe_name
 from lakesink_reader.format.table import probe_store
@@ -82,7 +83,7 @@ COMPACT_INTERVAL = 10
 #: The empty compact that pins K, and the first real batch (lake version of the first anchor).
 PIN_BATCH = COMPACT_INTERVAL - 1
 FIRST_BATCH = 2 * COMPACT_INTERVAL - 1
-#: A writer fills at most this many missing versions in order; further behind, it jumps.
+#: A view this many versions behind, or less, is filled in order; further behind, it jumps.
 GAP_FILL = 16
 #: Races lost to other lakesink processes (other writers of the lake) before a commit gives up.
 RACE_RETRIES = 4
@@ -288,6 +289,28 @@ def read_layout(storage: Storage) -> Layout:
     return Layout(batches, anchors)
 
 
+def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+    """What ``spark.read.parquet(lake)`` reads of the view: the lake version its newest batch
+    holds and the files listed by the newest compact batch and the batches after it (path
+    relative to the lake -> size); None when there is no view lakesink wrote. Entries outside
+    the lake are left out (a foreign view: ``verify`` says so on its own)."""
+    layout = read_layout(storage)
+    top = layout.latest
+    version = layout.version_of(top) if top is not None else None
+    if top is None or version is None:
+        return None
+    base = base_uri(storage) + "/"
+    files: dict[str, int] = {}
+    for b in range(max((top + 1) // COMPACT_INTERVAL * COMPACT_INTERVAL - 1, 0), top + 1):
+        if b not in layout.batches:
+            continue
+        for entry in parse_batch(storage.read_bytes(layout.batches[b])):
+            path = entry.get("path")
+            if isinstance(path, str) and path.startswith(base):
+                files[unquote(path[len(base) :])] = int(entry.get("size", -1))  # type: ignore[call-overload]
+    return version, files
+
+
 # The hook ----------------------------------------------------------------------------------------
 
 
@@ -313,9 +336,9 @@ class LostRace(Exception):
 class SparkView:
     """The ``after_commit`` hook that keeps a lake's ``_spark_metadata/`` up to date.
 
-    ``create``: a writer with ``spark_metadata`` on starts the view, and brings one that is
-    behind to the current version (a jump to a compact); else (compaction, vacuum) only a view
-    that holds the previous version is continued.
+    ``create``: a writer with ``spark_metadata`` on may start the view; else (compaction,
+    vacuum) only a view that is there is updated. Either way a view that is behind is brought up
+    to the commit's version (in order when it is a few versions behind, else a jump to a compact).
     """
 
     def __init__(self, storage: Storage, table_id: str, *, create: bool) -> None:
@@ -385,8 +408,8 @@ class SparkView:
             k.position = (v, at) if at is not None else None
             return  # written already (by another process)
         first = 0 if top_version is None else top_version + 1
-        if top_version != v - 1 and not self.create:
-            return  # no view to continue (the writers keep none, or it is behind)
+        if top is None and not self.create:
+            return  # no view to continue (the writers of this lake keep none)
         if v - first > GAP_FILL or (top is None and vlog.read_header(0) is None):
             k.position = (v, write(commit, top, jump=True, state=state))  # far behind: jump
             return
@@ -659,7 +682,10 @@ def _check(storage: Storage, vlog: VersionedLog, layout: Layout, latest: int, *,
             if not deep:
                 continue
             data = storage.read_bytes(layout.batches[b])
-            live = live_at(storage, vlog, v, table_interval(storage), None)
+            try:
+                live = live_at(storage, vlog, v, table_interval(storage), None)
+            except CorruptFileError:
+                continue  # a version the lake vacuumed: a view behind it (verify says so), not a foreign one
             expected = dict(
                 zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True)
             )

@@ -1,0 +1,265 @@
+"""Views that lag behind the lake, then maintenance (issue 32, hole 4).
+
+A writer killed -9 between its lake commit and its view update leaves the Delta view
+(``_delta_log/``) and the Spark view (``_spark_metadata/``) behind the lake. Whatever updates a
+view afterwards (the writer's next commit, ``compact``, ``vacuum``, ``sync-views``) brings it up
+to the lake's version, however far behind it is; ``vacuum`` never deletes a file a view still
+lists; ``lakesink verify`` fails on a view that lists a gone file or is behind a version vacuum
+removed, and ``lakesink sync-views`` repairs it.
+
+The kill is simulated by committing through a ``VersionedLog`` without the views' hook (what
+the lake holds after a writer died between its create and its ``after_commit``); a view that
+cannot be written at all, by a store that refuses writes under the views' folders. Spark-free:
+the Delta view is read by deltalake and polars in a subprocess (``test_delta_view.oracle``), the
+Spark view by parsing what Spark reads of it (the newest compact batch and the batches after it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lakes import v3_table
+from test_delta_view import oracle
+from test_reader_v3 import W1, Writer, ids
+from test_spark_view import live, viewed_log
+
+from lakesink.cli import main
+from lakesink.maintenance import compact as compact_lake
+from lakesink.maintenance import vacuum, verify
+from lakesink.maintenance.vacuum import DAY
+from lakesink.views import delta_view, spark_metadata_view
+from lakesink.views.delta import delta_commit_name
+from lakesink.views.spark_metadata_view import (
+    COMPACT_INTERVAL,
+    base_uri,
+    batch_name,
+    parse_batch,
+    read_layout,
+)
+from lakesink_reader import read_committed
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.storage import Storage
+from lakesink_reader.storage.local import LocalStorage
+
+INTERVAL = 5
+
+
+class ViewsRefused(LocalStorage):
+    """Local disk that refuses every write under the views' folders (a view that cannot be
+    brought up: a permission, a quota, an outage of that prefix)."""
+
+    def _refuse(self, name: str) -> None:
+        if name.startswith(("_delta_log/", "_spark_metadata/")):
+            raise PermissionError(f"{name}: writes refused (test)")
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        self._refuse(name)
+        return super().put_if_absent(name, data)
+
+    def put(self, name: str, data: bytes) -> None:
+        self._refuse(name)
+        super().put(name, data)
+
+    def delete(self, name: str) -> None:
+        self._refuse(name)
+        super().delete(name)
+
+
+def restart(storage: Storage, table_id: str) -> None:
+    """A new process: nothing known of the views."""
+    delta_view.forget(storage, table_id)
+    spark_metadata_view.forget(storage, table_id)
+
+
+def plain(storage: Storage, table_id: str) -> VersionedLog:
+    """The lake's log without the views' hook: a commit through it is a writer killed after its
+    lake commit, before its view update."""
+    return VersionedLog(storage, table_id, checkpoint_interval=INTERVAL)
+
+
+def spark_reads(storage: Storage) -> dict[str, int]:
+    """What ``spark.read.parquet(lake)`` reads through ``_spark_metadata/``: the newest compact
+    batch and every batch after it (path relative to the lake -> size)."""
+    layout = read_layout(storage)
+    assert layout.latest is not None
+    start = (layout.latest + 1) // COMPACT_INTERVAL * COMPACT_INTERVAL - 1
+    base = base_uri(storage)
+    out: dict[str, int] = {}
+    for b in range(start, layout.latest + 1):
+        for entry in parse_batch(storage.read_bytes(batch_name(b))):
+            path = str(entry["path"])
+            assert path.startswith(base + "/")
+            out[path[len(base) + 1 :]] = int(entry["size"])  # type: ignore[call-overload]
+    return out
+
+
+def spark_view_version(storage: Storage) -> int | None:
+    layout = read_layout(storage)
+    return layout.version_of(layout.latest) if layout.latest is not None else None
+
+
+def assert_every_reader_reads_the_lake(lake: str, storage: Storage) -> None:
+    """deltalake and polars (through the Delta view) and Spark's view read exactly the lake's
+    rows at its latest version, every file they list there."""
+    expected = ids(read_committed(lake))
+    seen = oracle(lake, [None])["None"]
+    assert seen["deltalake"] == seen["polars"] == expected
+    assert seen["version"] == read_committed_version(lake)
+    files = spark_reads(storage)
+    assert files == live(lake)
+    assert all(os.path.exists(os.path.join(lake, name)) for name in files)
+    assert spark_view_version(storage) == read_committed_version(lake)
+
+
+def read_committed_version(lake: str) -> int:
+    from lakesink_reader import Lake
+
+    return Lake(lake).version
+
+
+def lagging_lake(lake: str) -> tuple[Storage, str, Writer]:
+    """Versions 0..3 appended with both views, then version 4 appended by a writer killed before
+    its view update: both views hold version 3."""
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    for i in range(4):
+        writer.append(i * 100)
+    writer.log = plain(storage, table_id)
+    assert writer.append(400) == 4
+    restart(storage, table_id)
+    assert not storage.exists(delta_commit_name(4)) and spark_view_version(storage) == 3
+    return storage, table_id, writer
+
+
+def test_compact_and_vacuum_bring_lagging_views_up_before_files_go(lake: str) -> None:
+    """The issue's interleaving: views one version behind, then a compaction and a vacuum that
+    deletes the compaction's inputs. Delta and Spark readers read the lake's rows."""
+    storage, _, _ = lagging_lake(lake)
+    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    assert storage.exists(delta_commit_name(4)) and storage.exists(delta_commit_name(5))
+    assert spark_view_version(storage) == 5
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 6 and done.ok and len(done.removed) >= 10  # the compaction's inputs went
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok and main(["verify", lake]) == 0
+
+
+def test_vacuum_alone_brings_lagging_views_up_when_it_commits_nothing(lake: str) -> None:
+    """A compaction whose view update was lost too, then a vacuum that cannot write the views
+    (it keeps the compaction's inputs they list), then one whose retention floor is already
+    committed: it commits nothing, so no commit hook runs; it brings the views up itself
+    before it deletes the inputs."""
+    storage, table_id, _ = lagging_lake(lake)
+    inputs, listed = set(live(lake)), set(live(lake, 3))  # the views (at 3) list version 3's files
+    refused = ViewsRefused(lake)
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    compacted = plain(storage, table_id).read_header(5)
+    assert compacted is not None and compacted.committed_at is not None
+    now = compacted.committed_at + DAY + 0.001  # version 5 is the newest as old as a day
+    restart(storage, table_id)
+    first = vacuum(refused, retain=DAY, now=now, delete=True, check_store=False)
+    assert first.version == 6 and first.retained_from == 5 and first.ok
+    assert {o.name for o in first.kept} == listed
+    assert {
+        n for n in first.removed if n.endswith(".parquet")
+    } == inputs - listed  # version 4's, which no view lists
+    restart(storage, table_id)
+    second = vacuum(lake, retain=DAY, now=now, delete=True, check_store=False)
+    assert (
+        second.version is None
+        and second.ok
+        and {n for n in second.removed if n.endswith(".parquet")} == listed
+    )
+    assert not any(os.path.exists(os.path.join(lake, name)) for name in inputs)
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok
+
+
+def test_vacuum_keeps_what_a_view_it_cannot_bring_up_still_lists(lake: str, capsys: Any) -> None:
+    """Views that cannot be written: vacuum keeps the files they still list (and says so),
+    truncates the lake's log, and ``verify`` then fails (the views are behind versions the lake
+    no longer has) until ``sync-views`` repairs them; a later vacuum deletes what was kept."""
+    storage, table_id, writer = lagging_lake(lake)
+    refused = ViewsRefused(lake)
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    inputs = set(live(lake, 3))  # what the views, at version 3, list
+    writer.log = plain(storage, table_id)
+    for i in range(6):  # versions 6..11, no view update either
+        writer.append(1000 + i * 100)
+    at_three = ids(read_committed(lake, as_of_version=3))
+    restart(storage, table_id)
+    done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 12 and done.ok
+    kept = {o.name for o in done.kept if "view" in o.reason}
+    assert kept == inputs and all(os.path.exists(os.path.join(lake, name)) for name in inputs)
+    assert all("sync-views" in o.reason for o in done.kept if o.name in inputs)
+    assert plain(storage, table_id).read_header(4) is None  # the log is truncated below 10
+    # Delta and Spark readers still read version 3, every file of it there.
+    assert oracle(lake, [None])["None"]["deltalake"] == at_three
+    assert all(os.path.exists(os.path.join(lake, name)) for name in spark_reads(storage))
+    report = verify(lake)
+    assert not report.ok and not report.problems
+    assert "sync-views" in (report.delta_view or "") and "sync-views" in (report.spark_view or "")
+    capsys.readouterr()
+    assert main(["verify", lake]) == 1
+    assert "lakesink sync-views" in capsys.readouterr().out
+    assert main(["sync-views", lake, "--only", "all"]) == 0
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok and main(["verify", lake]) == 0
+    restart(storage, table_id)
+    again = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert {n for n in again.removed if n.endswith(".parquet")} == inputs and again.ok
+    assert_every_reader_reads_the_lake(lake, storage)
+
+
+def test_a_restarted_writer_brings_views_up_over_any_gap(lake: str) -> None:
+    """Views far behind (more versions than a writer used to fill, and the versions they need
+    vacuumed from the lake's log): the next writer commit brings both up, the Delta view from
+    a view checkpoint built from the lake's checkpoint."""
+    storage, table_id, writer = lagging_lake(lake)
+    refused = ViewsRefused(lake)
+    for _ in range(20):  # versions 5..24 (25 with the compaction): maintenance with no view update
+        writer.append(5000 + writer.batch * 10)
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 25
+    restart(storage, table_id)
+    assert vacuum(refused, retain=0, delete=True, force=True, check_store=False).version == 26
+    assert plain(storage, table_id).read_header(20) is None
+    restart(storage, table_id)
+    writer.log = viewed_log(storage, table_id)
+    assert writer.append(90_000) == 27
+    assert storage.exists(delta_commit_name(27)) and spark_view_version(storage) == 27
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok
+
+
+def test_verify_fails_on_a_view_that_lists_a_gone_file_and_sync_views_repairs_it(
+    lake: str, capsys: Any
+) -> None:
+    """A compaction committed without its view update, and its inputs deleted by something that
+    did not look at the views (an older lakesink's vacuum): the views list gone files."""
+    storage, table_id, _ = lagging_lake(lake)
+    inputs = sorted(live(lake))
+    assert (
+        compact_lake(ViewsRefused(lake), target_file_size=1 << 30, min_files=2, check_store=False).version
+        == 5
+    )
+    gone = inputs[0]
+    os.remove(os.path.join(lake, gone))
+    restart(storage, table_id)
+    report = verify(lake)
+    assert not report.ok and not report.problems  # the lake is whole; its views are not
+    assert gone in (report.delta_view or "") and gone in (report.spark_view or "")
+    capsys.readouterr()
+    assert main(["verify", lake]) == 1
+    assert "lakesink sync-views" in capsys.readouterr().out
+    assert main(["sync-views", lake, "--only", "all"]) == 0
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert main(["verify", lake]) == 0
+
+
+@pytest.fixture
+def lake(tmp_path: Path) -> str:
+    return str(tmp_path / "lake")
