@@ -305,7 +305,7 @@ def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint
     name = checkpoint_name(version)
     where = _url(storage, name)
     try:
-        data = storage.read_bytes(name)
+        data = storage.read_bytes(name, limit=jsondoc.LIMIT)
     except FileNotFoundError:
         return None
     try:
