@@ -14,3 +14,19 @@ class TestHdfsStorage(StorageContract):
     @pytest.fixture
     def storage(self, hdfs: str) -> Storage:
         return open_storage(f"{hdfs}/lake")  # the fixture gives each test its own folder
+
+
+def test_files_are_created_with_the_cluster_umask(hdfs: str) -> None:
+    """hdfs-native creates files with the mode it is given, unmasked: lakesink gives it 0666 less
+    the cluster's umask (docs/FORMAT.md, "Trust"). Published, staged and probe files alike."""
+    from lakesink_reader.storage.hdfs import HdfsStorage
+
+    for umask, mode in (("022", 0o644), ("077", 0o600)):
+        storage = open_storage(f"{hdfs}/lake-{umask}", {"config": {"fs.permissions.umask-mode": umask}})
+        assert isinstance(storage, HdfsStorage)
+        assert storage.put_if_absent("_lakesink/table.json", b"{}")
+        staged = storage.stage("part.parquet")
+        staged.write(b"x")
+        assert storage.publish(staged.seal())
+        for name in ("_lakesink/table.json", "part.parquet"):
+            assert storage.client.get_file_info(storage.path_of(name)).permission == mode, (umask, name)
