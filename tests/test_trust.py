@@ -309,17 +309,30 @@ print(len(files), time.monotonic() - start, status("VmHWM") - before)
     assert "claims 300000 rows" in out.stderr  # logged: not reading from that checkpoint
 
 
-def test_a_list_whose_paths_expand_is_refused(lake: str) -> None:
-    """Few rows, each one long path from one dictionary entry: the decoded size is bounded."""
-    long_path = "x" * 60_000 + ".parquet"
+def test_a_list_repeating_one_long_path_is_refused(lake: str) -> None:
+    """Few rows, each the same long path from one dictionary entry: refused before decoding."""
 
-    def expand(table: pa.Table) -> pa.Table:
+    def repeat(table: pa.Table) -> pa.Table:
         first = table.slice(0, 1).to_pylist()[0]
-        out = [{**first, "path": f"{long_path}"} for _ in range(400)]
-        return pa.Table.from_pylist(out, schema=LIST_SCHEMA)
+        return pa.Table.from_pylist([{**first, "path": "x" * 60_000}] * 400, schema=LIST_SCHEMA)
 
-    listed = rewrite_list(lake, expand, use_dictionary=True)
-    with pytest.raises(CorruptFileError) as caught:
+    listed = rewrite_list(lake, repeat, use_dictionary=True)
+    with pytest.raises(CorruptFileError, match="listed twice") as caught:
+        Lake(lake).files()
+    assert listed.name in str(caught.value)
+
+
+def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
+    """Plain pages that zstd shrinks a thousandfold: refused from the footer, not decompressed."""
+
+    def inflate(table: pa.Table) -> pa.Table:
+        rows = table.to_pylist()
+        for row in rows:
+            row["stats"] = "0" * 200_000
+        return pa.Table.from_pylist(rows, schema=LIST_SCHEMA)
+
+    listed = rewrite_list(lake, inflate, use_dictionary=False)
+    with pytest.raises(CorruptFileError, match="unpacks to") as caught:
         Lake(lake).files()
     assert listed.name in str(caught.value)
 

@@ -621,11 +621,11 @@ def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
     """table.json's document and metadata, read once (a v3 lake's has fields the metadata
     does not keep: ``checkpoint_interval``, ``upgraded_from``)."""
     try:
-        data = storage.read_bytes(TABLE_FILE, first_contact=True)
+        data = storage.read_bytes(TABLE_FILE, first_contact=True, limit=jsondoc.LIMIT)
     except (FileNotFoundError, NotADirectoryError):
         read_table_metadata(storage)  # raises the error that names the path...
         # ...unless a first writer created the lake in between: it is there now.
-        data = storage.read_bytes(TABLE_FILE, first_contact=True)
+        data = storage.read_bytes(TABLE_FILE, first_contact=True, limit=jsondoc.LIMIT)
     metadata = TableMetadata.from_json(data, _where(storage))
     doc = jsondoc.loads(data)  # from_json parsed it: a JSON object
     return (doc if isinstance(doc, dict) else {}), metadata

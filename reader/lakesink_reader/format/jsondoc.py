@@ -20,6 +20,9 @@ MAX_DEPTH = 64
 #: record or segment). The largest lakesink writes are a compaction commit's lines and a
 #: format-2 segment: a few MB.
 MAX_BYTES = 64 << 20
+#: What to read of a file that holds one document (``Storage.read_bytes(..., limit=LIMIT)``): one
+#: byte more than a document may have, so that a larger file is refused without reading it all.
+LIMIT = MAX_BYTES + 1
 
 
 def loads(data: bytes | str, *, max_bytes: int = MAX_BYTES, max_depth: int = MAX_DEPTH) -> Any:

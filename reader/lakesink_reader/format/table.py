@@ -184,7 +184,7 @@ def find_table(storage: Storage, *, first_contact: bool = True) -> TableMetadata
     query pass ``first_contact=False``: a store restarting under them is retried.
     """
     try:
-        data = storage.read_bytes(TABLE_FILE, first_contact=first_contact)
+        data = storage.read_bytes(TABLE_FILE, first_contact=first_contact, limit=jsondoc.LIMIT)
     except NotADirectoryError:
         raise NotADirectoryError(
             f"{storage.url!r} cannot be a lake folder: {_file_in_the_way(storage.url)!r} is a file"

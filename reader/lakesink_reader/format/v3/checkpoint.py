@@ -305,7 +305,7 @@ def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint
     name = checkpoint_name(version)
     where = _url(storage, name)
     try:
-        data = storage.read_bytes(name)
+        data = storage.read_bytes(name, limit=jsondoc.LIMIT)
     except FileNotFoundError:
         return None
     try:
@@ -463,10 +463,11 @@ def oldest_listed_commit(storage: Storage) -> int | None:
 #: row carries sizes and counts. Lists lakesink writes hold about 15 (zstd); a list claiming
 #: more rows than its size allows is refused before a row is read (docs/FORMAT.md, "Trust").
 MIN_LIST_BYTES_PER_ROW = 1
-#: The paths of a row group decode to at most this many times the list's size on disk (lists
-#: lakesink writes: about 5). One dictionary entry repeated for every row would decode to
-#: rows x its length: a small file that would take the machine's memory.
-MAX_PATH_EXPANSION = 64
+#: A row group of a file list unpacks to at most this many times the list's size on disk (lists
+#: lakesink writes: about 6). With distinct paths (checked on the dictionary, before decoding:
+#: one entry repeated for every row would decode to rows x its length), that bounds the memory
+#: a list of a given size can take.
+MAX_LIST_EXPANSION = 64
 
 
 def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
@@ -517,9 +518,10 @@ def iter_file_list(
     projects, ``min_added_version`` skips row groups whose files were all added before it.
     ``opened``: the list as :func:`open_file_list` returned it (its footer is not read again).
 
-    Every path passes the lake's name rule (``names.UNSAFE_DATA_NAME``) and is distinct, and a
-    row group's paths decode to at most :data:`MAX_PATH_EXPANSION` times the list's size,
-    before they are decoded: CorruptFileError naming the list and the entry otherwise."""
+    A row group that unpacks to more than :data:`MAX_LIST_EXPANSION` times the list's size is
+    not read; every path passes the lake's name rule (``names.UNSAFE_DATA_NAME``) and is
+    distinct, checked before the paths are decoded: CorruptFileError naming the list (and the
+    entry) otherwise."""
     listed = opened if opened is not None else open_file_list(storage, checkpoint)
     column = LIST_SCHEMA.get_field_index("added_version")
     where = _url(storage, checkpoint.files_name)
@@ -529,6 +531,15 @@ def iter_file_list(
             newest = stats.max if stats is not None and stats.has_min_max else None
             if newest is not None and newest < min_added_version:
                 continue
+        # Pages a row group's footer says decompress to far more than the list's size are not
+        # decompressed (a compression bomb whose footer tells the truth; lists lakesink writes
+        # decompress to ~6x).
+        unpacked = listed.metadata.row_group(group).total_byte_size
+        if unpacked > MAX_LIST_EXPANSION * max(checkpoint.files_bytes, 1):
+            raise CorruptFileError(
+                f"checkpoint file list {where}: row group {group} unpacks to {unpacked} bytes from a "
+                f"{checkpoint.files_bytes}-byte list: not a list lakesink wrote"
+            )
         try:
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
         except (OSError, pa.ArrowException) as exc:
@@ -536,33 +547,28 @@ def iter_file_list(
         if "path" in table.column_names:
             index = table.column_names.index("path")
             table = table.set_column(
-                index, LIST_SCHEMA.field("path"), _checked_paths(table.column(index), checkpoint, where)
+                index, LIST_SCHEMA.field("path"), _checked_paths(table.column(index), where)
             )
         yield from table.to_batches()
 
 
-def _checked_paths(paths: pa.ChunkedArray[Any], checkpoint: Checkpoint, where: str) -> pa.ChunkedArray[Any]:
-    """A row group's dictionary-encoded paths, checked, then decoded."""
+def _checked_paths(paths: pa.ChunkedArray[Any], where: str) -> pa.ChunkedArray[Any]:
+    """A row group's dictionary-encoded paths, checked, then decoded: distinct (so that they
+    decode to no more than their dictionary, which the row group's size bounds), and each
+    passing the lake's name rule."""
     import pyarrow.compute as pc
 
     from lakesink_reader.format.names import UNSAFE_DATA_NAME, check_name
 
-    decoded = 0
     for chunk in paths.chunks:
         encoded: pa.DictionaryArray[Any, Any] = chunk  # type: ignore[assignment]  # read_dictionary=["path"]
-        names, indices = encoded.dictionary, encoded.indices
+        names = encoded.dictionary
         if len(names) < len(encoded) or encoded.null_count:
             raise CorruptFileError(f"checkpoint file list {where}: a path is listed twice (or is null)")
-        decoded += pc.sum(pc.take(pc.binary_length(names), indices)).as_py() or 0  # type: ignore[call-overload]
         bad = pc.match_substring_regex(names, UNSAFE_DATA_NAME)
         if pc.any(bad).as_py():
             first = bad.to_pylist().index(True)
             check_name(names[first].as_py(), f"checkpoint file list {where}")
-    if decoded > MAX_PATH_EXPANSION * max(checkpoint.files_bytes, 1):
-        raise CorruptFileError(
-            f"checkpoint file list {where}: its paths decode to {decoded} bytes from a "
-            f"{checkpoint.files_bytes}-byte list: not a list lakesink wrote"
-        )
     return paths.cast(pa.string())
 
 
