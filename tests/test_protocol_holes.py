@@ -178,6 +178,38 @@ def test_an_idle_writers_commit_never_lands_in_the_vacuumed_part_of_the_log(tmp_
     assert ids(path) == [*range(3 * ROWS), *B_IDS]
 
 
+def test_a_reader_and_a_fresh_writer_opening_while_vacuum_truncates_see_the_latest_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import lakesink_reader.lake as reader_lake
+
+    path = str(tmp_path / "lake")
+    table_id, a, a_store, _ = lake_of_two_writers(path, b_batches=13)  # versions 0..13, hint 12
+    b_store = LocalStorage(path)
+    b = committer(b_store, table_id, WB, allow_other_queries=True)
+    batches = iter(range(13, 100))
+
+    def more_then_vacuum() -> object:  # B commits 4 more (checkpoint 16), the log goes below 16
+        for batch in [next(batches) for _ in range(4)]:
+            b.commit(batch, batch_files(b_store, WB, batch, 1000 + ROWS * batch))
+        return truncate(path)
+
+    # The reader read the hint and checkpoint 12; the log is truncated before its next read.
+    reader_store = Interleaving(path)
+    reader_store.before_read, vacuumed = once(more_then_vacuum, lambda name: name == commit_name(13))
+    monkeypatch.setattr(reader_lake, "open_storage", lambda path, options=None: reader_store)
+    lake = Lake(path)
+    assert vacuumed and vacuumed[0].checkpoint == 16  # type: ignore[attr-defined]
+    assert lake.version == 18  # not 12, where the headers it could read ended
+    assert sorted(lake.to_table().column("id").to_pylist()) == [*range(ROWS), *range(1000, 1170)]
+    # A writer without a cursor, the same way: it commits at the latest version, not at 13.
+    a_store.before_read, again = once(more_then_vacuum, lambda name: name == commit_name(19))
+    result = a.commit(1, batch_files(a_store, WA, 1, ROWS))
+    assert again and again[0].checkpoint == 20 and result.version == 24  # type: ignore[attr-defined]
+    assert commits(path) == [20, 21, 22, 23, 24]
+    assert ids(path) == [*range(2 * ROWS), *range(1000, 1210)]
+
+
 def test_a_commit_that_vacuum_truncates_past_right_after_its_create_stands_once(tmp_path: Path) -> None:
     path = str(tmp_path / "lake")
     table_id, a, a_store, cursor = lake_of_two_writers(path)

@@ -18,6 +18,13 @@ the retry answers True for our own earlier create and False only for another com
 Our bytes for ``v`` can therefore land only at ``v``, once. An answer that stays unknown raises
 CommitStateUnknownError; every other exception of a commit call means that it committed nothing.
 
+Beside vacuum (the design's section 7, issue 32): "version v is absent" may mean "vacuumed", and
+a create there succeeds. Vacuum deletes the log as a prefix, so a call proves its create was
+not in the deleted part by re-reading its *base* (the commit it found present before it read
+the commits after it) once the create succeeded; when the base is gone it reads the log again
+and finds its commit there, or removes the stray it created and goes on at the latest version.
+:meth:`VersionedLog.snapshot` proves its start the same way after reading the headers.
+
 Checkpoints (``checkpoint``, the design's section 5): :meth:`VersionedLog.open` starts from the
 newest usable checkpoint and folds the commit headers after it, and a commit at a multiple of
 the checkpoint interval writes one, after its commit point, as derived work that never raises.
@@ -324,7 +331,8 @@ class VersionedLog:
         if state.table_id != self.table_id:
             raise ValueError(f"a state of table {state.table_id} handed to the log of table {self.table_id}")
         if state.version < 0:
-            return self._fold(state, self.read_headers(0)), None
+            headers = self.read_headers(0)  # version 0 is read first, alone: it can be the base
+            return self._fold(state, headers), (0, headers[0].token) if headers else None
         header = self.read_header(state.version)
         if header is None:
             log.info("version %d of %s is gone: reading the log again", state.version, self._log_url())
