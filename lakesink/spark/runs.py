@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakesink_reader.format.table import TableMetadata
     from lakesink_reader.format.v3.state import TableState
 
@@ -48,6 +50,9 @@ class RunMemo:
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
     schema_change: str | None = None
+    #: the schema this run's data files store: the stream's columns as the lake declares them
+    #: after this run's change (``lakesink_reader.format.schemas.file_schema``)
+    file_schema: pa.Schema | None = None
 
 
 _RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()
