@@ -101,7 +101,13 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
     ):
         if at_least(storage, floor):
             continue
-        found = listed(storage)
+        try:
+            found = listed(storage)
+        except Exception:  # not lakesink's content: `verify` names it as foreign
+            log.warning(
+                "the %s of %s cannot be read; nothing is kept for it", view, storage.url, exc_info=True
+            )
+            continue
         if found is not None and found[0] < floor:
             out.append(LaggingView(view, found[0], found[1]))
     return out
