@@ -307,7 +307,8 @@ def _vacuum(args: argparse.Namespace) -> int:
     for name in report.log_entries:
         print(f"  {'log':<17} {name}")
     if report.kept:
-        print(f"{len(report.kept)} file(s) kept: published, listed by no version, but may still be committed")
+        # (a batch that may still be committed, or a file a derived view behind the floor lists)
+        print(f"{len(report.kept)} file(s) listed by no retained version kept, each for its reason:")
         for o in report.kept:
             print(f"  {o.kind:<17} {_age(o.age):>7} {o.size or 0:>12} B  {o.name}  ({o.reason})")
     for name, error in report.failed:

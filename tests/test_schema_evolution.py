@@ -186,3 +186,107 @@ def delta_columns(lake: str) -> dict[str, list[str]]:
         "os._exit(0)\n"
     )
     return isolated(code, lake)  # type: ignore[no-any-return]
+
+
+NULLS = r"""
+import json, os, sys
+out = {}
+try:
+    import polars as pl
+    import pyarrow.compute as pc
+    from deltalake import DeltaTable
+    columns = json.loads(sys.argv[2])
+    table = DeltaTable(sys.argv[1]).to_pyarrow_table()
+    frame = pl.read_delta(sys.argv[1])
+    out["deltalake"] = {"rows": table.num_rows, **{c: table.column(c).null_count for c in columns},
+                        "n_sum": pc.sum(table.column("n")).as_py()}
+    out["polars"] = {"rows": frame.height, **{c: int(frame[c].null_count()) for c in columns},
+                     "n_sum": int(frame["n"].sum())}
+except BaseException as exc:
+    out["error"] = repr(exc)
+sys.stdout.write(json.dumps(out))
+sys.stdout.flush()
+os._exit(0)
+"""
+
+
+def truth(lake: str, columns: list[str]) -> dict[str, int]:
+    """Rows, nulls per column and the sum of ``n`` as ``read_committed`` reads the lake."""
+    table = read_committed(lake)
+    return {"rows": table.num_rows, **{c: table.column(c).null_count for c in columns},
+            "n_sum": sum(table.column("n").to_pylist())}  # fmt: skip
+
+
+def spark_answers(spark: Any, lake: str, columns: list[str], **options: str) -> dict[str, int]:
+    """The same, as Spark's Parquet reader answers, in one job: ``count_if(col IS NULL)`` per
+    column (what Catalyst folds to 0 for a column it believes non-nullable)."""
+    from pyspark.sql import functions as F
+
+    frame = spark.read.options(**options).parquet(lake)
+    assert frame.columns == columns, frame.columns  # every column of the lake, in its order
+    counts = [F.count(F.lit(1)).alias("rows")] + [F.expr(f"count_if({c} IS NULL)").alias(c) for c in columns]
+    row = frame.agg(*counts, F.sum("n").alias("n_sum")).collect()[0]
+    return {k: int(v) for k, v in row.asDict().items()}
+
+
+def test_every_engine_answers_as_the_log_after_a_column_is_added_and_a_type_widened(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    """Issue 32, item 4: ``withColumn("newcol", F.lit("x"))`` is a non-nullable column in Spark's
+    stream; the files store it as the lake declares it (nullable), so Spark's own reader, with
+    and without ``mergeSchema``, deltalake and polars count its nulls (the older files' rows) as
+    ``read_committed`` does. A widened type (int -> long) too, except where Spark refuses
+    loudly (``mergeSchema`` does not merge int and bigint) until a compaction rewrites the files."""
+    from pyspark.sql import functions as F
+
+    source = tmp_path / "in"
+    for i in range(2):
+        add_input(source, i, V1)
+    reader = spark.readStream.schema(ddl(V1)).option("maxFilesPerTrigger", 2)
+
+    def run(shape: Any) -> None:
+        query = lakesink.write_stream(
+            shape(reader.parquet(str(source))).repartition(2), lake,
+            checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True}, merge_schema=True,
+        )  # fmt: skip
+        query.awaitTermination(300)
+        assert query.exception() is None
+
+    run(lambda df: df)  # ids 0..79, as V1
+    for i in range(2, 4):
+        add_input(source, i, V1)
+    run(lambda df: df.withColumn("newcol", F.lit("x")))  # ids 80..159: a non-nullable new column
+    columns = ["id", "n", "score", "label", "newcol"]
+    expected = truth(lake, columns)
+    assert expected["newcol"] == 80 and expected["rows"] == 160
+    for f in Lake(lake).files():  # what each file stores is what the log declares: nullable
+        stored = pq.read_schema(f.path)
+        assert "newcol" not in stored.names or stored.field("newcol").nullable, f.path
+    assert spark_answers(spark, lake, columns) == expected
+    assert spark_answers(spark, lake, columns, mergeSchema="true") == expected
+    seen = isolated(NULLS, lake, json.dumps(columns))
+    assert "error" not in seen, seen
+    assert seen["deltalake"] == seen["polars"] == expected
+
+    for i in range(4, 6):
+        add_input(source, i, V1)
+    run(lambda df: df.withColumn("n", F.col("n").cast("long")).withColumn("newcol", F.lit("x")))
+    assert read_committed(lake).schema.field("n").type == pa.int64()
+    expected = truth(lake, columns)
+    assert expected["rows"] == 240 and expected["newcol"] == 80
+    # Spark's reader without mergeSchema takes the lake's schema from the Spark view's summary
+    # (the first file by path has neither newcol nor a long n), and widens older files itself.
+    assert spark_answers(spark, lake, columns) == expected
+    with pytest.raises(Exception, match="CANNOT_MERGE_SCHEMAS"):  # loud, not a wrong answer
+        spark_answers(spark, lake, columns, mergeSchema="true")
+    seen = isolated(NULLS, lake, json.dumps(columns))
+    assert "error" not in seen, seen
+    assert seen["deltalake"] == seen["polars"] == expected
+    # Compaction rewrites every file as the lake declares it: mergeSchema answers too.
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version is not None
+    declared = read_committed(lake).schema
+    for f in Lake(lake).files():
+        assert pq.read_schema(f.path).remove_metadata().equals(declared.remove_metadata()), f.path
+    assert spark_answers(spark, lake, columns) == expected
+    assert spark_answers(spark, lake, columns, mergeSchema="true") == expected
+    assert verify(lake).ok

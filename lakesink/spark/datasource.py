@@ -117,6 +117,8 @@ class LakeSinkDataSource(DataSource):
 
         arrow = arrow_schema(schema)
         table = checked_table(self.config, arrow, self.run_token)
+        # The tasks write the stream's columns as the lake declares them (types, nullability).
+        files = run_memo(self.config.storage().url, self.run_token).file_schema or arrow
         from lakesink_reader.format.table import check_writer_options
 
         check_writer_options(
@@ -129,7 +131,7 @@ class LakeSinkDataSource(DataSource):
             check_continuation(self.config, table)
         return LakeStreamWriter(
             self.config,
-            arrow,
+            files,
             self.run_token,
             table.format_version,
             table.table_id,
@@ -168,7 +170,7 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
             partition_by=config.sink.partition_by,
             check_schema=False,
         )
-        memo.schema_change = stream_schema_change(config, table, schema)
+        memo.schema_change, memo.file_schema = stream_schemas(config, table, schema)
     return memo.table
 
 
@@ -176,13 +178,22 @@ def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Sc
     """The lake's new schema (encoded) that this stream brings, or None; SchemaMismatchError when
     the stream does not fit the lake (format 3: the schema its log records, which evolves with
     ``merge_schema``; format 2: table.json's)."""
-    from lakesink_reader.format.schemas import encode_schema, schema_at, schema_change
+    return stream_schemas(config, table, stream)[0]
+
+
+def stream_schemas(
+    config: SinkConfig, table: TableMetadata, stream: pa.Schema
+) -> tuple[str | None, pa.Schema]:
+    """:func:`stream_schema_change`, and the schema the stream's data files store: its columns
+    as the lake declares them once the change is made (types and nullability, so that engines
+    reading the files' own schemas answer as the log does: ``schemas.file_schema``)."""
+    from lakesink_reader.format.schemas import encode_schema, file_schema, schema_at, schema_change
     from lakesink_reader.format.table import check_compatible
 
     storage = config.storage()
     if table.format_version < 3:
         check_compatible(table, stream, "epoch", storage.url)
-        return None
+        return None, file_schema(stream, table.schema)
     from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
 
     interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
@@ -195,7 +206,9 @@ def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Sc
         url=storage.url,
         partition_columns=table.partition_columns,
     )
-    return encode_schema(changed) if changed is not None else None
+    if changed is None:
+        return None, file_schema(stream, lake)
+    return encode_schema(changed), file_schema(stream, changed)
 
 
 def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) -> int | None:

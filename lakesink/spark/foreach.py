@@ -30,6 +30,7 @@ from lakesink.spark.workers import freeze_heap_once
 from lakesink_reader.errors import CommitError, StorageError
 from lakesink_reader.format.names import data_file_name
 from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.format.schemas import file_schema
 from lakesink_reader.format.table import (
     TableMetadata,
     check_partitioning,
@@ -211,12 +212,15 @@ class LakeForeachWriter:
         if self._file is None:
             assert self._storage is not None
             table = self._check_table(self._storage, self.schema)
+            # The file stores the stream's columns as the lake declares them (nullability): what
+            # engines reading the files' own schemas see is then what table.json says.
+            stored = file_schema(self.schema, table.schema)
             if table.partition_columns:
                 # One file per folder, all of the (partition, epoch)'s name: a replay finds them.
                 name = self._name
                 self._file = PartitionedWriter(
                     self._storage,
-                    self.schema,
+                    stored,
                     table.partition_columns,
                     lambda: name,
                     self.write_options,
@@ -229,7 +233,7 @@ class LakeForeachWriter:
                 self._file = FileWriter(
                     self._storage,
                     self._name,
-                    self.schema,
+                    stored,
                     self.write_options,
                     observer=self.observer,
                     epoch=self._epoch,

@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from lakesink_reader.format.table import TableMetadata
     from lakesink_reader.format.v3.state import TableState
 
@@ -50,6 +52,9 @@ class RunMemo:
     schema_change: str | None = None
     #: format 3: batches whose commit's outcome stayed unknown: Spark's abort of them deletes nothing
     in_doubt: set[int] = field(default_factory=set)
+    #: the schema this run's data files store: the stream's columns as the lake declares them
+    #: after this run's change (``lakesink_reader.format.schemas.file_schema``)
+    file_schema: pa.Schema | None = None
 
 
 _RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()

@@ -68,14 +68,17 @@ def maintenance_views(storage: Storage, table_id: str, metadata: TableMetadata |
     )
 
 
-def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int:
+def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int | None:
     """Bring the lake's views (those it has) up to its latest version, as its last commit's hook
-    would have; returns that version. Failures are logged, not raised (the views are derived):
+    would have; returns that version (None: the log could not be read). Failures are logged,
+    not raised (the views are derived):
     see :func:`files_lagging_views_list` for what a view left behind still needs."""
-    state = vlog.open()
-    if state.version < 0:
-        return state.version
-    commit = vlog.read_commit(state.version)
+    try:
+        state = vlog.open()
+        commit = vlog.read_commit(state.version) if state.version >= 0 else None
+    except Exception:  # derived work: what a view still lags by is measured after, not assumed
+        log.warning("could not bring the views of %s up", storage.url, exc_info=True)
+        return None
     if commit is not None:
         maintenance_views(storage, vlog.table_id, metadata)(commit, state)
     return state.version
@@ -101,7 +104,13 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
     ):
         if at_least(storage, floor):
             continue
-        found = listed(storage)
+        try:
+            found = listed(storage)
+        except Exception:  # not lakesink's content: `verify` names it as foreign
+            log.warning(
+                "the %s of %s cannot be read; nothing is kept for it", view, storage.url, exc_info=True
+            )
+            continue
         if found is not None and found[0] < floor:
             out.append(LaggingView(view, found[0], found[1]))
     return out

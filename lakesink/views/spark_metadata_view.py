@@ -26,6 +26,10 @@ So the view (:class:`SparkView`, an ``after_commit`` hook):
   (the view is new, behind, or the lake was written without it) -- jumps to the next compact id
   and lists every live file at ``v``. Every compact id reached is written as a compact (the
   live files). The ids skipped by a jump are never read: a reader starts at the newest compact.
+- a lake whose schema evolved (a version recorded a schema): each compact batch also lists
+  :data:`SUMMARY`, ``_common_metadata`` at the lake's root holding the lake's schema, so that
+  ``spark.read.parquet(lake)`` reads the lake's columns, not the first file's; a version that
+  changes the schema jumps to a compact batch for it.
 - K is :data:`COMPACT_INTERVAL` and pinned from the start: the first batch is the compact
   ``2K - 1`` (ids ``K - 1`` is an empty pin ``.compact``), so every reader, whatever its
   configuration, computes the same K from the two newest compacts.
@@ -78,6 +82,14 @@ ANCHOR_DIR = f"{SPARK_DIR}/_lakesink"
 #: Written when the view holds content lakesink did not derive: writers stop updating it.
 STOP_FILE = f"{META_DIR}/spark_view_stopped.json"
 _STOP = StopFile(STOP_FILE, "says the view holds content lakesink did not derive", log)
+#: Parquet's summary file at the lake's root, listed in the compact batches of a lake whose
+#: schema evolved: Spark's reader without ``mergeSchema`` takes the schema of the summary when
+#: the listing has one, else of the first data file by path -- an older file of fewer or
+#: narrower columns, so it dropped the lake's new columns or failed on a widened one (measured
+#: with Spark 4.3: with the summary it reads the lake's schema, widening older files'
+#: ints itself, and reads no rows of it). Only a root-level file named so counts. It is the
+#: one file of the view that is replaced (when the schema changes), never by a narrower one.
+SUMMARY = "_common_metadata"
 #: K: batches between two compacts (Spark's own default). A compact lists every live file.
 COMPACT_INTERVAL = 10
 #: The empty compact that pins K, and the first real batch (lake version of the first anchor).
@@ -218,6 +230,8 @@ def _files_of(data: bytes, base: str) -> dict[str, int] | None:
     out: dict[str, int] = {}
     for e in entries:
         path = e.get("path")
+        if path == f"{base}/{SUMMARY}":
+            continue  # the schema summary: not a data file of the lake
         if (
             not isinstance(path, str)
             or not path.startswith(base + "/")
@@ -306,7 +320,7 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
             continue
         for entry in parse_batch(storage.read_bytes(layout.batches[b])):
             path = entry.get("path")
-            if isinstance(path, str) and path.startswith(base):
+            if isinstance(path, str) and path.startswith(base) and path != base + SUMMARY:
                 files[unquote(path[len(base) :])] = int(entry.get("size", -1))  # type: ignore[call-overload]
     return version, files
 
@@ -443,6 +457,8 @@ def write_version(
     first batch); returns its id. Foreign when the view holds other content there."""
     base = base_uri(storage)
     v = commit.version
+    # A version that changes the lake's schema is a compact batch too: it lists the summary.
+    jump = jump or commit.header.schema is not None
     batch = next_batch(previous, jump=jump or previous is None)
     if not is_compact(batch):
         data = adds_batch(base, commit)
@@ -461,6 +477,9 @@ def write_version(
     prior = functools.partial(_prior, storage, base, batch - COMPACT_INTERVAL)
     stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
     data = compact_batch(base, live, stamps)
+    evolved = state.schema_at(v)
+    if evolved is not None:
+        data += b"\n" + summary_entry(storage, base, evolved, _ms(commit.header.committed_at)).encode()
     name = batch_name(batch)
     if not storage.put_if_absent(name, data):
         expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
@@ -477,6 +496,53 @@ def write_version(
         live.num_rows,
     )
     return batch
+
+
+def summary_bytes(storage: Storage, encoded: str) -> bytes:
+    """The bytes of :data:`SUMMARY` for the lake's schema ``encoded`` (a recorded one): a Parquet
+    footer without row groups, of the data columns (a partitioned lake's files hold none of its
+    partition columns)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from lakesink_reader.format.schemas import decode_schema
+    from lakesink_reader.format.table import read_table_metadata
+
+    schema = decode_schema(encoded, f"{storage.url}: the lake's schema")
+    partition_columns = read_table_metadata(storage).partition_columns
+    schema = pa.schema([f for f in schema if f.name not in partition_columns])
+    sink = pa.BufferOutputStream()
+    pq.write_metadata(schema.remove_metadata(), sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def summary_entry(storage: Storage, base: str, encoded: str, ms: int) -> str:
+    """Make :data:`SUMMARY` hold the lake's schema ``encoded`` -- unless it holds a wider one
+    already (a newer version's: the lake's schema only grows) -- and return its entry for a
+    compact batch, with the size it has now (Spark reads its footer by that size)."""
+    import pyarrow.parquet as pq
+
+    from lakesink_reader.format.schemas import fit_problems
+
+    data = summary_bytes(storage, encoded)
+    try:
+        existing: bytes | None = storage.read_bytes(SUMMARY)
+    except FileNotFoundError:
+        existing = None
+    if existing != data:
+        keep = False
+        if existing is not None:
+            try:
+                there = pq.read_schema(io.BytesIO(existing))
+                ours = pq.read_schema(io.BytesIO(data))
+                keep = not fit_problems(ours, there)  # as wide or wider: ours is older
+            except Exception:  # noqa: BLE001 -- unreadable: replaced by ours
+                keep = False
+        if keep and existing is not None:
+            data = existing
+        else:
+            storage.put(SUMMARY, data)
+    return _entry(f"{base}/{SUMMARY}", len(data), ms)
 
 
 def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: int) -> NoReturn:

@@ -74,6 +74,30 @@ def merge(lake: pa.Schema, stream: pa.Schema, partition_columns: tuple[str, ...]
     return pa.schema(fields, metadata=metadata)
 
 
+def file_schema(stream: pa.Schema, lake: pa.Schema) -> pa.Schema:
+    """The schema a data file of ``stream`` stores in a lake whose declared schema is ``lake``
+    (the one its log, table.json and the Delta view say): the stream's columns, each with the
+    lake's type and nullability. Engines that read the files' own schemas (Spark's Parquet
+    reader, with or without ``mergeSchema``) then answer as the log does: a column the lake
+    declares nullable but a file stores ``not null`` (``F.lit`` makes one) makes Spark's merged
+    schema non-nullable, and it folds ``col IS NULL`` to false over the older files' nulls.
+
+    A column the lake declares ``not null`` that the stream may hold nulls in stays nullable in
+    the file (the file then says less than the lake, which no reader misreads; a null there
+    would fail the write otherwise). Columns the lake does not have (a stream that does not fit
+    is refused before any file is written) keep the stream's field."""
+    wanted = {f.name: f for f in lake}
+    fields = []
+    for f in stream:
+        declared = wanted.get(f.name)
+        if declared is None:
+            fields.append(f)
+        else:
+            fields.append(pa.field(f.name, declared.type, declared.nullable or f.nullable, f.metadata))
+    metadata: Any = stream.metadata
+    return pa.schema(fields, metadata=metadata)
+
+
 def encode_schema(schema: pa.Schema) -> str:
     """The schema as table.json's ``arrow_schema`` holds it: base64 of its Arrow IPC bytes."""
     return base64.b64encode(schema.serialize().to_pybytes()).decode("ascii")
