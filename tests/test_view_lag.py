@@ -40,7 +40,7 @@ from lakesink.views.spark_metadata_view import (
     read_layout,
 )
 from lakesink_reader import read_committed
-from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.format.v3.vlog import VersionedLog, commit_name
 from lakesink_reader.storage import Storage
 from lakesink_reader.storage.local import LocalStorage
 
@@ -159,6 +159,10 @@ def test_vacuum_alone_brings_lagging_views_up_when_it_commits_nothing(lake: str)
     compacted = plain(storage, table_id).read_header(5)
     assert compacted is not None and compacted.committed_at is not None
     now = compacted.committed_at + DAY + 0.001  # version 5 is the newest as old as a day
+    # ... by the store's clock too (vacuum's retention asks both): the commits' mtimes follow
+    for v in range(6):
+        at = compacted.committed_at - (5 - v)
+        os.utime(os.path.join(lake, commit_name(v)), (at, at))
     restart(storage, table_id)
     first = vacuum(refused, retain=DAY, now=now, delete=True, check_store=False)
     assert first.version == 6 and first.retained_from == 5 and first.ok
