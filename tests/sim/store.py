@@ -85,17 +85,24 @@ class Shared:
         self.world = world
         self.times: dict[str, float] = {}
         self.deferred: list[Deferred] = []
-        self.dirty = False  # something changed since the invariants were last checked
+        self.dirty = False  # something a reader sees changed since the invariants were checked
         self.faults: frozenset[str] = frozenset()
 
     def stamp(self, name: str, when: float | None = None) -> None:
         if self.world is not None:
             self.times[name] = self.world.now if when is None else when
-        self.dirty = True
+        # What a reader of the latest version sees changes only with the log (commits,
+        # checkpoints, the hint): a new data file is nobody's until a commit lists it.
+        self.dirty = self.dirty or _in_log(name)
 
     def forget(self, name: str) -> None:
         self.times.pop(name, None)
-        self.dirty = True
+        base = name.rsplit("/", 1)[-1]
+        self.dirty = self.dirty or _in_log(name) or not base.startswith((".", "_"))
+
+
+def _in_log(name: str) -> bool:
+    return name.startswith("_lakesink/log/") and not name.rsplit("/", 1)[-1].startswith(".")
 
 
 class SimStagedFile:
