@@ -59,12 +59,13 @@ def test_a_bounded_run_of_the_simulation_is_clean() -> None:
 
 def test_a_seed_replays_to_the_same_trace() -> None:
     # Seed 7 has two writers, vacuum, compaction and faults: a schedule with many choices.
-    first, second = (simulate("--seed", "7", "--digest") for _ in range(2))
+    switches = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
+    first, second = (simulate("--seed", "7", "--digest", *switches) for _ in range(2))
     digests = [re.search(r"digest (\w+) steps (\d+)", r.stdout) for r in (first, second)]
     assert all(digests), first.stdout + second.stdout
     assert digests[0].group(0) == digests[1].group(0)  # type: ignore[union-attr]
     assert int(digests[0].group(2)) > 100  # type: ignore[union-attr]  # a real schedule, not an empty one
-    trace = simulate("--seed", "7", "--trace").stdout
+    trace = simulate("--seed", "7", "--trace", *switches).stdout
     assert "<lake>" in trace or "_lakesink/log" in trace  # the trace names no scratch folder
     assert "/dev/shm" not in trace and "/tmp" not in trace
 
@@ -74,10 +75,13 @@ HOLES = [
     ("3: abort after an unknown outcome", 138, ("--faults", "late", "--actors", "writer"), "readable"),
     (
         "2: a failed delete wedges maintenance",
-        74,
-        ("--faults", "lost,late,fail,delete,list,kill,skew", "--actors", CLEAN_ACTORS),
+        121,
+        ("--faults", "delete", "--actors", "writer,vacuum,multi"),
         "converges",
     ),
+    # Not one of the four: after `vacuum` truncates the log below the Spark view's newest compact
+    # batch, `sync-views` (and verify) cannot check the view (no fault needed).
+    ("4: views after vacuum", 4, ("--faults", ",", "--actors", "writer,views"), "views"),
 ]
 
 

@@ -127,7 +127,7 @@ def run_seed(seed: int, cfg: Config, *, base: str | None = None) -> Outcome:
     return Outcome(
         seed,
         violation is None,
-        violation,
+        None if violation is None else violation.replace(root, "<lake>"),
         world.trace,
         world.steps,
         env.checker.checks,
