@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: What holds on today's code. Off until the fixes of issue 32 land: the fault ``late`` (a
 #: request applied after its client gave up: hole 3), ``delete`` (a failed delete: hole 2) and
 #: the actor ``views`` (hole 4); ``idle`` writers beside vacuum are hole 1, found rarely.
-CLEAN_FAULTS = "lost,fail,list,kill,skew"
+CLEAN_FAULTS = "lost,fail,list,kill,stall,skew"
 CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
@@ -75,13 +75,13 @@ HOLES = [
     ("3: abort after an unknown outcome", 138, ("--faults", "late", "--actors", "writer"), "readable"),
     (
         "2: a failed delete wedges maintenance",
-        121,
+        2,
         ("--faults", "delete", "--actors", "writer,vacuum,multi"),
         "converges",
     ),
     # Not one of the four: after `vacuum` truncates the log below the Spark view's newest compact
     # batch, `sync-views` (and verify) cannot check the view (no fault needed).
-    ("4: views after vacuum", 4, ("--faults", ",", "--actors", "writer,views"), "views"),
+    ("4: views after vacuum", 0, ("--faults", ",", "--actors", "writer,views"), "views"),
 ]
 
 

@@ -34,7 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed")
     parser.add_argument("--trace", action="store_true", help="print every step of each seed")
     parser.add_argument(
-        "--faults", default="all", help="comma-separated: lost,late,fail,delete,list,kill,skew (default all)"
+        "--faults",
+        default="all",
+        help="comma-separated: lost,late,fail,delete,list,kill,stall,skew (default all)",
     )
     parser.add_argument(
         "--actors",

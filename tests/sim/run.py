@@ -26,7 +26,7 @@ from tests.sim.invariants import Checker, Violation
 from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
 from tests.sim.world import START, Actor, World
 
-FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "skew")
+FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
 ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi")
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
@@ -88,6 +88,7 @@ class Env:
         self.late_delays: list[float] = [1.0]  # how long a queued request waits before it lands
         self.p_burst = 0.0  # chance per step that the chosen actor runs alone for a while
         self.burst: tuple[Actor | None, int] = (None, 0)
+        self.p_coincide = 0.0  # chance that a jump of the clock wakes every sleeper due within a day
         self.idle: list[float] = []  # the idle stretches writers may take between batches
 
     def client(self, actor: Actor | None) -> SimStore:
@@ -175,13 +176,15 @@ def _setup(env: Env) -> None:
     env.shared.faults = frozenset(f for f in STORE_FAULTS if f in faults and rng.random() < 0.7)
     p_fault = rng.choice([0.02, 0.05, 0.1]) if env.shared.faults else 0.0
     p_kill = rng.choice([0.0, 0.01, 0.03]) if "kill" in faults else 0.0
+    p_stall = rng.choice([0.0, 0.02, 0.05]) if "stall" in faults else 0.0
     late_delays = rng.choice([[0.1, 1.0], [1.0, 10.0, 60.0], [10.0, 600.0, math.inf], [math.inf]])
     views = "views" in cfg.actors and rng.random() < 0.5
     idle = [60.0, 3600.0, 2 * 86400.0] if "idle" in cfg.actors else []
     n_writers = rng.choice([1, 1, 2, 3]) if "multi" in cfg.actors else 1
     world.note(
         f"seed {world.seed}: {cfg.describe()}; interval {env.interval}, "
-        f"store faults {sorted(env.shared.faults)} p={p_fault}, kill p={p_kill}, views {views}, "
+        f"store faults {sorted(env.shared.faults)} p={p_fault}, kill p={p_kill}, stall p={p_stall}, "
+        f"views {views}, "
         f"{n_writers} writer(s)"
     )
 
@@ -203,7 +206,7 @@ def _setup(env: Env) -> None:
         if name in cfg.actors and rng.random() < 0.6:
             world.spawn(
                 name,
-                actors.repeat(env, rng.randint(1, 3), pause, name, job(env)),
+                actors.repeat(env, rng.randint(1, 6 if name == "vacuum" else 3), pause, name, job(env)),
                 offset=skew(),
                 delay=rng.choice([0.0, 10.0, 600.0]),
             )
@@ -215,6 +218,8 @@ def _setup(env: Env) -> None:
             return None
         if p_kill and rng.random() < p_kill:
             return "kill"
+        if p_stall and rng.random() < p_stall:
+            return "stall"
         allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults)
         outage = actor.data.get("outage")
         if outage is not None:  # this client's requests keep failing so for a while
@@ -233,6 +238,7 @@ def _setup(env: Env) -> None:
     env.decide = decide
     env.late_delays = late_delays
     env.p_burst = rng.choice([0.0, 0.05, 0.2])
+    env.p_coincide = rng.choice([0.0, 0.5])
     env.idle = idle
 
 
@@ -260,6 +266,12 @@ def _step(env: Env, *, faults: bool) -> bool:
         # Every actor sleeps: time jumps to the next wake-up, or to a queued request's landing.
         landing = [d.at for d in env.shared.deferred if d.at is not None and d.at < math.inf]
         world.now = max(world.now, min([a.wake for a in sleeping] + landing))
+        if env.p_coincide and rng.random() < env.p_coincide:
+            # Coincidences: whoever would wake within a day wakes now too (an idle writer's next
+            # commit meets the vacuum that runs while it idled), which separate sleeps rarely give.
+            for other in sleeping:
+                if other.wake <= world.now + 86400.0:
+                    other.wake = world.now
         _deferred(env, faults=faults)
         _check_if_changed(env)
         runnable = world.runnable()
@@ -275,6 +287,12 @@ def _step(env: Env, *, faults: bool) -> bool:
         env.burst = (actor, rng.randint(5, 60)) if env.p_burst and rng.random() < env.p_burst else (None, 0)
     world.now += rng.choice([0.0, 0.01, 0.1, 1.0])
     fault = env.decide(actor) if faults else None
+    if fault == "stall":
+        # A slow request or a pause of the process (GC, a swapped-out VM): the call waits while
+        # the others run, which is how a whole vacuum fits between two reads of one commit.
+        actor.wake = world.now + rng.choice([1.0, 30.0, 600.0, 7200.0])
+        world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until +{actor.wake - START:.0f} s")
+        return True
     kill = fault == "kill"
     if actor.op != "sleep":
         world.note(f"{actor.name}: {actor.op} {actor.target}" + (f" [{fault}]" if fault else ""))
