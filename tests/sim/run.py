@@ -218,7 +218,10 @@ def _setup(env: Env) -> None:
             return None
         if p_kill and rng.random() < p_kill:
             return "kill"
-        if p_stall and rng.random() < p_stall:
+        # Stalls weigh on reads of commits: between two of them is where a writer's view of the
+        # log can go stale (a vacuum truncating it meanwhile, issue 32's hole 1).
+        log_read = actor.op == "read" and actor.target.startswith("_lakesink/log/0")
+        if p_stall and rng.random() < p_stall * (5 if log_read else 1):
             return "stall"
         allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults)
         outage = actor.data.get("outage")
@@ -260,9 +263,14 @@ def _step(env: Env, *, faults: bool) -> bool:
     _deferred(env, faults=faults)
     runnable = world.runnable()
     if not runnable:
-        sleeping = world.live()
-        if not sleeping:
+        live = world.live()
+        if not live:
             return False
+        sleeping = [a for a in live if a.wake > world.now]
+        if not sleeping:  # only stalled actors are left: nobody else can take steps
+            for actor in live:
+                actor.stalled = 0
+            return True
         # Every actor sleeps: time jumps to the next wake-up, or to a queued request's landing.
         landing = [d.at for d in env.shared.deferred if d.at is not None and d.at < math.inf]
         world.now = max(world.now, min([a.wake for a in sleeping] + landing))
@@ -290,8 +298,12 @@ def _step(env: Env, *, faults: bool) -> bool:
     if fault == "stall":
         # A slow request or a pause of the process (GC, a swapped-out VM): the call waits while
         # the others run, which is how a whole vacuum fits between two reads of one commit.
-        actor.wake = world.now + rng.choice([1.0, 30.0, 600.0, 7200.0])
-        world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until +{actor.wake - START:.0f} s")
+        if rng.random() < 0.5:
+            actor.wake = world.now + rng.choice([1.0, 30.0, 600.0, 7200.0])
+            world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until +{actor.wake - START:.0f} s")
+        else:  # until the others took that many steps: a vacuum runs whole meanwhile
+            actor.stalled = world.steps + rng.choice([20, 80, 200])
+            world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until step {actor.stalled}")
         return True
     kill = fault == "kill"
     if actor.op != "sleep":

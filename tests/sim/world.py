@@ -47,6 +47,7 @@ class Actor:
     body: Callable[[Actor], Any]
     offset: float = 0.0  # clock skew: this actor's clock reads world.now + offset
     wake: float = 0.0  # sleeping until this (simulated) time
+    stalled: int = 0  # stalled until the world has taken this many steps
     op: str = "start"  # the call it is parked at
     target: str = ""
     done: bool = False
@@ -152,7 +153,7 @@ class World:
         self.steps += 1
 
     def runnable(self) -> list[Actor]:
-        return [a for a in self.actors if not a.done and a.wake <= self.now]
+        return [a for a in self.actors if not a.done and a.wake <= self.now and a.stalled <= self.steps]
 
     def live(self) -> list[Actor]:
         return [a for a in self.actors if not a.done]
