@@ -16,7 +16,9 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
+from typing import IO
 
 #: Fixed string hashing: sets of strings iterate in hash order, and the real code iterates some.
 HASH_SEED = "0"
@@ -129,11 +131,27 @@ def _fan_out(args: argparse.Namespace, seeds: list[int]) -> int:
                 *common,
             ]
             workers.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-    results = []
+    # One reader thread per worker: read one after the other, a worker whose pipe filled up
+    # (64 KiB, ~600 seeds) would wait for the parent, and the run would go at one process's pace.
+    results: list[dict[str, object]] = []
+
+    def gather(stream: IO[str]) -> None:
+        for line in stream:
+            results.append(json.loads(line))  # list.append is atomic under the GIL
+
+    readers = [threading.Thread(target=gather, args=(w.stdout,), daemon=True) for w in workers]
+    for reader in readers:
+        reader.start()
+    reported = 0
+    while any(r.is_alive() for r in readers):
+        time.sleep(1.0)
+        if len(results) >= reported + 500:
+            reported = len(results) // 500 * 500
+            print(
+                f"{len(results)} seeds, {len(results) / (time.perf_counter() - started):.2f} seeds/s",
+                flush=True,
+            )
     for worker in workers:
-        assert worker.stdout is not None
-        for line in worker.stdout:
-            results.append(json.loads(line))
         worker.wait()
     elapsed = time.perf_counter() - started
     bad = [r for r in results if not r["ok"]]

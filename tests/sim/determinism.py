@@ -31,7 +31,7 @@ import time
 import types
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tests.sim.world import World
 
@@ -99,17 +99,3 @@ def install(world: World) -> None:
             module.parallel = sequential  # type: ignore[attr-defined]
     compact._Lease.start = compact._Lease.put  # type: ignore[method-assign]
     compact._Lease.stop = lambda self: None  # type: ignore[method-assign]
-
-
-def patched_parallel_modules() -> list[str]:
-    """The modules whose ``parallel`` now runs sequentially (for the design note and a test)."""
-    return sorted(
-        name
-        for name, module in sys.modules.items()
-        if module is not None and getattr(module, "parallel", None) is sequential
-    )
-
-
-def wall_clock() -> Callable[[], Any]:
-    """The real clock, for measuring seeds per second (time.time is the world's)."""
-    return time.perf_counter

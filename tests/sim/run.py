@@ -137,7 +137,7 @@ def run_seed(seed: int, cfg: Config, *, base: str | None = None) -> Outcome:
 
 
 def _run(env: Env) -> str | None:
-    world, cfg, rng = env.world, env.cfg, env.world.rng
+    world = env.world
     try:
         _setup(env)
         _busy(env)
@@ -156,7 +156,6 @@ def _run(env: Env) -> str | None:
         for actor in world.live():
             actor.killed = True
             actor.go.release()
-        del rng, cfg
     return None
 
 
