@@ -71,6 +71,8 @@ class Checker:
                 "readable", f"the latest version {state.version} cannot be read: {type(exc).__name__}: {exc}"
             ) from exc
         present = self.check_rows(rows, f"the latest version {state.version}")
+        if any(plan.views for plan in self.env.writers):
+            self.check_delta_view(state.retained_from)
         expected = {
             (plan.index, b)
             for plan in self.env.writers
@@ -83,6 +85,35 @@ class Checker:
                 f"the latest version {state.version} holds batches {sorted(present - expected)} the log does "
                 f"not, and lacks {sorted(expected - present)} that it does",
             )
+
+    def check_delta_view(self, retained_from: int) -> None:
+        """``views``: the Delta view, read as a Delta reader would (its newest checkpoint, then
+        its JSON commits; not through lakesink's code): every file it lists exists, none twice,
+        and it holds the same rows as the lake at that version (when the lake still retains it)."""
+        import pyarrow.parquet as pq
+
+        from lakesink_reader.lake import Lake
+
+        version, paths = delta_view_files(self.env.root)
+        if version is None:
+            return
+        where = f"the Delta view at version {version}"
+        twice = sorted(p for p in set(paths) if paths.count(p) > 1)
+        if twice:
+            raise Violation("views", f"{where} lists {twice[:3]} more than once")
+        gone = sorted(p for p in paths if not os.path.exists(os.path.join(self.env.root, p)))
+        if gone:
+            raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        rows = [
+            r for p in paths for r in pq.read_table(os.path.join(self.env.root, p)).column("id").to_pylist()
+        ]
+        present = self.check_rows(rows, where)
+        if version >= retained_from:
+            lake = (
+                Lake(self.env.root).to_table(columns=["id"], as_of_version=version).column("id").to_pylist()
+            )
+            if present != self.check_rows(lake, f"the lake at version {version}"):
+                raise Violation("views", f"{where} holds other batches than the lake at that version")
 
     def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
         """Whole batches, each once; returns the (writer, batch) pairs present."""
@@ -155,3 +186,43 @@ class Checker:
                 elif rel == os.path.join("_lakesink", "ops"):
                     found.append(f"lease {path}")
         return sorted(found)
+
+
+def delta_view_files(root: str) -> tuple[int | None, list[str]]:
+    """The newest version of the Delta view under ``root`` and the paths it lists (relative,
+    unquoted; a path listed twice appears twice), from its newest checkpoint and the commits
+    after it; (None, []) without a view."""
+    import json
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    folder = os.path.join(root, "_delta_log")
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None, []
+    commits = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    if not commits:
+        return None, []
+    latest = commits[-1]
+    checkpoints = [int(n[:20]) for n in names if n.endswith(".checkpoint.parquet") and n[:20].isdigit()]
+    start = max((c for c in checkpoints if c <= latest), default=None)
+    listed: list[str] = []
+    if start is not None:
+        adds = pq.read_table(os.path.join(folder, f"{start:020d}.checkpoint.parquet"), columns=["add"])
+        listed = [a["path"] for a in adds.column("add").to_pylist() if a is not None]
+    for v in range((start + 1) if start is not None else 0, latest + 1):
+        try:
+            with open(os.path.join(folder, f"{v:020d}.json"), "rb") as f:
+                actions = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        except FileNotFoundError:
+            raise Violation("views", f"the Delta view has version {latest} but not {v}") from None
+        for action in actions:
+            if "remove" in action:
+                path = action["remove"]["path"]
+                if path in listed:
+                    listed.remove(path)
+            if "add" in action:
+                listed.append(action["add"]["path"])
+    return latest, [unquote(p) for p in listed]
