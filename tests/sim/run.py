@@ -215,7 +215,11 @@ def _setup(env: Env) -> None:
     def decide(actor: Actor) -> str | None:
         if actor.op in ("start", "sleep", "list_end"):
             return None
-        if p_kill and rng.random() < p_kill:
+        # Kills weigh on a view's update: between a lake commit and it is where views lag.
+        view_write = actor.op == "put_if_absent" and actor.target.startswith(
+            ("_delta_log/", "_spark_metadata/")
+        )
+        if p_kill and rng.random() < p_kill * (10 if view_write else 1):
             return "kill"
         # Stalls weigh on reads of commits: between two of them is where a writer's view of the
         # log can go stale (a vacuum truncating it meanwhile, issue 32's hole 1).
