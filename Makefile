@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster bench lint typecheck clean
+.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate bench lint typecheck clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -24,6 +24,8 @@ help: ## list the targets and the variables they take
 	@echo "  PYTEST_ARGS='...'      extra pytest arguments for test, chaos, cluster (e.g. -k reader -x)"
 	@echo "  BENCH_ARGS='...'       extra arguments of bench/run.py (e.g. --rows 2000000 --repeats 1)"
 	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"
+	@echo "  SEEDS=N START=S        make simulate: how many seeds, from which (default 1000 from 0)"
+	@echo "  SIM_ARGS='...'         extra arguments of python -m tests.sim (e.g. --faults lost,kill --actors writer,vacuum)"
 
 # The Makefile is a prerequisite too: a change of how lakesink is installed reinstalls it.
 $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constraints.txt Makefile
@@ -100,6 +102,14 @@ chaos: java $(STAMP) hdfs-jars kafka-jars ## the long kill -9 / lost-answer runs
 
 cluster: java $(STAMP) hdfs-jars ## every standalone-cluster case: 2 modes x local/S3/HDFS x executor/worker kill (~12 min)
 	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)
+
+# The deterministic simulation of format 3 (docs/design/simulation.md): Spark-free, its own
+# processes (it patches their clocks); a failing seed prints the command that replays it.
+SEEDS ?= 1000
+START ?= 0
+SIM_ARGS ?=
+simulate: $(STAMP) ## run SEEDS seeds of the format-3 simulation over 2 processes; prints seeds/s and failing seeds
+	$(PY) -m tests.sim --seeds $(SEEDS) --start $(START) --jobs 2 --keep-going $(SIM_ARGS)
 
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set

@@ -1,0 +1,171 @@
+"""``python -m tests.sim``: run seeds of the simulation (docs/design/simulation.md).
+
+    python -m tests.sim --seeds 200 [--start 0] [--jobs 2] [--faults ...] [--actors ...]
+    python -m tests.sim --seed 17 --trace      # replay one seed, printing every step
+
+Exit status 1 when a seed fails; each failing seed is printed with its invariant and the
+command that replays it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+#: Fixed string hashing: sets of strings iterate in hash order, and the real code iterates some.
+HASH_SEED = "0"
+
+
+def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("PYTHONHASHSEED") != HASH_SEED:
+        env = {**os.environ, "PYTHONHASHSEED": HASH_SEED}
+        return subprocess.call(
+            [sys.executable, "-m", "tests.sim", *(sys.argv[1:] if argv is None else argv)], env=env
+        )
+    parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
+    parser.add_argument("--start", type=int, default=0, help="the first seed (default 0)")
+    parser.add_argument("--seed", type=int, help="run this one seed")
+    parser.add_argument("--trace", action="store_true", help="print every step of each seed")
+    parser.add_argument(
+        "--faults",
+        default="all",
+        help="comma-separated: lost,late,fail,delete,list,kill,stall,skew (default all)",
+    )
+    parser.add_argument(
+        "--actors",
+        default="all",
+        help="comma-separated: writer,vacuum,compact,sweep,reader,verify,idle,views,multi (default all)",
+    )
+    parser.add_argument(
+        "--max-steps", type=int, default=400, help="steps before the busy phase ends (default 400)"
+    )
+    parser.add_argument(
+        "--no-final-abandon",
+        action="store_true",
+        help="the final pass without compact's abandon of dead ops (vacuum, orphans, sync-views only)",
+    )
+    parser.add_argument("--jobs", type=int, default=1, help="processes to spread the seeds over (default 1)")
+    parser.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
+    parser.add_argument(
+        "--digest", action="store_true", help="print each seed's trace digest (replay checks)"
+    )
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a --jobs worker's output
+    args = parser.parse_args(argv)
+
+    from tests.sim.run import Config
+
+    cfg = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon)
+    seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
+    if args.jobs > 1 and len(seeds) > 1:
+        return _fan_out(args, seeds)
+    logging.disable(logging.CRITICAL)  # the real code logs warnings under faults: the trace says it
+    base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    from tests.sim.run import run_seed
+
+    started = time.perf_counter()
+    failed = 0
+    for n, seed in enumerate(seeds, 1):
+        outcome = run_seed(seed, cfg, base=base)
+        digest = hashlib.sha256("\n".join(outcome.trace).encode()).hexdigest()[:16]
+        if args.json:
+            print(
+                json.dumps(
+                    {"seed": seed, "ok": outcome.ok, "violation": outcome.violation, "steps": outcome.steps}
+                )
+            )
+        if args.trace:
+            print("\n".join(outcome.trace))
+        if args.digest:
+            print(f"seed {seed} digest {digest} steps {outcome.steps} checks {outcome.checks}")
+        if not outcome.ok:
+            failed += 1
+            if not args.json:
+                print(f"FAIL seed {seed}: {outcome.violation}")
+                if not args.trace:
+                    print("  last steps:\n    " + "\n    ".join(outcome.trace[-25:]))
+                print(f"  replay: python -m tests.sim --seed {seed} --trace {cfg.describe()}")
+            if not args.keep_going:
+                break
+        if not args.json and not args.trace and n % 50 == 0:
+            print(f"{n} seeds, {n / (time.perf_counter() - started):.2f} seeds/s", flush=True)
+    if not args.json:
+        elapsed = time.perf_counter() - started
+        ran = n if seeds else 0
+        print(
+            f"{ran - failed} of {ran} seeds clean ({seeds[0]}..{seeds[0] + ran - 1}) in {elapsed:.1f} s: "
+            f"{ran / elapsed:.2f} seeds/s; {cfg.describe()}"
+        )
+    return 1 if failed else 0
+
+
+def _fan_out(args: argparse.Namespace, seeds: list[int]) -> int:
+    """Split the seeds over ``--jobs`` worker processes (interleaved), gather their lines."""
+    started = time.perf_counter()
+    common = ["--faults", args.faults, "--actors", args.actors, "--max-steps", str(args.max_steps), "--json"]
+    if args.keep_going:
+        common.append("--keep-going")
+    if args.no_final_abandon:
+        common.append("--no-final-abandon")
+    workers = []
+    block = -(-len(seeds) // args.jobs)
+    for j in range(args.jobs):
+        part = seeds[j * block : (j + 1) * block]
+        if part:
+            cmd = [
+                sys.executable,
+                "-m",
+                "tests.sim",
+                "--start",
+                str(part[0]),
+                "--seeds",
+                str(len(part)),
+                *common,
+            ]
+            workers.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    # One reader thread per worker: read one after the other, a worker whose pipe filled up
+    # (64 KiB, ~600 seeds) would wait for the parent, and the run would go at one process's pace.
+    results: list[dict[str, object]] = []
+
+    def gather(stream: IO[str]) -> None:
+        for line in stream:
+            results.append(json.loads(line))  # list.append is atomic under the GIL
+
+    readers = [threading.Thread(target=gather, args=(w.stdout,), daemon=True) for w in workers]
+    for reader in readers:
+        reader.start()
+    reported = 0
+    while any(r.is_alive() for r in readers):
+        time.sleep(1.0)
+        if len(results) >= reported + 500:
+            reported = len(results) // 500 * 500
+            print(
+                f"{len(results)} seeds, {len(results) / (time.perf_counter() - started):.2f} seeds/s",
+                flush=True,
+            )
+    for worker in workers:
+        worker.wait()
+    elapsed = time.perf_counter() - started
+    bad = [r for r in results if not r["ok"]]
+    for r in bad:
+        print(f"FAIL seed {r['seed']}: {r['violation']}")
+        switches = f"--faults {args.faults} --actors {args.actors}"
+        print(f"  replay: python -m tests.sim --seed {r['seed']} --trace {switches}")
+    print(
+        f"{len(results) - len(bad)} of {len(results)} seeds clean ({seeds[0]}..{seeds[-1]}) in "
+        f"{elapsed:.1f} s over {args.jobs} processes: {len(results) / elapsed:.2f} seeds/s; "
+        f"--faults {args.faults} --actors {args.actors}"
+    )
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

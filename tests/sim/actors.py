@@ -1,0 +1,252 @@
+"""The simulation's actors: each runs the real code over its own client of the simulated store.
+
+- an epoch writer *run* is what one run of a streaming query's driver and tasks do
+  (``lakesink.spark.datasource.LakeStreamWriter``): read the log once at the start (Spark's
+  ``committed_through``: tasks of a batch the log holds write nothing), then per batch publish
+  each task's Parquet file with ``FileWriter`` under a name unique to the attempt (a failed
+  task is retried with a new attempt, as Spark does), commit the batch with
+  ``BatchCommitter.commit`` from the cursor the previous commit returned, and sweep once per
+  run after the first commit (``sweep_after_commit``). A failed commit is aborted
+  (``BatchCommitter.abort``, as Spark calls it) and ends the run; the next run replays the
+  batch from Spark's checkpoint (the writer's ``next_batch``), which advances only when a
+  commit returned. A run may idle between batches (a query that gets no data);
+- ``vacuum``, ``compact`` and the orphan ``sweep`` as the CLI runs them, a few times each;
+- readers (``Lake``) at the latest version and at an older retained one, and ``verify``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+if TYPE_CHECKING:
+    from tests.sim.run import Env
+    from tests.sim.world import Actor
+
+SCHEMA = pa.schema([("id", pa.int64())])
+#: Ids of writer w's batch b, task t are w * W + b * B + t * T + row: disjoint per (w, b).
+W, B, T = 10_000_000, 1_000, 100
+
+
+def batch_rows(writer: int, batch: int) -> list[list[int]]:
+    """The rows of each task of ``batch`` of writer ``writer``: fixed, so that a replay writes the
+    same rows (Spark re-plans a batch from its offset log)."""
+    tasks = 1 + (writer + batch) % 2
+    return [
+        [writer * W + batch * B + t * T + r for r in range(1 + (3 * writer + 5 * batch + t) % 4)]
+        for t in range(tasks)
+    ]
+
+
+def batch_of(row_id: int) -> tuple[int, int]:
+    return row_id // W, (row_id % W) // B
+
+
+@dataclass
+class WriterPlan:
+    """One streaming query: its id, how many batches it writes, and Spark's checkpoint."""
+
+    index: int
+    id: str
+    batches: int
+    allow_other_queries: bool
+    views: bool
+    next_batch: int = 0  # Spark's commit log: every batch below it was acknowledged
+    acked: dict[int, str] = field(default_factory=dict)  # batch -> the commit's status
+    runs: int = 0
+    actor: Actor | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.next_batch >= self.batches
+
+
+class TaskFailed(Exception):
+    pass
+
+
+def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Actor], Any]:
+    from lakesink.commit.batches import BatchCommitter
+    from lakesink.commit.files import FileWriter, WriteOptions
+    from lakesink.maintenance.sweep import sweep_after_commit
+    from lakesink_reader.format.names import new_attempt_id, writer_file_name
+    from lakesink_reader.format.v3.commits import AddFile, writer_tag
+
+    def body(actor: Actor) -> str:
+        world, storage = env.world, env.client(actor)
+        committer = BatchCommitter(
+            storage,
+            table_id=env.table_id,
+            writer_id=plan.id,
+            run=uuid.uuid4().hex[:16],
+            allow_other_queries=plan.allow_other_queries,
+            checkpoint_interval=env.interval,
+            delta_log=plan.views,
+            spark_metadata=plan.views,
+        )
+        known = committer.log.open().writers.get(plan.id)  # the driver's committed_through
+        through = known.last_batch if known is not None else None
+        cursor = None
+        swept = False
+        while not plan.finished:
+            b = plan.next_batch
+            if idle and world.rng.random() < 0.3:
+                import time
+
+                time.sleep(world.rng.choice(idle))
+            skipped = through is not None and b <= through
+            adds: list[AddFile] = []
+            try:
+                if not skipped:
+                    for task, ids in enumerate(batch_rows(plan.index, b)):
+                        for attempt in range(3):  # Spark retries a failed task
+                            name = writer_file_name(writer_tag(plan.id), b, task, new_attempt_id())
+                            writer = FileWriter(storage, name, SCHEMA, WriteOptions(row_group_bytes=1024))
+                            try:
+                                writer.write(pa.record_batch([pa.array(ids, pa.int64())], schema=SCHEMA))
+                                done = writer.publish()
+                            except Exception as exc:  # noqa: BLE001 - Spark retries any task failure
+                                what = f"task {task} of batch {b} attempt {attempt}"
+                                world.note(f"{actor.name}: {what} failed: {exc!r:.120}")
+                                continue
+                            assert done is not None and done.won
+                            adds.append(
+                                AddFile(name, done.rows, done.size, partition=task, batch=b, stats=done.stats)
+                            )
+                            break
+                        else:
+                            raise TaskFailed(f"task {task} of batch {b} failed 3 times")
+                result = committer.commit(
+                    b,
+                    adds,
+                    source_offsets=[{"src": {"0": 10 * (b + 1)}}],
+                    state=cursor,
+                    tasks_skipped=skipped,
+                )
+            except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
+                world.note(f"{actor.name}: batch {b} failed: {type(exc).__name__}: {exc!s:.160}; abort")
+                try:
+                    committer.abort(b, adds)
+                except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
+                    world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
+                return f"failed at batch {b}"
+            plan.acked[b] = result.status
+            plan.next_batch = b + 1
+            cursor = result.state
+            world.note(f"{actor.name}: batch {b} acknowledged: {result.status} at version {result.version}")
+            if not swept:
+                sweep_after_commit(storage, older_than=3600.0)
+                swept = True
+        return "done"
+
+    return body
+
+
+def repeat(
+    env: Env, runs: int, pause: list[float], what: str, job: Callable[[Any], str]
+) -> Callable[[Actor], Any]:
+    """An actor that runs ``job`` ``runs`` times with pauses, noting each outcome (a maintenance
+    command fails under faults; only the final fault-free pass must succeed)."""
+
+    def body(actor: Actor) -> None:
+        import time
+
+        storage = env.client(actor)
+        for _ in range(runs):
+            time.sleep(env.world.rng.choice(pause))
+            try:
+                outcome = job(storage)
+            except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
+                outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
+            env.world.note(f"{actor.name}: {what}: {outcome}")
+
+    return body
+
+
+def vacuum_job(env: Env) -> Callable[[Any], str]:
+    from lakesink.maintenance.vacuum import vacuum
+
+    def job(storage: Any) -> str:
+        rng = env.world.rng
+        retain = rng.choice([0.0, 60.0, 600.0, 3600.0, 86400.0])
+        report = vacuum(
+            storage,
+            retain=retain,
+            delete=True,
+            force=True,
+            older_than=rng.choice([0.0, 600.0, 3600.0]),
+            check_store=rng.random() < 0.3,
+        )
+        return (
+            f"retain {retain:g}: R={report.retained_from} commit={report.version} "
+            f"checkpoint={report.checkpoint} removed {len(report.removed)} failed {len(report.failed)}"
+        )
+
+    return job
+
+
+def compact_job(env: Env) -> Callable[[Any], str]:
+    from lakesink.commit.files import WriteOptions
+    from lakesink.maintenance.compact import compact
+
+    def job(storage: Any) -> str:
+        rng = env.world.rng
+        report = compact(
+            storage,
+            target_file_size=64 << 10,
+            min_files=2,
+            write_options=WriteOptions(row_group_bytes=1024),
+            abandon_older_than=rng.choice([0.0, 600.0, 3600.0]),
+            check_store=False,
+        )
+        return f"{report.status} at {report.version}: {report.input_files} -> {len(report.outputs)}"
+
+    return job
+
+
+def sweep_job(env: Env) -> Callable[[Any], str]:
+    from lakesink.maintenance.sweep import sweep
+
+    def job(storage: Any) -> str:
+        report = sweep(
+            storage, older_than=env.world.rng.choice([0.0, 600.0, 3600.0]), delete=True, check_store=False
+        )
+        return f"removed {len(report.removed)} kept {len(report.kept)} failed {len(report.failed)}"
+
+    return job
+
+
+def read_job(env: Env) -> Callable[[Any], str]:
+    """A reader at the latest version, then at an older retained one: a read that succeeds must
+    hold whole batches, each once (a read may fail under faults; the god's-eye checks of
+    ``tests.sim.invariants`` judge readability)."""
+    from lakesink_reader.lake import Lake
+
+    def job(storage: Any) -> str:
+        lake = Lake(env.root)
+        latest = lake.version
+        rows = lake.to_table(columns=["id"]).column("id").to_pylist()
+        env.checker.check_rows(rows, f"a reader at version {latest}")
+        versions = [v.version for v in lake.versions()]
+        if not versions:
+            return f"read {len(rows)} rows at {latest}"
+        older = env.world.rng.choice(versions)
+        old_rows = lake.to_table(columns=["id"], as_of_version=older).column("id").to_pylist()
+        env.checker.check_rows(old_rows, f"a reader at version {older}")
+        return f"read {len(rows)} rows at {latest}, {len(old_rows)} at {older}"
+
+    return job
+
+
+def verify_job(env: Env) -> Callable[[Any], str]:
+    from lakesink.maintenance.verify import verify
+
+    def job(storage: Any) -> str:
+        report = verify(storage)
+        return f"ok={report.ok} problems={[(p.name, p.problem) for p in report.problems][:3]}"
+
+    return job

@@ -1,0 +1,228 @@
+"""The invariants, checked with a god's-eye view of the store (fault-free, no scheduling point).
+
+After every step that changed the store:
+
+- ``acknowledged``: every batch a writer was told is committed (``commit`` returned) is in the
+  log: the writer's ``last_batch`` there is at least its highest acknowledged batch;
+- ``readable``: the latest version reads (``Lake(...).to_table()``, lakesink's reader);
+- ``exactly_once``: the rows read are whole batches, each once, and exactly the batches the log
+  holds (0..``last_batch`` of each writer) -- no committed row lost or duplicated.
+
+At the end (``final``): every retained version reads as the batches committed at or before it;
+after a fault-free pass of ``vacuum``, ``orphans --delete`` (the sweep) and, with views,
+``sync-views``, each of them reports no failure and the store holds no leftover: no staged
+file anywhere, no data file the latest version does not list, no lease; and ``verify`` is clean.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from tests.sim.actors import batch_of, batch_rows
+
+if TYPE_CHECKING:
+    from tests.sim.run import Env
+
+
+class Violation(Exception):
+    """An invariant does not hold: ``name`` says which."""
+
+    def __init__(self, name: str, detail: str) -> None:
+        super().__init__(f"{name}: {detail}")
+        self.name = name
+
+
+class Checker:
+    def __init__(self, env: Env) -> None:
+        self.env = env
+        self.checks = 0
+
+    def _log(self):  # type: ignore[no-untyped-def]
+        from lakesink_reader.format.v3.vlog import VersionedLog
+
+        return VersionedLog(self.env.client(None), self.env.table_id, checkpoint_interval=self.env.interval)
+
+    def check(self) -> None:
+        """The per-step invariants."""
+        from lakesink_reader.lake import Lake
+
+        self.checks += 1
+        try:
+            state = self._log().open()
+        except Exception as exc:
+            raise Violation("readable", f"the log cannot be read: {type(exc).__name__}: {exc}") from exc
+        for plan in self.env.writers:
+            if not plan.acked:
+                continue
+            acked = max(plan.acked)
+            known = state.writers.get(plan.id)
+            if known is None or known.last_batch < acked:
+                raise Violation(
+                    "acknowledged",
+                    f"writer {plan.index} was told batch {acked} committed, but the log at version "
+                    f"{state.version} holds up to {None if known is None else known.last_batch}",
+                )
+        try:
+            rows = Lake(self.env.root).to_table(columns=["id"]).column("id").to_pylist()
+        except Exception as exc:
+            raise Violation(
+                "readable", f"the latest version {state.version} cannot be read: {type(exc).__name__}: {exc}"
+            ) from exc
+        present = self.check_rows(rows, f"the latest version {state.version}")
+        if any(plan.views for plan in self.env.writers):
+            self.check_delta_view(state.retained_from)
+        expected = {
+            (plan.index, b)
+            for plan in self.env.writers
+            if (known := state.writers.get(plan.id)) is not None
+            for b in range(known.last_batch + 1)
+        }
+        if present != expected:
+            raise Violation(
+                "exactly_once",
+                f"the latest version {state.version} holds batches {sorted(present - expected)} the log does "
+                f"not, and lacks {sorted(expected - present)} that it does",
+            )
+
+    def check_delta_view(self, retained_from: int) -> None:
+        """``views``: the Delta view, read as a Delta reader would (its newest checkpoint, then
+        its JSON commits; not through lakesink's code): every file it lists exists, none twice,
+        and it holds the same rows as the lake at that version (when the lake still retains it)."""
+        import pyarrow.parquet as pq
+
+        from lakesink_reader.lake import Lake
+
+        version, paths = delta_view_files(self.env.root)
+        if version is None:
+            return
+        where = f"the Delta view at version {version}"
+        twice = sorted(p for p in set(paths) if paths.count(p) > 1)
+        if twice:
+            raise Violation("views", f"{where} lists {twice[:3]} more than once")
+        gone = sorted(p for p in paths if not os.path.exists(os.path.join(self.env.root, p)))
+        if gone:
+            raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        rows = [
+            r for p in paths for r in pq.read_table(os.path.join(self.env.root, p)).column("id").to_pylist()
+        ]
+        present = self.check_rows(rows, where)
+        if version >= retained_from:
+            lake = (
+                Lake(self.env.root).to_table(columns=["id"], as_of_version=version).column("id").to_pylist()
+            )
+            if present != self.check_rows(lake, f"the lake at version {version}"):
+                raise Violation("views", f"{where} holds other batches than the lake at that version")
+
+    def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
+        """Whole batches, each once; returns the (writer, batch) pairs present."""
+        counts = Counter(rows)
+        twice = sorted(r for r, n in counts.items() if n > 1)
+        if twice:
+            raise Violation(
+                "exactly_once", f"{where} holds rows {twice[:5]} more than once ({len(twice)} in all)"
+            )
+        present = {batch_of(r) for r in counts}
+        for w, b in sorted(present):
+            want = {r for task in batch_rows(w, b) for r in task}
+            have = {r for r in counts if batch_of(r) == (w, b)}
+            if have != want:
+                raise Violation(
+                    "exactly_once",
+                    f"{where} holds {len(have)} of the {len(want)} rows of writer {w}'s batch {b}",
+                )
+        return present
+
+    def check_versions(self) -> None:
+        """Every retained version reads as the batches appended at or before it."""
+        from lakesink_reader.lake import Lake
+
+        lake = Lake(self.env.root)
+        versions = lake.versions()
+        appended: dict[int, tuple[int, int]] = {}
+        ids = {plan.id: plan.index for plan in self.env.writers}
+        for info in versions:
+            if info.writer is not None and info.batch is not None:
+                appended[info.version] = (ids[info.writer], info.batch)
+        if not versions:
+            return
+        # Batches appended before the oldest retained version: what that version holds already.
+        base = self.check_rows(
+            lake.to_table(columns=["id"], as_of_version=versions[0].version).column("id").to_pylist(),
+            f"version {versions[0].version}",
+        )
+        for info in versions[1:]:
+            try:
+                rows = lake.to_table(columns=["id"], as_of_version=info.version).column("id").to_pylist()
+            except Exception as exc:
+                raise Violation(
+                    "readable", f"retained version {info.version} cannot be read: {type(exc).__name__}: {exc}"
+                ) from exc
+            present = self.check_rows(rows, f"version {info.version}")
+            expected = base | {wb for v, wb in appended.items() if versions[0].version < v <= info.version}
+            if present != expected:
+                raise Violation(
+                    "exactly_once",
+                    f"version {info.version} holds {sorted(present - expected)} beyond the batches "
+                    f"appended up to it and lacks {sorted(expected - present)}",
+                )
+
+    def leftovers(self) -> list[str]:
+        """What a converged lake must not hold: staged files, unlisted data files, leases."""
+        from lakesink_reader.lake import Lake
+
+        root = self.env.root
+        live = {f.name for f in Lake(root).files()}
+        found = []
+        for folder, _, names in os.walk(root):
+            rel = os.path.relpath(folder, root)
+            for name in names:
+                path = name if rel == "." else f"{rel}/{name}"
+                if name.endswith(".uncommitted"):
+                    found.append(f"staged {path}")
+                elif rel == "." and name.endswith(".parquet") and path not in live:
+                    found.append(f"unlisted data file {path}")
+                elif rel == os.path.join("_lakesink", "ops"):
+                    found.append(f"lease {path}")
+        return sorted(found)
+
+
+def delta_view_files(root: str) -> tuple[int | None, list[str]]:
+    """The newest version of the Delta view under ``root`` and the paths it lists (relative,
+    unquoted; a path listed twice appears twice), from its newest checkpoint and the commits
+    after it; (None, []) without a view."""
+    import json
+    from urllib.parse import unquote
+
+    import pyarrow.parquet as pq
+
+    folder = os.path.join(root, "_delta_log")
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None, []
+    commits = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
+    if not commits:
+        return None, []
+    latest = commits[-1]
+    checkpoints = [int(n[:20]) for n in names if n.endswith(".checkpoint.parquet") and n[:20].isdigit()]
+    start = max((c for c in checkpoints if c <= latest), default=None)
+    listed: list[str] = []
+    if start is not None:
+        adds = pq.read_table(os.path.join(folder, f"{start:020d}.checkpoint.parquet"), columns=["add"])
+        listed = [a["path"] for a in adds.column("add").to_pylist() if a is not None]
+    for v in range((start + 1) if start is not None else 0, latest + 1):
+        try:
+            with open(os.path.join(folder, f"{v:020d}.json"), "rb") as f:
+                actions = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+        except FileNotFoundError:
+            raise Violation("views", f"the Delta view has version {latest} but not {v}") from None
+        for action in actions:
+            if "remove" in action:
+                path = action["remove"]["path"]
+                if path in listed:
+                    listed.remove(path)
+            if "add" in action:
+                listed.append(action["add"]["path"])
+    return latest, [unquote(p) for p in listed]

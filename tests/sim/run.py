@@ -1,0 +1,461 @@
+"""One seed: pick a world from it, run it to the end, check the invariants, report.
+
+A seed picks (with the switches, ``Config``, bounding it): how many writers and batches, which
+maintenance actors run and how often, each actor's clock skew, and the chances of each fault.
+The scheduler then runs the actors one step at a time (``tests.sim.world``), checking the
+invariants (``tests.sim.invariants``) after every step that changed the store; a step budget
+ends the busy phase by killing whatever still runs. The final phase then settles the world,
+fault-free: pending requests land or are dropped, each unfinished writer is restarted and
+replays, and a final pass of vacuum, sweep and (with views) sync-views must converge.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.sim import actors
+from tests.sim.determinism import install
+from tests.sim.invariants import Checker, Violation
+from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
+from tests.sim.world import START, Actor, World
+
+FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
+ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi")
+#: The faults the store applies to a call (kill and skew are the scheduler's).
+STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
+
+
+@dataclass(frozen=True)
+class Config:
+    """Which faults and actors a seed may pick (the ``--faults`` / ``--actors`` switches)."""
+
+    faults: frozenset[str] = frozenset(FAULTS)
+    actors: frozenset[str] = frozenset(ACTORS)
+    max_steps: int = 400
+    #: The final pass starts with compact's abandon of dead ops (``settle_ops``).
+    final_abandon: bool = True
+
+    @classmethod
+    def parse(cls, faults: str, actors: str, max_steps: int = 400, final_abandon: bool = True) -> Config:
+        f = frozenset(x for x in faults.split(",") if x) if faults != "all" else frozenset(FAULTS)
+        a = frozenset(x for x in actors.split(",") if x) if actors != "all" else frozenset(ACTORS)
+        for name, given, known in (("fault", f, FAULTS), ("actor", a, ACTORS)):
+            unknown = sorted(given - set(known))
+            if unknown:
+                raise ValueError(f"unknown {name}(s) {unknown}; known: {', '.join(known)}")
+        return cls(f, a | {"writer"}, max_steps, final_abandon)
+
+    def describe(self) -> str:
+        text = f"--faults {','.join(sorted(self.faults)) or ','} --actors {','.join(sorted(self.actors))}"
+        return text + ("" if self.final_abandon else " --no-final-abandon")
+
+
+@dataclass
+class Outcome:
+    seed: int
+    ok: bool
+    violation: str | None
+    trace: list[str]
+    steps: int
+    checks: int
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+class Env:
+    """What the actors of one seed share: the world, the store, the lake, the writers."""
+
+    def __init__(self, world: World, root: str, cfg: Config) -> None:
+        from lakesink_reader.storage.local import LocalStorage
+
+        self.world = world
+        self.root = root
+        self.cfg = cfg
+        self.shared = Shared(LocalStorage(root), world)
+        self.clients: dict[str, SimStore] = {}
+        self.table_id = ""
+        self.interval = 4
+        self.writers: list[actors.WriterPlan] = []
+        self.checker = Checker(self)
+        #: The fault a resumed call meets (set up per seed by ``_setup``).
+        self.decide: Callable[[Actor], str | None] = lambda actor: None
+        self.late_delays: list[float] = [1.0]  # how long a queued request waits before it lands
+        self.p_burst = 0.0  # chance per step that the chosen actor runs alone for a while
+        self.burst: tuple[Actor | None, int] = (None, 0)
+        self.p_coincide = 0.0  # chance that a jump of the clock wakes every sleeper due within a day
+        self.idle: list[float] = []  # the idle stretches writers may take between batches
+
+    def client(self, actor: Actor | None) -> SimStore:
+        key = actor.name if actor is not None else ""
+        if key not in self.clients:
+            self.clients[key] = SimStore(self.shared, actor)
+        return self.clients[key]
+
+
+_current_env: Env | None = None
+
+
+def _open_storage(path: str, options: Any = None) -> Any:
+    """``open_storage`` for ``Lake(path)``: the running actor's client of the simulated store."""
+    env = _current_env
+    assert env is not None and os.path.abspath(path) == env.root, path
+    return env.client(env.world.current)
+
+
+def run_seed(seed: int, cfg: Config, *, base: str | None = None) -> Outcome:
+    global _current_env
+    import lakesink_reader.lake
+
+    world = World(seed)
+    install(world)
+    lakesink_reader.lake.open_storage = _open_storage  # type: ignore[assignment]
+    scratch = tempfile.mkdtemp(prefix=f"sim-{seed}-", dir=base)
+    root = os.path.join(scratch, "lake")
+    os.makedirs(root)
+    world.redact = root
+    env = Env(world, root, cfg)
+    _current_env = env
+    try:
+        violation = _run(env)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    return Outcome(
+        seed,
+        violation is None,
+        None if violation is None else violation.replace(root, "<lake>"),
+        world.trace,
+        world.steps,
+        env.checker.checks,
+        {"writers": len(env.writers), "actors": len(world.actors)},
+    )
+
+
+def _run(env: Env) -> str | None:
+    world = env.world
+    try:
+        _setup(env)
+        _busy(env)
+        _settle(env)
+        _final(env)
+    except Violation as exc:
+        world.note(f"VIOLATION {exc}")
+        return str(exc)
+    except Exception as exc:  # noqa: BLE001 - a crash of the simulation is a failed seed too
+        world.note(f"CRASH {type(exc).__name__}: {exc}")
+        world.trace.extend(line.replace(env.root, "<lake>") for line in traceback.format_exc().splitlines())
+        return f"crash: {type(exc).__name__}: {exc}"
+    finally:
+        # A world that ended early (a violation) leaves actors parked: kill them, so that their
+        # threads end without touching the store.
+        for actor in world.live():
+            actor.killed = True
+            actor.go.release()
+    return None
+
+
+def _setup(env: Env) -> None:
+    import uuid
+
+    from lakesink_reader.format.table import ensure_table
+
+    world, cfg, rng = env.world, env.cfg, env.world.rng
+    env.interval = rng.choice([2, 3, 4, 5])
+    meta = ensure_table(
+        env.client(None), actors.SCHEMA, "epoch", format_version=3, checkpoint_interval=env.interval
+    )
+    assert meta.table_id is not None
+    env.table_id = meta.table_id
+    faults = cfg.faults
+    env.shared.faults = frozenset(f for f in STORE_FAULTS if f in faults and rng.random() < 0.7)
+    p_fault = rng.choice([0.02, 0.05, 0.1]) if env.shared.faults else 0.0
+    p_kill = rng.choice([0.0, 0.01, 0.03]) if "kill" in faults else 0.0
+    p_stall = rng.choice([0.0, 0.02, 0.05]) if "stall" in faults else 0.0
+    late_delays = rng.choice([[0.1, 1.0], [1.0, 10.0, 60.0], [10.0, 600.0, math.inf], [math.inf]])
+    views = "views" in cfg.actors and rng.random() < 0.5
+    idle = [60.0, 3600.0, 2 * 86400.0] if "idle" in cfg.actors else []
+    n_writers = rng.choice([1, 1, 2, 3]) if "multi" in cfg.actors else 1
+    world.note(
+        f"seed {world.seed}: {cfg.describe()}; interval {env.interval}, "
+        f"store faults {sorted(env.shared.faults)} p={p_fault}, kill p={p_kill}, stall p={p_stall}, "
+        f"views {views}, "
+        f"{n_writers} writer(s)"
+    )
+
+    def skew() -> float:
+        return rng.choice([0.0, 0.0, -600.0, 30.0, 3600.0, -3600.0]) if "skew" in faults else 0.0
+
+    for i in range(n_writers):
+        plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), n_writers > 1, views)
+        env.writers.append(plan)
+        _start_writer(env, plan, offset=skew(), idle=idle)
+    pause = [1.0, 60.0, 3600.0, 86400.0]
+    for name, job in (
+        ("vacuum", actors.vacuum_job),
+        ("compact", actors.compact_job),
+        ("sweep", actors.sweep_job),
+        ("reader", actors.read_job),
+        ("verify", actors.verify_job),
+    ):
+        if name in cfg.actors and rng.random() < 0.6:
+            world.spawn(
+                name,
+                actors.repeat(env, rng.randint(1, 6 if name == "vacuum" else 3), pause, name, job(env)),
+                offset=skew(),
+                delay=rng.choice([0.0, 10.0, 600.0]),
+            )
+
+    p_outage = rng.choice([0.0, 0.3, 0.6])
+
+    def decide(actor: Actor) -> str | None:
+        if actor.op in ("start", "sleep", "list_end"):
+            return None
+        # Kills weigh on a view's update: between a lake commit and it is where views lag.
+        view_write = actor.op == "put_if_absent" and actor.target.startswith(
+            ("_delta_log/", "_spark_metadata/")
+        )
+        if p_kill and rng.random() < p_kill * (10 if view_write else 1):
+            return "kill"
+        # Stalls weigh on reads of commits: between two of them is where a writer's view of the
+        # log can go stale (a vacuum truncating it meanwhile, issue 32's hole 1).
+        log_read = actor.op == "read" and actor.target.startswith("_lakesink/log/0")
+        if p_stall and rng.random() < p_stall * (5 if log_read else 1):
+            return "stall"
+        allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults)
+        outage = actor.data.get("outage")
+        if outage is not None:  # this client's requests keep failing so for a while
+            kind, left = outage
+            actor.data["outage"] = (kind, left - 1) if left > 1 else None
+            if kind in allowed:
+                return str(kind)
+        if p_fault and rng.random() < p_fault and allowed:
+            kind = rng.choice(allowed)
+            if rng.random() < p_outage:
+                actor.data["outage"] = (kind, rng.choice([3, 6, 10]))
+                world.note(f"{actor.name}: an outage of {kind} starts")
+            return kind
+        return None
+
+    env.decide = decide
+    env.late_delays = late_delays
+    env.p_burst = rng.choice([0.0, 0.05, 0.2])
+    env.p_coincide = rng.choice([0.0, 0.5])
+    env.idle = idle
+
+
+def _start_writer(
+    env: Env, plan: actors.WriterPlan, *, offset: float, idle: list[float], delay: float = 0.0
+) -> None:
+    plan.runs += 1
+    plan.actor = env.world.spawn(
+        f"writer{plan.index}.run{plan.runs}",
+        actors.writer_run(env, plan, idle=idle),
+        offset=offset,
+        delay=delay,
+    )
+
+
+def _step(env: Env, *, faults: bool) -> bool:
+    """One scheduling step; False when no actor is left."""
+    world, rng = env.world, env.world.rng
+    _deferred(env, faults=faults)
+    runnable = world.runnable()
+    if not runnable:
+        live = world.live()
+        if not live:
+            return False
+        sleeping = [a for a in live if a.wake > world.now]
+        if not sleeping:  # only stalled actors are left: nobody else can take steps
+            for actor in live:
+                actor.stalled = 0
+            return True
+        # Every actor sleeps: time jumps to the next wake-up, or to a queued request's landing.
+        landing = [d.at for d in env.shared.deferred if d.at is not None and d.at < math.inf]
+        world.now = max(world.now, min([a.wake for a in sleeping] + landing))
+        if env.p_coincide and rng.random() < env.p_coincide:
+            # Coincidences: whoever would wake within a day wakes now too (an idle writer's next
+            # commit meets the vacuum that runs while it idled), which separate sleeps rarely give.
+            for other in sleeping:
+                if other.wake <= world.now + 86400.0:
+                    other.wake = world.now
+        _deferred(env, faults=faults)
+        _check_if_changed(env)
+        runnable = world.runnable()
+        if not runnable:
+            return True
+    chosen, left = env.burst
+    if chosen is not None and left > 0 and chosen in runnable:
+        actor, env.burst = chosen, (chosen, left - 1)
+    else:
+        actor = rng.choice(runnable)
+        # A burst: this actor runs alone for a while (a whole vacuum between two reads of a
+        # writer's commit), which a uniform choice at every step almost never does.
+        env.burst = (actor, rng.randint(5, 60)) if env.p_burst and rng.random() < env.p_burst else (None, 0)
+    world.now += rng.choice([0.0, 0.01, 0.1, 1.0])
+    fault = env.decide(actor) if faults else None
+    if fault == "stall":
+        # A slow request or a pause of the process (GC, a swapped-out VM): the call waits while
+        # the others run, which is how a whole vacuum fits between two reads of one commit.
+        if rng.random() < 0.5:
+            actor.wake = world.now + rng.choice([1.0, 30.0, 600.0, 7200.0])
+            world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until +{actor.wake - START:.0f} s")
+        else:  # until the others took that many steps: a vacuum runs whole meanwhile
+            actor.stalled = world.steps + rng.choice([20, 80, 200])
+            world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until step {actor.stalled}")
+        return True
+    kill = fault == "kill"
+    if actor.op != "sleep":
+        world.note(f"{actor.name}: {actor.op} {actor.target}" + (f" [{fault}]" if fault else ""))
+    world.resume(actor, kill=kill, fault=None if kill else fault)
+    if actor.done:
+        if actor.error is not None:
+            world.note(f"{actor.name}: ended with {type(actor.error).__name__}: {actor.error!s:.200}")
+            if isinstance(actor.error, Violation):
+                raise actor.error
+            if isinstance(actor.error, AssertionError):
+                raise Violation("crash", f"{actor.name} failed an assertion: {actor.error!r}")
+        elif actor.killed:
+            world.note(f"{actor.name}: killed")
+        else:
+            world.note(f"{actor.name}: ended: {actor.result}")
+    _deferred(env, faults=faults)
+    _check_if_changed(env)
+    return True
+
+
+def _check_if_changed(env: Env) -> None:
+    if env.shared.dirty:
+        env.shared.dirty = False
+        env.checker.check()
+
+
+def _deferred(env: Env, *, faults: bool) -> None:
+    """Requests a client gave up on: each gets a time to land at when first seen (or never), and
+    lands once the clock reaches it. ``faults`` off (the settle phase): every request lands
+    now, except those that never would."""
+    world, rng = env.world, env.world.rng
+    for request in list(env.shared.deferred):
+        if request.at is None:
+            request.at = world.now + rng.choice(env.late_delays)
+        if request.at <= world.now or not faults:
+            env.shared.deferred.remove(request)
+            if request.at < math.inf:
+                env.world.note(f"late: {request.actor}'s {request.op} {request.name} lands now")
+                try:
+                    request.apply()
+                except Exception as exc:  # noqa: BLE001 - the store refused it: noted
+                    env.world.note(f"late: {request.op} {request.name} failed: {exc!r:.120}")
+            else:
+                env.world.note(f"late: {request.actor}'s {request.op} {request.name} never lands")
+
+
+def _restart(env: Env, *, final: bool) -> None:
+    """A writer run that ended early is restarted (Spark's query restart): it replays."""
+    rng = env.world.rng
+    for plan in env.writers:
+        if plan.finished or plan.actor is None or not plan.actor.done:
+            continue
+        if final or plan.runs < 4:
+            _start_writer(
+                env,
+                plan,
+                offset=plan.actor.offset,
+                idle=[] if final else env.idle,
+                delay=0.0 if final else rng.choice([1.0, 60.0, 3600.0]),
+            )
+
+
+def _busy(env: Env) -> None:
+    world = env.world
+    while world.steps < env.cfg.max_steps:
+        _restart(env, final=False)
+        if not _step(env, faults=True):
+            return
+    world.kill_all("the step budget is spent")
+    env.checker.check()
+
+
+def _settle(env: Env) -> None:
+    """Fault-free from here: queued requests land or are dropped, writers replay to the end."""
+    world = env.world
+    world.note("settle: no more faults")
+    env.shared.faults = frozenset()
+    _deferred(env, faults=False)
+    for _ in range(2000):
+        _restart(env, final=True)
+        if not _step(env, faults=False):
+            break
+    else:
+        raise Violation("converges", "the writers did not finish their batches within 2,000 fault-free steps")
+    unfinished = [p.index for p in env.writers if not p.finished]
+    if unfinished:
+        raise Violation("converges", f"writers {unfinished} could not finish their batches without faults")
+    env.checker.check()
+    env.checker.check_versions()
+
+
+def _final(env: Env) -> None:
+    """The fault-free maintenance pass must succeed and leave nothing behind."""
+    from lakesink.maintenance.sweep import sweep
+    from lakesink.maintenance.vacuum import vacuum
+    from lakesink.maintenance.verify import verify
+
+    world, storage = env.world, env.client(None)
+    world.now += 7200.0  # past every actor's skew: what they committed is in the past now
+    world.note(
+        "final: compact's abandon of dead ops, vacuum --retain 0 --force, orphans --delete, sync-views"
+    )
+    if env.cfg.final_abandon:
+        # A killed or failed compaction's outputs and lease are settled only by a later compaction
+        # abandoning its op (the sweep keeps them: "it may still commit"); compact's first step.
+        from lakesink.maintenance.compact import open_v3, settle_ops
+
+        _, vlog = open_v3(storage, "the final abandon")
+        try:
+            settle_ops(storage, vlog, vlog.open(), older_than=0.0, dry_run=False)
+        except Exception as exc:
+            raise Violation("converges", f"abandoning dead ops raised {type(exc).__name__}: {exc}") from exc
+    try:
+        report = vacuum(storage, retain=0, delete=True, force=True, older_than=0.0)
+    except Exception as exc:
+        raise Violation("converges", f"the final vacuum raised {type(exc).__name__}: {exc}") from exc
+    if not report.ok:
+        raise Violation("converges", f"the final vacuum failed on {report.failed[:3]}")
+    try:
+        swept = sweep(storage, older_than=0.0, delete=True)
+    except Exception as exc:
+        raise Violation("converges", f"the final sweep raised {type(exc).__name__}: {exc}") from exc
+    if not swept.ok or swept.kept:
+        raise Violation("converges", f"the final sweep failed on {swept.failed[:3]}, kept {swept.kept[:3]}")
+    if any(p.views for p in env.writers):
+        from lakesink.views.delta_view import delta_sync
+        from lakesink.views.spark_metadata_view import spark_sync
+
+        for name, sync in (("Delta", delta_sync), ("Spark", spark_sync)):
+            try:
+                view = sync(storage)
+            except Exception as exc:
+                raise Violation(
+                    "views", f"sync of the {name} view raised {type(exc).__name__}: {exc}"
+                ) from exc
+            if not view.ok:
+                raise Violation("views", f"the {name} view does not sync: {view.summary()}")
+    left = env.checker.leftovers()
+    if left:
+        raise Violation("converges", f"the final pass left {left[:5]} ({len(left)} in all)")
+    env.checker.check()
+    checked = verify(storage)
+    if not checked.ok:
+        raise Violation(
+            "converges",
+            f"verify after the final pass: {[(p.name, p.problem) for p in checked.problems][:3]}, "
+            f"Delta view {checked.delta_view}, Spark view {checked.spark_view}",
+        )
+    world.note(
+        f"final: converged at version {Checker(env)._log().open().version}; now +{world.now - START:.0f} s"
+    )
