@@ -21,12 +21,10 @@ from lakesink.storage_contract import StorageContract
 from tests.sim.store import SimStore
 
 ROOT = Path(__file__).resolve().parent.parent
-#: What holds on today's code. Off until the fixes of issue 32 land: the faults ``stall`` (a
-#: writer stalled while vacuum truncates the log: hole 1), ``late`` (a request applied after its
-#: client gave up: hole 3; a late delete: hole 2), ``delete`` (a failed delete: hole 2) and the
-#: actor ``views`` (views after vacuum; hole 4).
-CLEAN_FAULTS = "lost,fail,list,kill,skew"
-CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,multi"
+#: Every fault and every actor: the holes of issue 32 that the simulation found with ``stall``,
+#: ``late``, ``delete`` and ``views`` are closed (their seeds below run clean).
+CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
+CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
 
@@ -71,7 +69,8 @@ def test_a_seed_replays_to_the_same_trace() -> None:
     assert "/dev/shm" not in trace and "/tmp" not in trace
 
 
-#: Seeds that found a hole of issue 32 on today's code: (hole, seed, switches, invariant).
+#: Seeds that found a hole of issue 32 before it was closed: (hole, seed, switches, invariant
+#: it broke). Each runs clean now, with the switches that found it.
 HOLES = [
     (
         "1: a commit into the vacuumed part of the log",
@@ -86,18 +85,18 @@ HOLES = [
         ("--faults", "delete", "--actors", "writer,vacuum,multi"),
         "converges",
     ),
-    # Not one of the four: after `vacuum` truncates the log below the Spark view's newest compact
-    # batch, `sync-views` (and verify) cannot check the view (no fault needed).
+    # Not one of the four: after `vacuum` truncated the log below the Spark view's newest compact
+    # batch, `sync-views` (and verify) could not check the view (no fault needed).
     ("4: views after vacuum", 0, ("--faults", ",", "--actors", "writer,views"), "views"),
 ]
 
 
 @pytest.mark.parametrize(("hole", "seed", "switches", "invariant"), HOLES, ids=[h[0][0] for h in HOLES])
-def test_the_seeds_that_found_the_holes_still_find_them(
+def test_the_seeds_that_found_the_holes_run_clean(
     hole: str, seed: int, switches: tuple[str, ...], invariant: str
 ) -> None:
-    """When this fails because the seed runs clean, the hole is fixed: delete its entry here and
-    turn its switch on in CLEAN_FAULTS / CLEAN_ACTORS (docs/design/simulation.md, "Switches")."""
     run = simulate("--seed", str(seed), *switches)
-    assert run.returncode != 0, f"seed {seed} runs clean: hole {hole} is fixed, see the docstring"
-    assert f"FAIL seed {seed}: {invariant}" in run.stdout, run.stdout[-4000:]
+    assert run.returncode == 0 and f"FAIL seed {seed}" not in run.stdout, (
+        f"seed {seed} breaks {invariant} again (hole {hole}):\n" + run.stdout[-4000:]
+    )
+    assert f"1 of 1 seeds clean ({seed}..{seed})" in run.stdout, run.stdout[-2000:]

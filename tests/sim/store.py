@@ -248,6 +248,10 @@ class SimStore:
     def exists(self, name: str) -> bool:
         return self._call("exists", name, lambda: self.raw.exists(name))
 
+    def refuse_link(self, name: str) -> None:
+        # A local check (lstat), no request to a store: not a scheduling point.
+        self.raw.refuse_link(name)
+
     def list(self, folder: str = "") -> builtins.list[StoredFile]:
         world, actor = self.shared.world, self.actor
         if world is None:
