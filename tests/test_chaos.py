@@ -50,7 +50,7 @@ from netfaults import Action, FaultProxy, Rule
 from lakesink.maintenance import sweep
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.log import EpochLog
-from lakesink_reader.format.names import PROBE_ABANDONED_AGE, TABLE_FILE, parse_data_file
+from lakesink_reader.format.names import PROBE_ABANDONED_AGE, PROBE_PREFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.storage import Storage, open_storage
 
 TESTS_DIR = Path(__file__).resolve().parent
@@ -644,4 +644,11 @@ def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_
     from lakesink.maintenance import verify
 
     assert verify(lake, storage_options=options).ok
+    # A maintenance command killed mid-probe leaves its store probe staged, and sweeps leave a
+    # probe alone for PROBE_ABANDONED_AGE (it may be a live one): sweep as if that had passed,
+    # and only such probes may go then.
+    later = time.time() + PROBE_ABANDONED_AGE + 60
+    report = sweep(lake, older_than=0, delete=True, storage_options=options, now=later)
+    probe = PROBE_PREFIX.rsplit("/", 1)[-1]  # staged as _lakesink/.probe-...uncommitted on disk
+    assert report.ok and all(probe in o.name for o in report.removed), report.removed
     assert harness.leftovers() == {"staged": [], "unrecorded": []}
