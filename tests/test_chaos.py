@@ -66,7 +66,10 @@ TARGETS = {
 #: every point on both backends, with random kills between, at later epochs too.
 BOUNDED = {
     ("epoch", "local"): ("in_write", "after_publish", "after_record"),
-    ("epoch", "s3"): ("before_publish", "before_record", "after_record"),
+    # after_record is aimed at on local disk only: the restart skips the recorded batch on what
+    # the log says, read through the same storage calls as before_record's restart makes here
+    # (make chaos aims at it on S3 too).
+    ("epoch", "s3"): ("before_publish", "before_record"),
     ("foreach", "local"): ("in_write", "after_publish"),
     ("foreach", "s3"): ("before_publish",),
     # HDFS (the checkpoint on HDFS too): each mode once, at a step that holds an open HDFS file
