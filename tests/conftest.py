@@ -30,9 +30,17 @@ pytest_plugins = ["s3server", "kafkaserver", "hdfsserver"]
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One local SparkSession (starting one costs ~8 s): 2 threads, up to 4 task attempts."""
+    from devtools.kafka import CONNECTOR_JARS, KafkaJarsMissing, jars
     from devtools.spark import local_session
 
-    session = local_session("lakesink-tests", master="local[2,4]")
+    conf = {}
+    try:
+        # Spark's Kafka connector (make kafka-jars, a prerequisite of make test): test_kafka.py's
+        # drivers that need format("kafka") run on this session rather than start a JVM each.
+        conf["spark__jars"] = ",".join(str(j) for j in jars(CONNECTOR_JARS))
+    except KafkaJarsMissing:
+        pass  # those tests say so (kafka_session); every other test runs without it
+    session = local_session("lakesink-tests", master="local[2,4]", **conf)
     yield session
     session.stop()
 

@@ -2,58 +2,21 @@
 
 pyspark 4 imports every installed top-level module named ``pyspark_*`` at its first lookup of a
 Python data source and registers its ``DefaultSource``; lakesink installs ``pyspark_lakesink``.
-The job runs in its own interpreter, so that its JVM has never seen ``register``; the
-checkout's root is on its workers' path as site-packages would be for an installed lakesink.
+Here: the wheels ship that module, and its import stays light. The query itself -- a plain
+``SparkSession.builder`` session in an interpreter of its own, whose JVM has never seen
+``register``, ``format("lakesink")`` found without it, the driver never importing lakesink, an
+epoch-mode lake with every row -- runs once, in test_first_hour.py
+(``test_a_named_format_lakesink_query_runs_without_register_from_any_folder``: from a folder
+outside the checkout, nothing on PYTHONPATH), since each such run starts a JVM of its own.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-import pytest
-
-from lakesink_reader import Lake, read_committed
-
-pytestmark = pytest.mark.spark
-
 ROOT = Path(__file__).resolve().parent.parent
-
-JOB = textwrap.dedent(
-    """
-    import sys
-    from pyspark.sql import SparkSession
-    source, lake, checkpoint = sys.argv[1:4]
-    spark = SparkSession.builder.master("local[2]").getOrCreate()
-    df = spark.readStream.schema("id long").parquet(source)
-    query = (df.writeStream.format("lakesink").option("checkpointLocation", checkpoint)
-             .trigger(availableNow=True).start(lake))
-    query.awaitTermination()
-    assert "lakesink" not in sys.modules, "the driver never imported lakesink"
-    spark.stop()
-    """
-)
-
-
-def test_format_lakesink_works_without_register(tmp_path: Path) -> None:
-    source = tmp_path / "in"
-    source.mkdir()
-    pq.write_table(pa.table({"id": pa.array(range(100), pa.int64())}), source / "a.parquet")
-    lake = tmp_path / "lake"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYSPARK_PYTHON": sys.executable}
-    env.pop("SPARK_HOME", None)  # the plain pip-installed Spark home, as a user has it
-    done = subprocess.run(
-        [sys.executable, "-c", JOB, str(source), str(lake), str(tmp_path / "chk")],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(100))
-    assert Lake(lake).mode == "epoch"
 
 
 def test_the_wheels_ship_the_discovery_module_and_the_reader(tmp_path: Path) -> None:

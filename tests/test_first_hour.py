@@ -108,6 +108,7 @@ def test_a_named_format_lakesink_query_runs_without_register_from_any_folder(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     assert "QUERY-NAME events" in done.stdout
     assert ids(str(lake)) == list(range(100))
+    assert Lake(str(lake)).mode == "epoch"
     assert "REGISTERED" in done.stdout
     assert "replaced" not in done.stderr, "register logged Spark's 'replaced a data source' WARN"
 

@@ -11,8 +11,11 @@ subprocess of its own with the connector on ``spark.jars``) writes a lake, in ep
 - a task fails once upstream of the sink (``--fail-once-after-rows``) and Spark retries it.
 
 In the end the lake holds every record of the topic exactly once, counted by Kafka's
-(partition, offset), which the job writes into the lake. ``make test`` runs one driver kill and
-one broker kill per mode; ``make chaos`` (``LAKESINK_CHAOS_KILLS``) many more, in a longer run.
+(partition, offset), which the job writes into the lake. ``make test`` runs one driver kill per
+mode and one broker kill (in epoch mode: a broker restart fails or slows the Kafka source
+upstream of the sink, and what foreach mode makes of the failed task or query -- a retry, a
+restart from the checkpoint -- is its driver kill's and injected failure's case); ``make chaos``
+(``LAKESINK_CHAOS_KILLS``) kills and stops the broker in both modes, many times, in a longer run.
 
 Upstream transactions: with ``kafka.isolation.level=read_committed`` no record of an aborted
 transaction reaches the lake.
@@ -22,8 +25,9 @@ the topic's next offsets, continuations that overlap or leave a gap are refused 
 write, and ``--starting-offsets lake`` continues the writer with every record once. Foreach mode
 on Kafka without a repartition by Kafka partition is refused at ``start()`` (SPARK-28650).
 
-Some tests run a driver of their own with the connector on ``spark.jars`` (the session's
-``spark`` fixture has no connector): ``python tests/test_kafka.py guard|continue ...``.
+The jobs run in processes of their own (killed with -9); the drivers of the continuation
+attempts and of the foreach guard run on the tests' shared session, which has the connector on
+``spark.jars`` (conftest), instead of starting a JVM each.
 """
 
 from __future__ import annotations
@@ -272,11 +276,17 @@ def run_pipeline(kafka: KafkaBroker, tmp_path: Path, mode: str, plan: list[str])
 
 @pytest.mark.spark
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("mode", ["epoch", "foreach"])
+@pytest.mark.parametrize(
+    ("mode", "plan"),
+    # Foreach mode's broker kill is the long test's (see the module docstring): one job run
+    # and one broker restart fewer in make test.
+    [("epoch", ["driver", "broker-kill"]), ("foreach", ["driver"])],
+    ids=["epoch", "foreach"],
+)
 def test_kafka_to_lake_exactly_once_through_kills_and_a_broker_restart(
-    kafka: KafkaBroker, tmp_path: Path, mode: str
+    kafka: KafkaBroker, tmp_path: Path, mode: str, plan: list[str]
 ) -> None:
-    run_pipeline(kafka, tmp_path, mode, ["driver", "broker-kill"])
+    run_pipeline(kafka, tmp_path, mode, plan)
 
 
 @pytest.mark.spark
@@ -388,7 +398,9 @@ def printed_offsets(lake: Path) -> Any:
 
 @pytest.mark.spark
 @pytest.mark.timeout(400)
-def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker, tmp_path: Path) -> None:
+def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
+    spark: Any, kafka: KafkaBroker, tmp_path: Path
+) -> None:
     """The recovery procedure of README "Kafka": the lake's offsets, a refused overlap and a
     refused gap (nothing written; lakesink.write_stream), the continuation with the job's
     ``--starting-offsets lake`` (every record once), and its restart from its own checkpoint."""
@@ -432,7 +444,7 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker
     produce(kafka.bootstrap, topic, 300, 150)  # the topic moves on meanwhile
 
     # 3. Continuations that do not start where the writer ended are refused before they write
-    #    (lakesink.write_stream, in one Spark session of a process of its own).
+    #    (lakesink.write_stream, on the tests' session).
     before = lake_files(lake)
     cases = {
         "overlap": (
@@ -443,13 +455,9 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker
     }
     began = time.monotonic()
     attempts = {name: json.dumps(start) for name, (start, _) in cases.items()}
-    out = subprocess.run(
-        [sys.executable, __file__, "continue", kafka.bootstrap, topic, str(lake), str(tmp_path), old.id,
-         json.dumps(attempts)],
-        capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    refused = json.loads(out.stdout.strip().splitlines()[-1])
+    refused = continuation_driver(
+        kafka_session(spark), kafka.bootstrap, topic, str(lake), str(tmp_path), old.id, attempts
+    )
     for name, (_, complaint) in cases.items():
         error, files = refused[name]
         assert complaint in error and "CommitRefusedError" in error, error
@@ -482,22 +490,30 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(kafka: KafkaBroker
     print("\n" + "; ".join(timings))
 
 
-def continuation_driver(
-    bootstrap: str, topic: str, lake: str, workdir: str, writer: str, attempts: str
-) -> Any:
-    """Run in a process of its own (``python tests/test_kafka.py continue ...``): each attempt
-    (name -> startingOffsets JSON) continues ``writer`` with a new checkpoint, through
-    ``lakesink.write_stream``; returns, per attempt, the query's error and the lake's files after it."""
-    import json
-
+def kafka_session(spark: Any) -> Any:
+    """The tests' shared session, with lakesink registered; it reads Kafka when make kafka-jars
+    fetched the connector before it started (conftest puts the jars on ``spark.jars``)."""
     import lakesink
-    from devtools.kafka import CONNECTOR_JARS, jars
-    from devtools.spark import local_session
+    from devtools.kafka import CONNECTOR_JARS, KafkaJarsMissing, jars
 
-    spark: Any = local_session("kafka-continue", spark__jars=",".join(str(j) for j in jars(CONNECTOR_JARS)))
+    try:
+        jars(CONNECTOR_JARS)
+    except KafkaJarsMissing as exc:
+        pytest.fail(f"{exc} (make test does so first)", pytrace=False)
     lakesink.register(spark, warm_up=False)
+    return spark
+
+
+def continuation_driver(
+    spark: Any, bootstrap: str, topic: str, lake: str, workdir: str, writer: str, attempts: dict[str, str]
+) -> Any:
+    """Each attempt (name -> startingOffsets JSON) continues ``writer`` with a new checkpoint,
+    through ``lakesink.write_stream`` on ``spark``; returns, per attempt, the query's error and
+    the lake's files after it."""
+    import lakesink
+
     result = {}
-    for name, start in json.loads(attempts).items():
+    for name, start in attempts.items():
         df = (
             spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
             .option("subscribe", topic).option("startingOffsets", start).load()
@@ -513,29 +529,23 @@ def continuation_driver(
         except Exception:  # noqa: BLE001 - refused: query.exception() says how
             pass
         result[name] = (str(query.exception()), lake_files(Path(lake)))
-    spark.stop()
     return result
 
 
 # -- foreach mode on Kafka: the guard --------------------------------------------------------
 
 
-def foreach_guard_driver(bootstrap: str, topic: str, workdir: str) -> dict[str, Any]:
-    """Run in a process of its own (``python tests/test_kafka.py guard ...``): a Spark session
-    with the connector, lakesink registered; what the guard makes of foreach writes on Kafka."""
+def foreach_guard_driver(spark: Any, bootstrap: str, topic: str, workdir: str) -> dict[str, Any]:
+    """What the guard makes of foreach writes on Kafka, on ``spark`` (with the connector,
+    lakesink registered)."""
     import warnings
 
     from pyspark.sql import functions as F
 
-    import lakesink
-    from devtools.kafka import CONNECTOR_JARS, jars
-    from devtools.spark import local_session
     from lakesink import LakeForeachWriter
     from lakesink.spark.preflight import check_foreach_partitioning, kafka_partition_ids
 
     began = time.monotonic()
-    spark: Any = local_session("kafka-guard", spark__jars=",".join(str(j) for j in jars(CONNECTOR_JARS)))
-    lakesink.register(spark, warm_up=False)
     kafka = (
         spark.readStream.format("kafka").option("kafka.bootstrap.servers", bootstrap)
         .option("subscribe", topic).option("startingOffsets", "earliest").load()
@@ -582,26 +592,18 @@ def foreach_guard_driver(bootstrap: str, topic: str, workdir: str) -> dict[str, 
     query.awaitTermination(240)
     result["hash"] = str(query.exception()) if query.exception() else "done"
     result["ran in"] = time.monotonic() - began
-    spark.stop()
     return result
 
 
 @pytest.mark.spark
 @pytest.mark.timeout(300)
 def test_foreach_on_kafka_is_refused_without_a_repartition_by_kafka_partition(
-    kafka: KafkaBroker, tmp_path: Path
+    spark: Any, kafka: KafkaBroker, tmp_path: Path
 ) -> None:
-    import json
-
     topic = f"guard-{uuid.uuid4().hex[:8]}"
     create_topic(kafka.bootstrap, topic, 3)
     produce(kafka.bootstrap, topic, 0, 90)
-    out = subprocess.run(
-        [sys.executable, __file__, "guard", kafka.bootstrap, topic, str(tmp_path)],
-        capture_output=True, text=True, timeout=280, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    result = foreach_guard_driver(kafka_session(spark), kafka.bootstrap, topic, str(tmp_path))
     assert result["reach"] == {
         "kafka": "kafka", "hash": "fixed", "hash then narrow": "fixed", "round robin": "kafka",
         "coalesce": "kafka", "range": "kafka", "hash of rand()": "kafka", "dropDuplicates": "fixed",
@@ -612,7 +614,7 @@ def test_foreach_on_kafka_is_refused_without_a_repartition_by_kafka_partition(
         assert not (tmp_path / f"lake-{name.replace(' ', '-')}").exists()  # refused before it started
     assert len(result["join warnings"]) == 1 and "cannot tell" in result["join warnings"][0]
     assert result["hash"] == "done"
-    print(f"\nguard: checks {result['checked in']:.1f} s, the query {result['ran in']:.1f} s into the driver")
+    print(f"\nguard: checks {result['checked in']:.1f} s, the query {result['ran in']:.1f} s after")
     assert len(check_exactly_once(tmp_path / "lake-hash", kafka, topic)) == 90
 
 
@@ -708,12 +710,3 @@ def test_missing_connector_jars_name_make(tmp_path: Path) -> None:
     )  # fmt: skip
     assert out.returncode == 2, out.stdout + out.stderr
     assert "make kafka-jars" in out.stdout and "spark-sql-kafka-0-10" in out.stdout
-
-
-if __name__ == "__main__":  # the drivers that tests run in processes of their own
-    import json
-
-    if sys.argv[1:2] == ["guard"]:
-        print(json.dumps(foreach_guard_driver(*sys.argv[2:5])))
-    elif sys.argv[1:2] == ["continue"]:
-        print(json.dumps(continuation_driver(*sys.argv[2:8])))
