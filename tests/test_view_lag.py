@@ -280,9 +280,13 @@ class KilledAtCompact(LocalStorage):
 
 
 @pytest.mark.parametrize(
-    "later", [0, 2, spark_metadata_view.GAP_FILL + 2], ids=["same-version", "filled-in-order", "jumped"]
+    ("later", "vacuumed"),
+    [(0, False), (2, False), (spark_metadata_view.GAP_FILL + 2, False), (12, True)],
+    ids=["same-version", "filled-in-order", "jumped", "its-version-vacuumed"],
 )
-def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(lake: str, later: int) -> None:
+def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(
+    lake: str, later: int, vacuumed: bool
+) -> None:
     """A writer killed between a compact's anchor and its batch leaves an anchor naming a batch
     that is not there (the simulation's seed 160). Whoever updates the view next -- sync-views, or
     a writer of a later version -- writes over it: the same version's compact where the anchor
@@ -300,9 +304,15 @@ def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(lake: 
     writer.log = plain(storage, table_id)
     for i in range(later):
         assert writer.append(100 * (i + 1)) == i + 1
+    if vacuumed:  # the version the anchor names is gone: the id is taken over
+        done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+        later = done.version
+        assert plain(storage, table_id).read_commit(0) is None
     restart(storage, table_id)
     assert main(["sync-views", lake]) == 0
     assert spark_view_version(storage) == later
+    if vacuumed:
+        assert read_layout(storage).anchors == {19: later}
     compacts = sorted(b for b in read_layout(storage).batches if (b + 1) % COMPACT_INTERVAL == 0)
     assert compacts[-1] - compacts[-2] == COMPACT_INTERVAL  # Spark reads K from the two newest
     assert_every_reader_reads_the_lake(lake, storage)
