@@ -470,7 +470,7 @@ def write_version(
         return batch
     if batch == FIRST_BATCH:
         _put_same(storage, batch_name(PIN_BATCH), _batch_bytes([]))
-    while True:
+    for _ in range(RACE_RETRIES):  # bounded: a delete that has not taken effect yet, say
         anchor = json.dumps(
             {"batch": batch, "table_id": vlog.table_id, "version": v}, sort_keys=True
         ).encode()
@@ -490,6 +490,8 @@ def write_version(
         if there > v:
             raise LostRace(f"compact batch {batch} holds version {there}")
         batch += COMPACT_INTERVAL  # on top of it, as a jump: a compact of every live file
+    else:
+        raise LostRace(f"compact batch {batch} of _spark_metadata/ stayed taken: the next commit looks again")
     interval = interval or table_interval(storage)
     if state is None or state.version != v:
         state = vlog.snapshot(at_most=v).state
