@@ -70,12 +70,7 @@ def test_a_seed_replays_to_the_same_trace() -> None:
 
 
 #: Every fault and every actor (what found hole 5 and the later ones).
-EVERYTHING = (
-    "--faults",
-    "delete,fail,kill,late,list,lost,skew,stall",
-    "--actors",
-    "compact,idle,multi,reader,sweep,vacuum,verify,views,writer",
-)
+EVERYTHING = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
 
 #: Seeds that found a hole before it was closed (1-4: issue 32's; then the all-on hunt): (hole,
 #: seed, switches, invariant it broke). Each runs clean now, with the switches that found it.
