@@ -267,3 +267,57 @@ def test_verify_fails_on_a_view_that_lists_a_gone_file_and_sync_views_repairs_it
 @pytest.fixture
 def lake(tmp_path: Path) -> str:
     return str(tmp_path / "lake")
+
+
+class KilledAtCompact(LocalStorage):
+    """Local disk where the process dies as it puts a compact batch of ``_spark_metadata/``:
+    after the compact's anchor went in, before the batch did (what a writer killed there leaves)."""
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        if name.startswith("_spark_metadata/") and name.endswith(".compact") and name != batch_name(9):
+            raise OSError(f"{name}: the process died here (test)")
+        return super().put_if_absent(name, data)
+
+
+@pytest.mark.parametrize(
+    ("later", "vacuumed"),
+    [(0, False), (2, False), (spark_metadata_view.GAP_FILL + 2, False), (12, True)],
+    ids=["same-version", "filled-in-order", "jumped", "its-version-vacuumed"],
+)
+def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(
+    lake: str, later: int, vacuumed: bool
+) -> None:
+    """A writer killed between a compact's anchor and its batch leaves an anchor naming a batch
+    that is not there (the simulation's seed 160). Whoever updates the view next -- sync-views, or
+    a writer of a later version -- writes over it: the same version's compact where the anchor
+    already says so, else the next compact after it. Before, every try lost the same "race" to
+    the dead writer, and sync-views said "behind: run it again" forever. (A view a few versions
+    behind is filled in order from version 0, whose anchor the dead writer wrote alike; one far
+    behind -- or whose early versions vacuum truncated -- jumps to the latest version, which the
+    dead writer's anchor does not name.)"""
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    killed = KilledAtCompact(lake)
+    writer = Writer(viewed_log(killed, table_id), W1)
+    assert writer.append(0) == 0  # the hook's failure is logged, not raised
+    layout = read_layout(storage)
+    assert 19 in layout.anchors and 19 not in layout.batches and layout.latest is None
+    writer.log = plain(storage, table_id)
+    for i in range(later):
+        assert writer.append(100 * (i + 1)) == i + 1
+    if vacuumed:  # the version the anchor names is gone: the id is taken over
+        done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+        later = done.version
+        assert plain(storage, table_id).read_commit(0) is None
+    restart(storage, table_id)
+    assert main(["sync-views", lake]) == 0
+    assert spark_view_version(storage) == later
+    if vacuumed:
+        assert read_layout(storage).anchors == {19: later}
+    compacts = sorted(b for b in read_layout(storage).batches if (b + 1) % COMPACT_INTERVAL == 0)
+    assert compacts[-1] - compacts[-2] == COMPACT_INTERVAL  # Spark reads K from the two newest
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok
+    writer.log = viewed_log(storage, table_id)  # and the view goes on from there
+    assert writer.append(1000) == later + 1
+    assert spark_view_version(storage) == later + 1
+    assert_every_reader_reads_the_lake(lake, storage)

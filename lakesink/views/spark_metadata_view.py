@@ -35,7 +35,10 @@ So the view (:class:`SparkView`, an ``after_commit`` hook):
   configuration, computes the same K from the two newest compacts.
 - which lake version a batch holds: ``_spark_metadata/_lakesink/<id:020d>.json``
   (``{"batch", "table_id", "version"}``), written before each compact batch; a batch after
-  the newest such anchor at or below it holds ``anchor version + (id - anchor id)``.
+  the newest such anchor at or below it holds ``anchor version + (id - anchor id)``. An anchor
+  whose batch is not there (its writer died between the two) is finished by the next writer
+  that reaches its id -- the compact of the version it names -- or, when the lake vacuumed that
+  version, replaced.
 - create-if-absent, like the Delta view: a batch that adds is a pure function of the lake
   commit (equal bytes = done); a compact is compared by its files (paths and sizes: the times
   of files added in versions the lake vacuumed may differ between two derivations). Other
@@ -467,9 +470,28 @@ def write_version(
         return batch
     if batch == FIRST_BATCH:
         _put_same(storage, batch_name(PIN_BATCH), _batch_bytes([]))
-    anchor = json.dumps({"batch": batch, "table_id": vlog.table_id, "version": v}, sort_keys=True).encode()
-    if not storage.put_if_absent(anchor_name(batch), anchor):
-        _lost_or_foreign(storage, vlog, batch, v)
+    for _ in range(RACE_RETRIES):  # bounded: a delete that has not taken effect yet, say
+        anchor = json.dumps(
+            {"batch": batch, "table_id": vlog.table_id, "version": v}, sort_keys=True
+        ).encode()
+        if storage.put_if_absent(anchor_name(batch), anchor):
+            break
+        there = _unfilled(storage, vlog, batch)
+        if there == v:
+            break  # this version's own anchor (equal bytes, on a store that refuses them anyway)
+        if there is None:
+            _lost_or_foreign(storage, vlog, batch, v)
+        # Another version's anchor and no batch: a writer died between the two (or is writing
+        # it). Waiting would wait forever on a dead writer, and skipping the id would leave the
+        # two newest compacts 2K apart (Spark reads K from them): write what the anchor says.
+        if not _fill(storage, vlog, batch, there, interval, times):
+            storage.delete(anchor_name(batch))  # its version is vacuumed: nobody can write it
+            continue
+        if there > v:
+            raise LostRace(f"compact batch {batch} holds version {there}")
+        batch += COMPACT_INTERVAL  # on top of it, as a jump: a compact of every live file
+    else:
+        raise LostRace(f"compact batch {batch} of _spark_metadata/ stayed taken: the next commit looks again")
     interval = interval or table_interval(storage)
     if state is None or state.version != v:
         state = vlog.snapshot(at_most=v).state
@@ -566,6 +588,39 @@ def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: 
         ):
             raise LostRace(f"batch {batch} holds version {other}")
     raise Foreign(f"batch {batch} of _spark_metadata/ holds content lakesink did not derive")
+
+
+def _unfilled(storage: Storage, vlog: VersionedLog, batch: int) -> int | None:
+    """The lake version that this lake's anchor of compact batch ``batch`` names, when the batch
+    file is not there (None: another table's anchor, an unreadable one, or a batch written)."""
+    try:
+        doc = jsondoc.loads(storage.read_bytes(anchor_name(batch)))
+    except (FileNotFoundError, ValueError):
+        return None
+    version = doc.get("version")
+    if doc.get("table_id") != vlog.table_id or not isinstance(version, int):
+        return None
+    return None if storage.exists(batch_name(batch)) else version
+
+
+def _fill(
+    storage: Storage,
+    vlog: VersionedLog,
+    batch: int,
+    version: int,
+    interval: int | None,
+    times: dict[int, int] | None,
+) -> bool:
+    """Write compact batch ``batch`` for lake version ``version``, as its anchor says; False when
+    the lake no longer holds that version (vacuumed)."""
+    commit = vlog.read_commit(version)
+    if commit is None:
+        return False
+    try:
+        write_version(storage, vlog, commit, batch - 1, jump=True, interval=interval, times=times)
+    except CorruptFileError:
+        return False
+    return True
 
 
 def _put_same(storage: Storage, name: str, data: bytes) -> None:
