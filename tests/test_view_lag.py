@@ -321,3 +321,29 @@ def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(
     assert writer.append(1000) == later + 1
     assert spark_view_version(storage) == later + 1
     assert_every_reader_reads_the_lake(lake, storage)
+
+
+def test_a_view_checkpoint_older_than_the_lakes_log_is_reported_not_raised(lake: str) -> None:
+    """The simulation's seed 2428: the Delta view's newest checkpoint is at a version the lake
+    can no longer derive (the view checkpoint due later was never written -- its writer killed
+    -- and vacuum truncated the lake's log below it): `verify` reports the view behind and names
+    `sync-views` (it used to raise CorruptFileError), and `sync-views` writes the checkpoint."""
+    from lakesink.views.delta import delta_checkpoint_name
+
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    for i in range(11):  # versions 0..10: view checkpoints at 5 and 10
+        writer.append(i * 100)
+    restart(storage, table_id)
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.ok and not storage.exists(commit_name(4))  # the lake's log starts at 10 now
+    assert storage.exists(delta_checkpoint_name(10))
+    storage.delete(delta_checkpoint_name(10))  # as if its writer had been killed before it
+    restart(storage, table_id)
+    checked = verify(lake)  # raised CorruptFileError: "... the live files at version 5 cannot be derived"
+    assert checked.delta_view is not None and checked.delta_view.startswith("behind"), checked.delta_view
+    assert "sync-views" in checked.delta_view and "version 5" in checked.delta_view
+    assert main(["sync-views", lake]) == 0
+    assert storage.exists(delta_checkpoint_name(10))
+    assert verify(lake).ok
+    assert_every_reader_reads_the_lake(lake, storage)

@@ -709,7 +709,18 @@ def _sync_checkpoints(
             report.detail = f"the lake's versions below {c} are vacuumed: the view needs a checkpoint at {c}"
     newest = max([c for c in checkpoints if c <= latest] + report.checkpoints, default=None)
     if newest is not None and report.state == "ok":
-        problem = check_view_checkpoint(storage, vlog, newest, interval)
+        try:
+            problem = check_view_checkpoint(storage, vlog, newest, interval)
+        except CorruptFileError as exc:
+            # The lake cannot derive that version any more (vacuumed below it): a view whose
+            # newest checkpoint is that old is behind, which sync-views repairs (it writes the
+            # checkpoint due at the latest version), not a reason for verify to crash.
+            report.state = "behind"
+            report.detail = (
+                f"the view's newest checkpoint is at version {newest}, which the lake can no longer "
+                f"derive ({exc}): run `lakesink sync-views {storage.url}`"
+            )
+            return
         if problem is not None:
             report.state, report.foreign, report.detail = "foreign", [newest], problem
 
