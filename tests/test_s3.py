@@ -397,7 +397,10 @@ def test_non_s3_scheme_is_a_clear_value_error() -> None:
     [
         ({"key": 123}, r"'key' .* must be a string, got int"),
         ({"endpoint_url": 123}, r"'endpoint_url' .* must be a string, got int"),
-        ({"endpoint_url": "127.0.0.1:9000"}, r"endpoint_url.*must start with http:// or https://"),
+        (
+            {"endpoint_url": "127.0.0.1:9000"},
+            r"'endpoint_url'.*must be a URL starting with http:// or https:// \(value not shown\)",
+        ),
         ({"config_kwargs": {"retries": 5}}, r"config_kwargs\['retries'\].*must be a dict"),
         ({"client_kwargs": "eu-west-1"}, r"'client_kwargs' .* must be a dict, got str"),
         ({"part_size": "8MiB"}, r"'part_size' .* must be an int, got str"),
@@ -407,7 +410,8 @@ def test_non_s3_scheme_is_a_clear_value_error() -> None:
 def test_storage_options_of_the_wrong_type_are_named_on_the_driver(options: Any, complaint: str) -> None:
     with pytest.raises((TypeError, ValueError), match=complaint) as info:
         LakeForeachWriter(URL, schema=SCHEMA, storage_options=options)
-    assert "abc" not in str(info.value) and "123" not in str(info.value).replace("got int", "")
+    shown = str(info.value)
+    assert "abc" not in shown and "123" not in shown.replace("got int", "") and "9000" not in shown
     with pytest.raises((TypeError, ValueError), match=complaint):
         open_storage(URL, options)
 
