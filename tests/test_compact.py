@@ -315,7 +315,11 @@ def test_compaction_of_a_lake_written_by_the_epoch_writer(spark: Any, tmp_path: 
     assert ids(lake) == list(range(500)) and Lake(lake).version == 5
 
 
+# Long (make chaos): the simulation runs compactions beside live writers under every fault in
+# make test; this is the same race through Spark, and it needs the race to happen (load-bound).
 @pytest.mark.spark
+@pytest.mark.long
+@pytest.mark.chaos
 def test_compaction_in_a_loop_beside_a_live_writer(spark: Any, tmp_path: Path, lake: str) -> None:
     total = 40
     raced: list[int] = []  # compactions with appends committed between their base and their commit

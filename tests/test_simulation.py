@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
 CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
-BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
+BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "80"))
 
 
 class TestSimStore(StorageContract):
