@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: Every fault and every actor: the holes of issue 32 that the simulation found with ``stall``,
 #: ``late``, ``delete`` and ``views`` are closed (their seeds below run clean).
 CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
-CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
+CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi,continue"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "80"))
 

@@ -48,21 +48,45 @@ def batch_of(row_id: int) -> tuple[int, int]:
 
 @dataclass
 class WriterPlan:
-    """One streaming query: its id, how many batches it writes, and Spark's checkpoint."""
+    """One streaming query: its id, how many batches it writes, and Spark's checkpoint.
+
+    A query reads one input *stream*; its batch ``b`` is the stream's batch ``base + b`` (its
+    rows and end offsets). A query that continues another (``continue_writer``) reads the same
+    stream from where that one ended, with ``continues`` naming it and ``base`` one past its
+    last batch then; the query it continues is ``abandoned`` (its checkpoint lost: no restart).
+    """
 
     index: int
     id: str
     batches: int
     allow_other_queries: bool
     views: bool
+    stream: int = -1  # the input it reads; -1: its own (index)
+    base: int = 0
+    continues: str | None = None
     next_batch: int = 0  # Spark's commit log: every batch below it was acknowledged
     acked: dict[int, str] = field(default_factory=dict)  # batch -> the commit's status
     runs: int = 0
     actor: Actor | None = None
+    abandoned: bool = False  # its checkpoint is gone: nobody restarts it
+    refused: bool = False  # its continuation was refused: the user starts another one
+    replaced: bool = False  # ... and has started it
+
+    def __post_init__(self) -> None:
+        if self.stream < 0:
+            self.stream = self.index
 
     @property
     def finished(self) -> bool:
         return self.next_batch >= self.batches
+
+    def rows(self, batch: int) -> list[list[int]]:
+        return batch_rows(self.stream, self.base + batch)
+
+    def end_offsets(self, batch: int) -> list[dict[str, dict[str, int]]]:
+        """The source's end offsets of ``batch``, as Spark's offset log holds them: the stream's
+        next offset (ten per stream batch)."""
+        return [{"src": {"0": 10 * (self.base + batch + 1)}}]
 
 
 class TaskFailed(Exception):
@@ -73,8 +97,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
     from lakesink.commit.batches import BatchCommitter
     from lakesink.commit.files import FileWriter, WriteOptions
     from lakesink.maintenance.sweep import sweep_after_commit
+    from lakesink_reader.errors import CommitRefusedError
     from lakesink_reader.format.names import new_attempt_id, writer_file_name
-    from lakesink_reader.format.v3.commits import AddFile, writer_tag
+    from lakesink_reader.format.v3.commits import AddFile, Continuation, writer_tag
+    from lakesink_reader.format.v3.state import offsets_check_kind
 
     def body(actor: Actor) -> str:
         world, storage = env.world, env.client(actor)
@@ -102,7 +128,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             adds: list[AddFile] = []
             try:
                 if not skipped:
-                    for task, ids in enumerate(batch_rows(plan.index, b)):
+                    for task, ids in enumerate(plan.rows(b)):
                         for attempt in range(3):  # Spark retries a failed task
                             name = writer_file_name(writer_tag(plan.id), b, task, new_attempt_id())
                             writer = FileWriter(storage, name, SCHEMA, WriteOptions(row_group_bytes=1024))
@@ -120,10 +146,21 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                             break
                         else:
                             raise TaskFailed(f"task {task} of batch {b} failed 3 times")
+                continues = None
+                if b == 0 and plan.continues is not None:
+                    # As the data source does (``continuation``): the continued writer as the log
+                    # has it now, and this query's start offsets, fixed in its checkpoint.
+                    state = committer.log.open()
+                    old = state.writers.get(plan.continues)
+                    if plan.id not in state.writers and old is not None:
+                        start = plan.end_offsets(-1)
+                        check = offsets_check_kind(old.offsets, start)
+                        continues = Continuation(old.id, old.last_batch, old.last_version, start, check)
                 result = committer.commit(
                     b,
                     adds,
-                    source_offsets=[{"src": {"0": 10 * (b + 1)}}],
+                    source_offsets=plan.end_offsets(b),
+                    continues=continues,
                     state=cursor,
                     tasks_skipped=skipped,
                 )
@@ -133,6 +170,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     committer.abort(b, adds)
                 except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
                     world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
+                if isinstance(exc, CommitRefusedError) and plan.continues is not None and b == 0:
+                    # The continued query committed since this one read its offsets: the start
+                    # offsets in this query's checkpoint are stale for good. Its user starts anew.
+                    plan.refused = plan.abandoned = True
                 return f"failed at batch {b}"
             plan.acked[b] = result.status
             plan.next_batch = b + 1
@@ -142,6 +183,39 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                 sweep_after_commit(storage, older_than=3600.0)
                 swept = True
         return "done"
+
+    return body
+
+
+def continuer(env: Env, old: WriterPlan, *, stop: bool) -> Callable[[Actor], Any]:
+    """A user whose query ``old`` lost its checkpoint: they stop it (``stop``; else it runs on,
+    a zombie), read its offsets from the lake (``lakesink offsets``) and start a new query with
+    ``continue_writer`` from them. Nothing is started when the lake does not know ``old`` yet
+    (there is nothing to continue: the old query is kept) or holds all of its stream."""
+    from lakesink_reader.format.v3.vlog import VersionedLog
+
+    def body(actor: Actor) -> str:
+        if old.finished or (old.abandoned and not old.refused):
+            return f"{old.id[:8]} needs no continuation"
+        if stop and old.actor is not None and not old.actor.done:
+            old.actor.killed = True  # the user stops the old query (its next call raises)
+        state = VersionedLog(env.client(actor), env.table_id, checkpoint_interval=env.interval).open()
+        target = old
+        while target.continues is not None and target.id not in state.writers:
+            # A refused continuation never reached the log: continue what it meant to.
+            target = next(p for p in env.writers if p.id == target.continues)
+        known = state.writers.get(target.id)
+        if known is None:
+            return f"{target.id[:8]} is not in the lake: nothing to continue"
+        old.abandoned = True
+        base = target.base + known.last_batch + 1
+        total = target.base + target.batches
+        if base >= total:
+            return f"the lake holds all of stream {target.stream}: nothing to continue"
+        plan = env.add_writer(
+            batches=total - base, stream=target.stream, base=base, continues=target.id, offset=actor.offset
+        )
+        return f"writer {plan.index} continues writer {target.index} from stream batch {base}"
 
     return body
 
@@ -238,6 +312,21 @@ def read_job(env: Env) -> Callable[[Any], str]:
         old_rows = lake.to_table(columns=["id"], as_of_version=older).column("id").to_pylist()
         env.checker.check_rows(old_rows, f"a reader at version {older}")
         return f"read {len(rows)} rows at {latest}, {len(old_rows)} at {older}"
+
+    return job
+
+
+def sync_views_job(env: Env) -> Callable[[Any], str]:
+    """``lakesink sync-views``: brings the Delta and Spark views up to the lake, beside writers
+    that update them too."""
+    from lakesink.views.delta_view import delta_sync
+    from lakesink.views.spark_metadata_view import spark_sync
+
+    def job(storage: Any) -> str:
+        return "; ".join(
+            f"{name}: {sync(storage).summary()}"
+            for name, sync in (("delta", delta_sync), ("spark", spark_sync))
+        )
 
     return job
 

@@ -99,7 +99,7 @@ class Checker:
         if any(plan.views for plan in self.env.writers):
             self.check_delta_view(state.retained_from)
         expected = {
-            (plan.index, b)
+            (plan.stream, plan.base + b)
             for plan in self.env.writers
             if (known := state.writers.get(plan.id)) is not None
             for b in range(known.last_batch + 1)
@@ -224,10 +224,11 @@ class Checker:
         lake = Lake(self.env.root)
         versions = lake.versions()
         appended: dict[int, tuple[int, int]] = {}
-        ids = {plan.id: plan.index for plan in self.env.writers}
+        plans = {plan.id: plan for plan in self.env.writers}
         for info in versions:
             if info.writer is not None and info.batch is not None:
-                appended[info.version] = (ids[info.writer], info.batch)
+                plan = plans[info.writer]
+                appended[info.version] = (plan.stream, plan.base + info.batch)
         if not versions:
             return
         # Batches appended before the oldest retained version: what that version holds already.
@@ -250,6 +251,24 @@ class Checker:
                     f"version {info.version} holds {sorted(present - expected)} beyond the batches "
                     f"appended up to it and lacks {sorted(expected - present)}",
                 )
+
+    def check_streams(self) -> None:
+        """Once the writers are done: every batch of every input stream is in the latest version
+        (a continued query's stream finished by the queries that continued it)."""
+        from lakesink_reader.lake import Lake
+
+        present = self.check_rows(
+            Lake(self.env.root).to_table(columns=["id"]).column("id").to_pylist(), "the end"
+        )
+        for plan in self.env.writers:
+            if plan.continues is None:
+                want = {(plan.stream, b) for b in range(plan.batches)}
+                if not want <= present:
+                    raise Violation(
+                        "exactly_once",
+                        f"stream {plan.stream} lacks batches {sorted(b for _, b in want - present)} at the "
+                        "end",
+                    )
 
     def leftovers(self) -> list[str]:
         """What a converged lake must not hold: staged files, unlisted data files, leases."""

@@ -27,7 +27,7 @@ from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
 from tests.sim.world import START, Actor, World
 
 FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
-ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi")
+ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi", "continue")
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
 
@@ -90,6 +90,37 @@ class Env:
         self.burst: tuple[Actor | None, int] = (None, 0)
         self.p_coincide = 0.0  # chance that a jump of the clock wakes every sleeper due within a day
         self.idle: list[float] = []  # the idle stretches writers may take between batches
+
+    def add_writer(
+        self,
+        *,
+        batches: int,
+        stream: int = -1,
+        base: int = 0,
+        continues: str | None = None,
+        offset: float = 0.0,
+        allow_other_queries: bool | None = None,
+        views: bool | None = None,
+    ) -> actors.WriterPlan:
+        """A new streaming query (a fresh checkpoint), started now."""
+        import uuid
+
+        first = self.writers[0] if self.writers else None
+        plan = actors.WriterPlan(
+            len(self.writers),
+            str(uuid.uuid4()),
+            batches,
+            allow_other_queries
+            if allow_other_queries is not None
+            else first is not None and first.allow_other_queries,
+            views if views is not None else first is not None and first.views,
+            stream=stream,
+            base=base,
+            continues=continues,
+        )
+        self.writers.append(plan)
+        _start_writer(self, plan, offset=offset, idle=self.idle)
+        return plan
 
     def client(self, actor: Actor | None) -> SimStore:
         key = actor.name if actor is not None else ""
@@ -194,6 +225,17 @@ def _setup(env: Env) -> None:
         plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), n_writers > 1, views)
         env.writers.append(plan)
         _start_writer(env, plan, offset=skew(), idle=idle)
+    later = world.later
+    if "continue" in cfg.actors and later.random() < 0.5:
+        # A query loses its checkpoint; its user continues it from the lake's offsets, having
+        # stopped it or not (a zombie driver still committing).
+        _continue(
+            env,
+            later.choice(env.writers),
+            stop=later.random() < 0.5,
+            offset=later.choice([0.0, 0.0, -600.0, 30.0, 3600.0, -3600.0]) if "skew" in faults else 0.0,
+            delay=later.choice([1.0, 60.0, 3600.0]),
+        )
     pause = [1.0, 60.0, 3600.0, 86400.0]
     for name, job in (
         ("vacuum", actors.vacuum_job),
@@ -210,6 +252,13 @@ def _setup(env: Env) -> None:
                 delay=rng.choice([0.0, 10.0, 600.0]),
             )
 
+    if views and later.random() < 0.5:  # `lakesink sync-views` beside the writers
+        world.spawn(
+            "sync-views",
+            actors.repeat(env, later.randint(1, 3), pause, "sync-views", actors.sync_views_job(env)),
+            offset=later.choice([0.0, 0.0, -600.0, 30.0, 3600.0, -3600.0]) if "skew" in faults else 0.0,
+            delay=later.choice([0.0, 10.0, 600.0]),
+        )
     p_outage = rng.choice([0.0, 0.3, 0.6])
 
     def decide(actor: Actor) -> str | None:
@@ -258,6 +307,15 @@ def _start_writer(
         offset=offset,
         delay=delay,
     )
+
+
+def _continue(
+    env: Env, old: actors.WriterPlan, *, stop: bool, offset: float, delay: float, tries: int = 1
+) -> None:
+    actor = env.world.spawn(
+        f"continuer{len(env.world.actors)}", actors.continuer(env, old, stop=stop), offset=offset, delay=delay
+    )
+    actor.data.update({"continues": old, "try": tries})
 
 
 def _step(env: Env, *, faults: bool) -> bool:
@@ -355,10 +413,36 @@ def _deferred(env: Env, *, faults: bool) -> None:
 
 
 def _restart(env: Env, *, final: bool) -> None:
-    """A writer run that ended early is restarted (Spark's query restart): it replays."""
+    """A writer run that ended early is restarted (Spark's query restart): it replays. A refused
+    continuation is replaced by a new one, which reads the lake's offsets again."""
     rng = env.world.rng
-    for plan in env.writers:
-        if plan.finished or plan.actor is None or not plan.actor.done:
+    for plan in list(env.writers):
+        if plan.refused and plan.actor is not None and plan.actor.done and not plan.replaced:
+            plan.replaced = True
+            _continue(
+                env,
+                plan,
+                stop=True,
+                offset=plan.actor.offset,
+                delay=0.0 if final else rng.choice([1.0, 60.0]),
+            )
+    for actor in list(env.world.actors):
+        # A continuation that failed before it started its query (killed, a read that failed):
+        # its user tries again.
+        old = actor.data.get("continues")
+        if old is not None and actor.done and (actor.killed or actor.error is not None):
+            del actor.data["continues"]
+            if final or actor.data["try"] < 4:
+                _continue(
+                    env,
+                    old,
+                    stop=True,
+                    offset=actor.offset,
+                    delay=0.0 if final else 60.0,
+                    tries=actor.data["try"] + 1,
+                )
+    for plan in list(env.writers):
+        if plan.finished or plan.abandoned or plan.actor is None or not plan.actor.done:
             continue
         if final or plan.runs < 4:
             _start_writer(
@@ -392,11 +476,29 @@ def _settle(env: Env) -> None:
             break
     else:
         raise Violation("converges", "the writers did not finish their batches within 2,000 fault-free steps")
-    unfinished = [p.index for p in env.writers if not p.finished]
+    unfinished = [p.index for p in env.writers if not p.finished and not p.abandoned]
     if unfinished:
         raise Violation("converges", f"writers {unfinished} could not finish their batches without faults")
     env.checker.check()
     env.checker.check_versions()
+    env.checker.check_streams()
+
+
+def _never_committed(env: Env, name: str) -> bool:
+    """Whether ``name`` is a file of a query that never committed and never will: one whose
+    continuation was refused, or that its user gave up on, before its first commit. The sweep
+    keeps such files for good ("its first batch may be in flight"): nothing in the log says that
+    query is gone (docs/design/simulation.md, "Found: files of a query that never committed")."""
+    from lakesink_reader.format.names import parse_writer_file
+    from lakesink_reader.format.v3.commits import writer_tag
+
+    written = parse_writer_file(name)
+    if written is None:
+        return False
+    state = Checker(env)._log().open()
+    return any(
+        p.abandoned and p.id not in state.writers and writer_tag(p.id) == written[0] for p in env.writers
+    )
 
 
 def _final(env: Env) -> None:
@@ -430,8 +532,12 @@ def _final(env: Env) -> None:
         swept = sweep(storage, older_than=0.0, delete=True)
     except Exception as exc:
         raise Violation("converges", f"the final sweep raised {type(exc).__name__}: {exc}") from exc
-    if not swept.ok or swept.kept:
-        raise Violation("converges", f"the final sweep failed on {swept.failed[:3]}, kept {swept.kept[:3]}")
+    kept = [o for o in swept.kept if not _never_committed(env, o.name)]
+    if not swept.ok or kept:
+        raise Violation("converges", f"the final sweep failed on {swept.failed[:3]}, kept {kept[:3]}")
+    for orphan in swept.kept:
+        # Known gap (docs/design/simulation.md, "Found"): no age makes them safe to remove.
+        world.note(f"final: kept {orphan.name}: {orphan.reason}")
     if any(p.views for p in env.writers):
         from lakesink.views.delta_view import delta_sync
         from lakesink.views.spark_metadata_view import spark_sync
@@ -445,7 +551,7 @@ def _final(env: Env) -> None:
                 ) from exc
             if not view.ok:
                 raise Violation("views", f"the {name} view does not sync: {view.summary()}")
-    left = env.checker.leftovers()
+    left = [x for x in env.checker.leftovers() if not _never_committed(env, x.rpartition(" ")[2])]
     if left:
         raise Violation("converges", f"the final pass left {left[:5]} ({len(left)} in all)")
     env.checker.check()

@@ -66,6 +66,9 @@ class World:
     def __init__(self, seed: int) -> None:
         self.seed = seed
         self.rng = random.Random(seed)  # scheduling and faults
+        #: Whether the actors added after the first results run in a seed (and how): apart, so
+        #: that a seed that does not pick them keeps its schedule (the regression seeds' holes).
+        self.later = random.Random(seed ^ 0x1A7E)
         self.ids = random.Random(seed ^ 0x5EED)  # uuids, attempt ids, jitter: apart, so that
         # a change in how many ids the code draws does not reshuffle the schedule
         self.now = START
