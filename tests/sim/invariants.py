@@ -63,6 +63,7 @@ class Checker:
         self._state: tuple[object, Any] | None = None
         self._latest: tuple[object, tuple[tuple[str, Any], ...], set[tuple[int, int]]] | None = None
         self._delta: tuple[object, int] | None = None
+        self._spark: tuple[object, int] | None = None
         self._ids: dict[str, tuple[Any, list[int]]] = {}
         self._versions: dict[int, set[tuple[int, int]]] = {}
 
@@ -98,6 +99,7 @@ class Checker:
         present = self._latest_batches(state.version, log_key)
         if any(plan.views for plan in self.env.writers):
             self.check_delta_view(state.retained_from)
+            self.check_spark_view(state.retained_from)
         expected = {
             (plan.stream, plan.base + b)
             for plan in self.env.writers
@@ -197,6 +199,37 @@ class Checker:
             raise Violation("views", f"{where} holds other batches than the lake at that version")
         files = tuple((p, _stat(os.path.join(self.env.root, p))) for p in paths)
         self._delta = ((folder, files), retained_from)
+
+    def check_spark_view(self, retained_from: int) -> None:
+        """``views``: the Spark view (``_spark_metadata/``), read as Spark's file source reads it
+        (the newest compact batch at or below the newest batch, then every batch after it; not
+        through lakesink's code): every file it lists exists, and it holds whole batches once,
+        the same as the lake at the version its newest batch holds (when still retained)."""
+        root = self.env.root
+        folder = _folder_stats(os.path.join(root, "_spark_metadata"))
+        anchors = _folder_stats(os.path.join(root, "_spark_metadata", "_lakesink"))
+        if self._spark is not None:
+            (last_folder, last_anchors, last_files), last_floor = self._spark
+            if (
+                (last_folder, last_anchors) == (folder, anchors)
+                and last_floor <= retained_from
+                and all(_stat(p) == st for p, st in last_files)
+            ):
+                return
+        latest, version, paths = spark_view_files(root)
+        if latest is None:
+            return
+        where = f"the Spark view at batch {latest} (lake version {version})"
+        gone = sorted(p for p in set(paths) if not os.path.exists(p))
+        if gone:
+            raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        # Spark's file index keys files by path: a path listed twice is read once.
+        rows = [r for p in dict.fromkeys(paths) for r in self._file_ids(p)]
+        present = self.check_rows(rows, where)
+        if version is not None and version >= retained_from and present != self._lake_at(version):
+            raise Violation("views", f"{where} holds other batches than the lake at that version")
+        files = tuple((p, _stat(p)) for p in dict.fromkeys(paths))
+        self._spark = ((folder, anchors, files), retained_from)
 
     def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
         """Whole batches, each once; returns the (writer, batch) pairs present."""
@@ -328,3 +361,56 @@ def delta_view_files(root: str) -> tuple[int | None, list[str]]:
             if "add" in action:
                 listed.append(action["add"]["path"])
     return latest, [unquote(p) for p in listed]
+
+
+def spark_view_files(root: str) -> tuple[int | None, int | None, list[str]]:
+    """The newest batch of the Spark view under ``root``, the lake version it holds (from its
+    anchors; None when none is at or below it) and the data files it lists (absolute local
+    paths, a path listed twice twice), as Spark 4.x's ``FileStreamSinkLog`` reads them; (None,
+    None, []) without a view."""
+    import json
+    from urllib.parse import unquote, urlparse
+
+    folder = os.path.join(root, "_spark_metadata")
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return None, None, []
+    ids = sorted(
+        int(n.split(".")[0]) for n in names if n.isdigit() or (n.endswith(".compact") and n[:-8].isdigit())
+    )
+    if not ids:
+        return None, None, []
+    latest = ids[-1]
+    compacts = sorted(int(n[:-8]) for n in names if n.endswith(".compact") and n[:-8].isdigit())
+    interval = compacts[-1] - compacts[-2] if len(compacts) >= 2 else 10
+    start = (latest + 1) // interval * interval - 1
+    paths: list[str] = []
+    for batch in range(max(start, 0), latest + 1):
+        name = f"{batch}.compact" if (batch + 1) % interval == 0 else str(batch)
+        try:
+            with open(os.path.join(folder, name), "rb") as f:
+                lines = f.read().decode().splitlines()
+        except FileNotFoundError:
+            raise Violation("views", f"the Spark view has batch {latest} but not {name}") from None
+        if not lines or lines[0] != "v1":
+            raise Violation("views", f"the Spark view's batch {name} does not start with v1")
+        for line in lines[1:]:
+            entry = json.loads(line)
+            path = unquote(urlparse(entry["path"]).path)
+            if not path.endswith("/_common_metadata"):
+                paths.append(path)
+    anchored = []
+    for n in (
+        os.listdir(os.path.join(folder, "_lakesink"))
+        if os.path.isdir(os.path.join(folder, "_lakesink"))
+        else []
+    ):
+        if n.endswith(".json") and n[:-5].isdigit() and int(n[:-5]) <= latest:
+            anchored.append(int(n[:-5]))
+    version = None
+    if anchored:
+        with open(os.path.join(folder, "_lakesink", f"{max(anchored):020d}.json"), "rb") as f:
+            anchor = json.loads(f.read())
+        version = int(anchor["version"]) + (latest - int(anchor["batch"]))
+    return latest, version, paths
