@@ -108,8 +108,10 @@ cluster: java $(STAMP) hdfs-jars ## every standalone-cluster case: 2 modes x loc
 SEEDS ?= 1000
 START ?= 0
 SIM_ARGS ?=
-simulate: $(STAMP) ## run SEEDS seeds of the format-3 simulation over 2 processes; prints seeds/s and failing seeds
-	$(PY) -m tests.sim --seeds $(SEEDS) --start $(START) --jobs 2 --keep-going $(SIM_ARGS)
+SIM_LEDGER ?= bench/results/simulation-ledger.jsonl
+simulate: $(STAMP) ## run SEEDS seeds of the format-3 simulation over 2 processes, a ledger line per 1000; prints seeds/s and failing seeds
+	$(PY) -m tests.sim --seeds $(SEEDS) --start $(START) --jobs 2 --keep-going --ledger $(SIM_LEDGER) $(SIM_ARGS)
+	$(PY) -m tests.sim --summary $(SIM_LEDGER)
 
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set

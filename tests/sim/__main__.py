@@ -58,8 +58,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--digest", action="store_true", help="print each seed's trace digest (replay checks)"
     )
+    parser.add_argument(
+        "--ledger",
+        help="append a JSON line per chunk of seeds run (commit, product source, range, clean, time) to it",
+    )
+    parser.add_argument(
+        "--chunk", type=int, default=1000, help="with --ledger: seeds per ledger line (default 1000)"
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # a --jobs worker's output
+    parser.add_argument(
+        "--summary", metavar="LEDGER", help="sum a ledger: seeds run clean per product version and switches"
+    )
     args = parser.parse_args(argv)
+    if args.summary:
+        return _summary(args.summary)
+    if args.ledger and args.seed is None and not args.json:
+        return _chunks(args)
 
     from tests.sim.run import Config
 
@@ -107,7 +121,106 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def _fan_out(args: argparse.Namespace, seeds: list[int]) -> int:
+def _chunks(args: argparse.Namespace) -> int:
+    """Run the seeds a chunk at a time, appending a ledger line after each: a long run that is
+    stopped (a session's end) keeps what it finished, and the next run carries on from
+    ``--start``. Issue 32 counts seeds run clean on one version of the product's source."""
+    from tests.sim.run import Config
+
+    source = _source_version()
+    switches = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon).describe()
+    failed = 0
+    end = args.start + args.seeds
+    for first in range(args.start, end, args.chunk):
+        count = min(args.chunk, end - first)
+        started = time.perf_counter()
+        chunk = argparse.Namespace(**{**vars(args), "start": first, "seeds": count, "ledger": None})
+        code, bad = _run_chunk(chunk)
+        line = {
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            **source,
+            "start": first,
+            "seeds": count,
+            "clean": count - len(bad),  # a seed not reported by its worker is in ``bad``
+            "failed": bad,
+            # The switches spelled out: "all" grows when actors are added.
+            "switches": switches,
+            "max_steps": args.max_steps,
+            "jobs": args.jobs,
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+        with open(args.ledger, "a", encoding="utf-8") as ledger:
+            ledger.write(json.dumps(line) + "\n")
+        failed += bool(code)
+        if code and not args.keep_going:
+            break
+    return 1 if failed else 0
+
+
+def _summary(path: str) -> int:
+    """Seeds run clean per (product version, switches), with their ranges and time."""
+    groups: dict[tuple[str, str, int], list[dict[str, object]]] = {}
+    with open(path, encoding="utf-8") as ledger:
+        for line in ledger:
+            if line.strip():
+                row = json.loads(line)
+                product = str(row["product"]) + ("+dirty" if row["product_dirty"] else "")
+                key = (product, str(row["switches"]), int(row["max_steps"]))
+                groups.setdefault(key, []).append(row)
+    for (product, switches, steps), rows in groups.items():
+        seeds = sum(int(str(r["seeds"])) for r in rows)
+        clean = sum(int(str(r["clean"])) for r in rows)
+        hours = sum(float(str(r["seconds"])) for r in rows) / 3600
+        failed = sorted(int(s) for r in rows for s in r["failed"])  # type: ignore[attr-defined]
+        spans = _spans(sorted(int(str(r["start"])) + i for r in rows for i in range(int(str(r["seeds"])))))
+        commits = sorted({str(r["commit"]) for r in rows})
+        print(
+            f"product {product} (commits {', '.join(commits)}), {switches} "
+            f"--max-steps {steps}: {clean} of {seeds} seeds clean ({spans}) in {hours:.1f} h"
+            + (f"; failed: {failed[:20]}" if failed else "")
+        )
+    return 0
+
+
+def _spans(seeds: list[int]) -> str:
+    spans: list[str] = []
+    for seed in seeds:
+        if spans and spans[-1].endswith(f"-{seed - 1}"):
+            spans[-1] = spans[-1].rsplit("-", 1)[0] + f"-{seed}"
+        elif spans and spans[-1] == str(seed - 1):
+            spans[-1] = f"{seed - 1}-{seed}"
+        else:
+            spans.append(str(seed))
+    return ", ".join(spans)
+
+
+def _run_chunk(args: argparse.Namespace) -> tuple[int, list[int]]:
+    """One chunk in worker processes (--jobs, at least one): exit status and failing seeds."""
+    seeds = list(range(args.start, args.start + args.seeds))
+    bad: list[int] = []
+    code = _fan_out(args, seeds, failed=bad)
+    return code, bad
+
+
+def _source_version() -> dict[str, object]:
+    """What the seeds ran on: the commit, and the git trees of the product's source (the writer
+    and reader packages) and of the simulation itself, with whether they had uncommitted
+    changes -- seeds count toward one version of both, whatever else changed."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+    def git(*cmd: str) -> str:
+        run = subprocess.run(["git", "-C", root, *cmd], capture_output=True, text=True, check=False)
+        return run.stdout.strip()
+
+    product = ("lakesink", "reader/lakesink_reader", "tests/sim")
+    return {
+        "commit": git("rev-parse", "--short=12", "HEAD"),
+        "product": "+".join(git("rev-parse", "--short=12", f"HEAD:{p}") for p in product),
+        "product_dirty": bool(git("status", "--porcelain", "--", *product)),
+    }
+
+
+def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | None = None) -> int:
     """Split the seeds over ``--jobs`` worker processes (interleaved), gather their lines."""
     started = time.perf_counter()
     common = ["--faults", args.faults, "--actors", args.actors, "--max-steps", str(args.max_steps), "--json"]
@@ -155,6 +268,11 @@ def _fan_out(args: argparse.Namespace, seeds: list[int]) -> int:
         worker.wait()
     elapsed = time.perf_counter() - started
     bad = [r for r in results if not r["ok"]]
+    if failed is not None:
+        failed.extend(sorted(int(str(r["seed"])) for r in bad))
+        # A worker that died reported fewer seeds than it was given: those count as failed.
+        reported = {int(str(r["seed"])) for r in results}
+        failed.extend(s for s in seeds if s not in reported)
     for r in bad:
         print(f"FAIL seed {r['seed']}: {r['violation']}")
         switches = f"--faults {args.faults} --actors {args.actors}"
