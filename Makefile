@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate bench lint typecheck clean
+.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate bench lint typecheck docs clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -44,7 +44,7 @@ $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constr
 	@# Two distributions: lakesink-reader (reader/: the reader and the lake contract) and lakesink
 	@# (the writers), which requires the first; both editable, from this checkout.
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e './reader[s3,hdfs,pandas]' \
-		-e '.[spark,s3,hdfs,pandas,connect,test,dev,bench]' --config-settings editable_mode=compat
+		-e '.[spark,s3,hdfs,pandas,connect,test,dev,bench,docs]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so
@@ -129,5 +129,13 @@ lint: $(STAMP) ## ruff check + format check
 typecheck: $(STAMP) ## mypy (strict) on the libraries and the dev tooling
 	$(VENV)/bin/mypy lakesink reader/lakesink_reader pyspark_lakesink.py devtools
 
-clean: ## remove the venv and demo output
-	rm -rf $(VENV) demo build *.egg-info
+# The user guide (mkdocs.yml: docs/, and bench/results/ through docs/bench-results) into the
+# git-ignored site/. --strict turns every warning into a failure: a broken link or anchor, a
+# page left out of the nav. NO_MKDOCS_2_WARNING: mkdocs-material prints a banner about its
+# successor on every build, which is not about this guide. (Not --quiet: it hides the warnings,
+# and with them --strict's failure.)
+docs: $(STAMP) ## the user guide, built with mkdocs --strict (a broken link fails) into site/
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+clean: ## remove the venv, demo output and the built guide
+	rm -rf $(VENV) demo build site *.egg-info

@@ -1,7 +1,7 @@
-"""The bench's results as tables: aligned text for the terminal, Markdown for README's "Performance".
+"""The bench's results as tables: aligned text for the terminal, Markdown for the guide's "Performance".
 
 Each part of the results becomes a :class:`Section` (a title, a table, notes) once, and both
-renderers draw the same sections, so the terminal and README never disagree.
+renderers draw the same sections, so the terminal and the guide never disagree.
 """
 
 from __future__ import annotations

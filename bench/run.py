@@ -19,7 +19,7 @@ the baseline the performance target was set with), in phases, each with a progre
             open, a writer's first commit, the checkpoint, per-commit latency next to format 2's
             (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
 
-It prints the tables (text, then Markdown for README) and writes ``bench-results.json`` and a
+It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
 
     .venv/bin/python bench/run.py                                       # the full run (~25 min, 2 cores)
@@ -349,7 +349,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=2,
         help=(
             "DataNodes of the hdfs phase's MiniDFSCluster, and its dfs.replication (default 2: closes "
-            "behave as on a real cluster's replication 3; 1 makes most closes wait 0.5 s, README 'HDFS')"
+            "behave as on a real cluster's replication 3; 1 makes most closes wait 0.5 s: guide, Storage)"
         ),
     )
     add("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
@@ -382,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
     picture = charts.draw(results, out.with_suffix(".png"))
     print()
     print(report.render_text(results))
-    print("\nMarkdown (README 'Performance'):\n")
+    print("\nMarkdown (docs/guide/performance.md):\n")
     print(report.render_markdown(results))
     print(
         f"wrote {out}"

@@ -311,7 +311,7 @@ def hdfs_phase(
     cluster (``devtools.hdfs``; ``make hdfs-jars`` builds it) runs beside the children, like
     moto, so its CPU is not the sinks'. Without its jars the phase says so and is skipped.
     ``datanodes`` (``--hdfs-datanodes``): its DataNodes and replication. With one, the close of
-    every small file races that DataNode's block report to the NameNode (README, HDFS).
+    every small file races that DataNode's block report to the NameNode (docs/guide/storage.md, HDFS).
     """
     from devtools.hdfs import HdfsJarsMissing, start_hdfs, stop_hdfs
 

@@ -96,7 +96,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # -- the kafka source ------------------------------------------------------------------------
 
 #: Spark's Kafka connector and the jars it needs beyond Spark's own: ``make kafka-jars`` copies
-#: them here from java/kafka/pom.xml (4.2.0: Maven Central serves no 4.3.0; see README, "Kafka").
+#: them here from java/kafka/pom.xml (4.2.0: Maven Central serves no 4.3.0; see docs/guide/kafka.md).
 _CHECKOUT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KAFKA_JARS = os.path.join(_CHECKOUT, "java", "kafka", "connector-jars")
 _KAFKA_JARS = ("spark-sql-kafka-0-10_", "spark-token-provider-kafka-0-10_", "kafka-clients", "commons-pool2")
@@ -186,7 +186,7 @@ def check_kafka_args(p: argparse.ArgumentParser, args: argparse.Namespace) -> No
 def lake_start(args: argparse.Namespace) -> None:
     """``--starting-offsets lake``: start where the lake's writer ended, continuing that writer.
 
-    For a query whose checkpoint is lost or unusable (README, "Kafka"): sets
+    For a query whose checkpoint is lost or unusable (docs/guide/kafka.md): sets
     ``args.starting_offsets`` to the offsets the lake recorded at the end of the writer's last
     batch (what ``lakesink offsets`` prints) and ``args.continue_writer`` to that writer, whose
     continuation lakesink then checks before anything is written. A checkpoint whose query is
@@ -264,7 +264,7 @@ def lake_start(args: argparse.Namespace) -> None:
     if len(offsets) != 1 or not isinstance(offsets[0], dict):
         raise ValueError(
             f"writer {writer.id} of {args.lake} read {len(offsets)} source(s) ({json.dumps(offsets)}); this "
-            "job reads one Kafka source: start your own query with those offsets (README, 'Kafka')"
+            "job reads one Kafka source: start your own query with those offsets (docs/guide/kafka.md)"
         )
     topics = {t.strip() for t in args.topic.split(",")}
     if set(offsets[0]) != topics:

@@ -6,7 +6,7 @@ jobs/stream_to_lake.py (`--source kafka`) streams them into ./demo/kafka-lake. T
 killed with -9 (its whole process group) after a few epochs, then restarted from its checkpoint
 with availableNow once the producer is done. With ``--from-lake`` (epoch mode, a format-3
 lake) the checkpoint is deleted after the kill instead, and the job restarts from the offsets
-the lake recorded (``lakesink offsets``; ``--starting-offsets lake``): README's recovery
+the lake recorded (``lakesink offsets``; ``--starting-offsets lake``): docs/guide/kafka.md's recovery
 procedure. The reader then counts the lake's records by Kafka (partition, offset) against the
 topic. The broker is stopped by PID whatever happens.
 """

@@ -67,7 +67,7 @@ def test_json_input_is_recognised_and_a_failing_query_ends_in_one_line(tmp_path:
     (source / "a.json").write_text("".join(f'{{"id": {i}, "label": "x{i}"}}\n' for i in range(50)))
     lake = str(tmp_path / "lake")
     common = ["--source", "files", "--input", str(source), "--available-now", "--lake", lake]
-    out = run_job(*common, "--checkpoint", str(tmp_path / "chk"))  # README's example: no --input-format
+    out = run_job(*common, "--checkpoint", str(tmp_path / "chk"))  # the guide's example: no --input-format
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(50))
     # A second stream of another schema into the same lake: the query fails, said in one line.

@@ -401,7 +401,7 @@ def printed_offsets(lake: Path) -> Any:
 def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
     spark: Any, kafka: KafkaBroker, tmp_path: Path
 ) -> None:
-    """The recovery procedure of README "Kafka": the lake's offsets, a refused overlap and a
+    """The recovery procedure of docs/guide/kafka.md: the lake's offsets, a refused overlap and a
     refused gap (nothing written; lakesink.write_stream), the continuation with the job's
     ``--starting-offsets lake`` (every record once), and its restart from its own checkpoint."""
     import json
