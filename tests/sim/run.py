@@ -20,14 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.sim import actors
+from tests.sim import actors, foreach
 from tests.sim.determinism import install
 from tests.sim.invariants import Checker, Violation
 from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
 from tests.sim.world import START, Actor, World
 
 FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
-ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi")
+ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi", "foreach")
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
 
@@ -90,6 +90,8 @@ class Env:
         self.burst: tuple[Actor | None, int] = (None, 0)
         self.p_coincide = 0.0  # chance that a jump of the clock wakes every sleeper due within a day
         self.idle: list[float] = []  # the idle stretches writers may take between batches
+        #: The foreach world (``tests.sim.foreach``) when the seed builds a foreach lake.
+        self.foreach: foreach.ForeachWorld | None = None
 
     def client(self, actor: Actor | None) -> SimStore:
         key = actor.name if actor is not None else ""
@@ -165,6 +167,9 @@ def _setup(env: Env) -> None:
     from lakesink_reader.format.table import ensure_table
 
     world, cfg, rng = env.world, env.cfg, env.world.rng
+    if foreach.picks_foreach(world.seed, cfg.actors):
+        foreach.setup(env)
+        return
     env.interval = rng.choice([2, 3, 4, 5])
     meta = ensure_table(
         env.client(None), actors.SCHEMA, "epoch", format_version=3, checkpoint_interval=env.interval
@@ -356,6 +361,9 @@ def _deferred(env: Env, *, faults: bool) -> None:
 
 def _restart(env: Env, *, final: bool) -> None:
     """A writer run that ended early is restarted (Spark's query restart): it replays."""
+    if env.foreach is not None:
+        env.foreach.restart(final=final)
+        return
     rng = env.world.rng
     for plan in env.writers:
         if plan.finished or plan.actor is None or not plan.actor.done:
@@ -405,6 +413,9 @@ def _final(env: Env) -> None:
     from lakesink.maintenance.vacuum import vacuum
     from lakesink.maintenance.verify import verify
 
+    if env.foreach is not None:
+        env.foreach.final()
+        return
     world, storage = env.world, env.client(None)
     world.now += 7200.0  # past every actor's skew: what they committed is in the past now
     world.note(
