@@ -52,6 +52,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
 from tests.sim.actors import SCHEMA
 from tests.sim.invariants import Violation, _stat
 from tests.sim.store import OP_FAULTS, READ_FAULTS
@@ -94,6 +96,16 @@ def key_of(row_id: int) -> tuple[int, int, int]:
     return row_id // Q, (row_id % Q) // E, (row_id % E) // P
 
 
+def folder_value(row_id: int) -> str:
+    """A partitioned lake's ``key`` column (``partition_by=["key"]``): a task's rows fall into up
+    to three folders, each a file of the (partition, epoch)'s name that commits on its own."""
+    return f"k{row_id % 3}"
+
+
+#: A partitioned foreach lake's stream: the rows' ids and their folder.
+KEYED_SCHEMA = pa.schema([("id", pa.int64()), ("key", pa.string())])
+
+
 class UpstreamFailure(Exception):
     """The task failed upstream of the writer (the source, a UDF): pyspark calls close(error)."""
 
@@ -130,6 +142,7 @@ class ForeachWorld:
         self.p_spec = 0.0  # a speculative copy of a running task
         self.p_driver_dies = 0.0  # the driver dies between an epoch's tasks and its commit log
         self.idle: list[float] = []
+        self.partitioned = False  # partition_by=["key"]: a task's rows go to up to 3 folders
 
     @property
     def writers(self) -> list[QueryPlan]:
@@ -138,6 +151,23 @@ class ForeachWorld:
 
     def acknowledged(self) -> set[tuple[int, int]]:
         return {(q.index, e) for q in self.writers for e in range(q.next_epoch)}
+
+    def files_of(self, query: QueryPlan, epoch: int, partition: int) -> set[str]:
+        """The names a (partition, epoch) of ``query`` publishes: one per folder its rows meet."""
+        base = f"part-{partition:05d}-epoch-{epoch:012d}-{query.tag}.parquet"
+        if not self.partitioned:
+            return {base}
+        return {f"key={folder_value(r)}/{base}" for r in task_rows(query.index, epoch, partition)}
+
+    def all_files(self) -> set[str]:
+        """Every name the queries publish, once they all finished."""
+        return {
+            name
+            for q in self.writers
+            for e in range(q.epochs)
+            for p in range(q.partitions)
+            for name in self.files_of(q, e, p)
+        }
 
     # The world's hooks into tests.sim.run ------------------------------------------------------
 
@@ -183,6 +213,7 @@ def setup(env: Env) -> None:
     fw.p_spec = rng.choice([0.0, 0.0, 0.2])
     fw.p_driver_dies = rng.choice([0.0, 0.1, 0.2])
     fw.idle = [60.0, 3600.0, 2 * 86400.0] if "idle" in cfg.actors else []
+    fw.partitioned = rng.random() < 0.3
     n_queries = rng.choice([1, 1, 2, 3]) if "multi" in cfg.actors else 1
     intruder = "multi" in cfg.actors and rng.random() < 0.4
     for i in range(n_queries + intruder):
@@ -199,7 +230,9 @@ def setup(env: Env) -> None:
             )
         )
     world.note(
-        f"seed {world.seed}: {cfg.describe()}; FOREACH lake, store faults {sorted(env.shared.faults)} "
+        f"seed {world.seed}: {cfg.describe()}; FOREACH lake"
+        f"{' partitioned by key' if fw.partitioned else ''}, "
+        f"store faults {sorted(env.shared.faults)} "
         f"p={p_fault}, kill p={p_kill}, stall p={p_stall}; tasks fail p={fw.p_task_fail}, cut short "
         f"p={fw.p_cut}, speculation p={fw.p_spec}, driver dies p={fw.p_driver_dies}; queries "
         + ", ".join(
@@ -318,10 +351,11 @@ def _driver(fw: ForeachWorld, plan: QueryPlan) -> Callable[[Actor], Any]:
         try:
             writer = LakeForeachWriter(
                 env.root,
-                schema=SCHEMA,
+                schema=KEYED_SCHEMA if fw.partitioned else SCHEMA,
                 batch_rows=BATCH_ROWS,
                 write_options=WriteOptions(row_group_bytes=1024),
                 allow_other_queries=plan.allow_other_queries,
+                partition_by=["key"] if fw.partitioned else None,
             )
         except Exception as exc:  # noqa: BLE001 - the query fails to start; it is restarted
             world.note(f"{actor.name}: LakeForeachWriter(...) raised {type(exc).__name__}: {exc!s:.160}")
@@ -412,7 +446,7 @@ def _task(
         error: Exception | None = None
         try:
             for row_id in rows[:cut]:
-                writer.process((row_id,))
+                writer.process((row_id, folder_value(row_id)) if fw.partitioned else (row_id,))
             if mode == "fail":
                 raise UpstreamFailure(f"the task failed upstream after {cut} of {len(rows)} rows")
         except Exception as exc:  # noqa: BLE001 - pyspark hands it to close, then re-raises it
@@ -562,7 +596,7 @@ class ForeachChecker:
     def check(self, *, final: bool = False) -> None:
         self.checks += 1
         root = self.env.root
-        names = sorted(os.listdir(root))
+        names = _data_names(root)
         intruders = [q.tag for q in self.fw.queries if q.intruder]
         wrote = [n for n in names for tag in intruders if tag in n]
         if wrote:
@@ -571,7 +605,7 @@ class ForeachChecker:
         table = os.path.join(root, "_lakesink", "table.json")
         key = (
             _stat(table),
-            tuple((n, _stat(os.path.join(root, n))) for n in names if not n.startswith(".")),
+            tuple((n, _stat(os.path.join(root, n))) for n in names if "/." not in f"/{n}"),
             self.fw.acknowledged(),
         )
         if key == self._key and not final:
@@ -618,13 +652,20 @@ class ForeachChecker:
             plan = plans.get(q)
             if plan is None or e >= plan.epochs or p >= plan.partitions:
                 raise Violation("exactly_once", f"{where} holds rows {sorted(have)[:3]} that no query writes")
-            want = task_rows(q, e, p)
-            if have != set(want[: len(have)]):
-                raise Violation(
-                    "exactly_once",
-                    f"{where} holds {len(have)} rows of query {q}'s epoch {e} partition {p} that are not a "
-                    f"prefix of its {len(want)} rows",
-                )
+            # A partitioned lake: each folder's file commits on its own, so a folder's rows are a
+            # prefix of the (partition, epoch)'s rows in that folder.
+            folders: dict[str, list[int]] = {}
+            for r in task_rows(q, e, p):
+                folders.setdefault(folder_value(r) if self.fw.partitioned else "", []).append(r)
+            for folder, want in folders.items():
+                got = {r for r in have if not self.fw.partitioned or folder_value(r) == folder}
+                if got != set(want[: len(got)]):
+                    raise Violation(
+                        "exactly_once",
+                        f"{where} holds {len(got)} rows of query {q}'s epoch {e} partition {p} "
+                        f"{'in folder ' + folder + ' ' if folder else ''}that are not a prefix of its "
+                        f"{len(want)} rows",
+                    )
         for q, e in sorted(acked):
             for p in range(plans[q].partitions):
                 want = task_rows(q, e, p)
@@ -647,12 +688,7 @@ class ForeachChecker:
         """What a converged foreach lake must not hold: anything but table.json and the files of
         the queries' (partition, epoch)s (no staged file, no lock, no probe)."""
         root = self.env.root
-        expected = {
-            f"part-{p:05d}-epoch-{e:012d}-{q.tag}.parquet"
-            for q in self.fw.writers
-            for e in range(q.epochs)
-            for p in range(q.partitions)
-        }
+        expected = self.fw.all_files()
         found = []
         for folder, _, names in os.walk(root):
             rel = os.path.relpath(folder, root)
@@ -661,6 +697,17 @@ class ForeachChecker:
                 if path != "_lakesink/table.json" and path not in expected:
                     found.append(path)
         return sorted(found)
+
+
+def _data_names(root: str) -> list[str]:
+    """Every name under ``root`` but ``_lakesink/`` (the root's and the partition folders')."""
+    found = []
+    for folder, dirs, names in os.walk(root):
+        rel = os.path.relpath(folder, root)
+        if rel == ".":
+            dirs[:] = [d for d in dirs if d != "_lakesink"]
+        found += [n if rel == "." else f"{rel}/{n}" for n in names]
+    return sorted(found)
 
 
 def _final(fw: ForeachWorld) -> None:
@@ -693,7 +740,7 @@ def _final(fw: ForeachWorld) -> None:
         raise Violation("converges", f"the final pass left {left[:5]} ({len(left)} in all)")
     checker.check(final=True)
     report = verify(storage)
-    files = sum(q.epochs * q.partitions for q in fw.writers)
+    files = len(fw.all_files())
     if not report.ok or report.checked != files:
         raise Violation(
             "converges",
