@@ -24,7 +24,8 @@ world exactly as without the switch.
   partition were complete, before the task fails (the retry's longer file must replace it).
   A task's rows are fixed per (query, epoch, partition) (:func:`task_rows`), so a replay writes
   the same rows. The query tag that ``open`` reads from Spark's TaskContext (``query_tag``) is
-  the query's: stable across its runs, another per query.
+  the query's: stable across its runs, another per query. Some seeds' lakes are partitioned
+  (``partition_by=["key"]``): a task's rows fall into up to three folders, one file each.
 - ``multi``: up to three queries with ``allow_other_queries=True``; and, with some chance, an
   *intruder*: a new query without it, started once the lake exists. Every attempt of its
   tasks must be refused (CommitError) and it must leave nothing in the lake.
@@ -34,10 +35,11 @@ world exactly as without the switch.
 
 Invariants (:class:`ForeachChecker`), after every step that changed what a reader lists:
 ``readable`` (``Lake(path).to_table()``), ``exactly_once`` (no row twice, no row of anyone but
-the queries, each (query, partition, epoch) a prefix of its rows: FORMAT.md lets an attempt
-publish "a part of them"), ``acknowledged`` (every partition of an epoch Spark's commit log
-holds is complete), ``refuses`` (the intruder wrote nothing). At the end every epoch of every
-query is complete and once, and a fault-free ``orphans --delete`` leaves nothing else.
+the queries, each (query, partition, epoch) a prefix of its rows -- per folder when
+partitioned: FORMAT.md lets an attempt publish "a part of them"), ``acknowledged`` (every
+partition of an epoch Spark's commit log holds is complete), ``refuses`` (the intruder wrote
+nothing). At the end every epoch of every query is complete and once, and a fault-free
+``orphans --delete`` leaves nothing else.
 """
 
 from __future__ import annotations
