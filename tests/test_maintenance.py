@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lakes import SCHEMA, foreach_lake, rows, write_file
+from lakes import SCHEMA, foreach_lake, rows, v3_table, write_file
 from s3server import BUCKET, S3Server
 
 from lakesink import NotALakeError, TableNotFoundError
@@ -402,6 +402,29 @@ def test_a_sweep_leaves_a_running_store_probe_alone(tmp_path: Path) -> None:
     later = sweep(storage, older_than=0, delete=True, now=time.time() + PROBE_ABANDONED_AGE + 60)
     assert [o.name for o in later.removed if "probe-" in o.name]
     assert storage.staged("_lakesink") == []
+
+
+@pytest.mark.parametrize("mode", ["foreach", "epoch"])
+def test_a_sweep_removes_the_probe_file_of_a_prober_that_died(tmp_path: Path, mode: str) -> None:
+    """A writer (or a command) killed inside its store probe, after the probe's first create and
+    before its delete -- or whose delete failed -- left ``_lakesink/probe-<id>`` for good: sweeps
+    removed only a probe's *staged* leftovers (found by the simulation's foreach world, issue 32:
+    ``orphans --delete`` did not converge). Like those, it goes once an hour old, never younger
+    (the probe may still be running)."""
+    from lakesink_reader.format.names import PROBE_ABANDONED_AGE, probe_name
+
+    if mode == "foreach":
+        storage = foreach_lake(str(tmp_path / "lake"))
+    else:
+        storage, _ = v3_table(str(tmp_path / "lake"))
+    dead = probe_name()
+    assert storage.put_if_absent(dead, b"1")  # the probe's first step; its prober died next
+    young = sweep(storage, older_than=0, delete=True)
+    assert storage.exists(dead) and not [o for o in young.findings if o.name == dead]
+    later = sweep(storage, older_than=0, delete=True, now=time.time() + PROBE_ABANDONED_AGE + 60)
+    assert [(o.kind, o.name) for o in later.removed if "probe-" in o.name] == [("probe", dead)]
+    assert not storage.exists(dead)
+    assert [f.name for f in storage.list("_lakesink") if "probe-" in f.name] == []
 
 
 @pytest.mark.s3

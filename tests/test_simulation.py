@@ -27,6 +27,8 @@ CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
 CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi,continue"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "80"))
+#: Seeds of the bounded run of foreach lakes (the first that pick one): ~0.3 s each.
+BOUNDED_FOREACH_SEEDS = int(os.environ.get("LAKESINK_SIM_FOREACH_SEEDS", "20"))
 
 
 class TestSimStore(StorageContract):
@@ -54,6 +56,24 @@ def test_a_bounded_run_of_the_simulation_is_clean() -> None:
     run = simulate("--seeds", str(BOUNDED_SEEDS), "--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
     assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
     assert f"{BOUNDED_SEEDS} of {BOUNDED_SEEDS} seeds clean" in run.stdout, run.stdout
+
+
+def test_a_bounded_run_of_foreach_lakes_is_clean() -> None:
+    """The foreach world (tests/sim/foreach.py): ``LakeForeachWriter``'s hooks as Spark's bridge
+    calls them, beside the sweep, readers, verify, and vacuum and compact refusing the lake."""
+    from tests.sim.foreach import picks_foreach
+
+    actors = CLEAN_ACTORS + ",foreach"
+    picked = [s for s in range(10 * BOUNDED_FOREACH_SEEDS) if picks_foreach(s, frozenset(actors.split(",")))]
+    seeds = ",".join(str(s) for s in picked[:BOUNDED_FOREACH_SEEDS])
+    run = simulate("--seed", seeds, "--trace", "--faults", CLEAN_FAULTS, "--actors", actors)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert f"{BOUNDED_FOREACH_SEEDS} of {BOUNDED_FOREACH_SEEDS} seeds clean" in run.stdout, run.stdout[-3000:]
+    # Foreach lakes all, where the races of interest happened: a prefix published by a task that
+    # then failed, replaced by a retry's longer file; a query without allow_other_queries refused.
+    assert run.stdout.count("FOREACH lake") == BOUNDED_FOREACH_SEEDS
+    assert "close(None) on a prefix" in run.stdout and ": supersede " in run.stdout
+    assert "refused (CommitError)" in run.stdout
 
 
 def test_a_seed_replays_to_the_same_trace() -> None:
@@ -96,6 +116,14 @@ HOLES = [
     ("5: a compact anchor without its batch", 160, EVERYTHING, "views"),
     # verify raised where the Delta view's newest checkpoint was older than the lake's log.
     ("6: a view checkpoint below the vacuumed log", 2428, EVERYTHING, "converges"),
+    # A foreach lake: a task killed inside its store probe left _lakesink/probe-<id>, which no
+    # sweep removed (the final `orphans --delete` did not converge).
+    (
+        "7: a dead prober's probe object",
+        8,
+        ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS + ",foreach"),
+        "converges",
+    ),
 ]
 
 

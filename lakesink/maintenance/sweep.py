@@ -59,7 +59,7 @@ DEFAULT_STAGED_AGE = 3600.0
 #: Folders of a table that writers stage files in (the table layout is flat, docs/FORMAT.md).
 TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
-OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "lease"]
+OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "lease", "probe"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ class Orphan:
     kind
         ``staged_file`` (local ``.uncommitted`` file), ``multipart_upload`` (S3 upload never
         completed), ``unrecorded_file`` (epoch mode: published, listed by no record; format 3:
-        by no retained version) or ``lease`` (format 3: the lease of an op the log settled).
+        by no retained version), ``lease`` (format 3: the lease of an op the log settled) or
+        ``probe`` (a store probe's object whose prober died before removing it).
     name
         The name relative to the table root (for staged data: the name it would publish as).
     epoch
@@ -185,6 +186,7 @@ def sweep(
             partition_columns=metadata.partition_columns,
         )
         report.findings, report.kept = plan.findings, plan.kept
+        report.findings += _abandoned_probes(storage, now)
         if delete:
             _remove(storage, report, progress)
         return report
@@ -246,10 +248,26 @@ def sweep(
             orphan = Orphan(kind, staged.name, epoch, age, staged.size, settled, reason, staged.handle)
             report.findings.append(orphan)
 
+    report.findings += _abandoned_probes(storage, now)
     report.findings.sort(key=lambda o: (-(o.age or 0.0), o.name))
     if delete:
         _remove(storage, report, progress)
     return report
+
+
+def _abandoned_probes(storage: Storage, now: float) -> list[Orphan]:
+    """Store probes' objects (``_lakesink/probe-<id>``) at least PROBE_ABANDONED_AGE old: a probe
+    removes its object within seconds, so one that old was left by a prober that died (kill -9)
+    or whose delete failed. Younger ones may belong to a probe still running: kept, unreported."""
+    found = []
+    for entry in storage.list(META_DIR):
+        if not entry.name.startswith(PROBE_PREFIX) or "/" in entry.name[len(PROBE_PREFIX) :]:
+            continue
+        age = None if entry.modified is None else now - entry.modified
+        if age is not None and age >= PROBE_ABANDONED_AGE:
+            why = f"a store probe's object, {age:.0f} s old: its prober died before removing it"
+            found.append(Orphan("probe", entry.name, None, age, entry.size, True, why))
+    return found
 
 
 def _live_probe(staged: StagedEntry, age: float | None) -> bool:
@@ -271,7 +289,7 @@ def _remove(storage: Storage, report: SweepReport, progress: Progress | None) ->
     total = len(report.findings)
     for done, orphan in enumerate(report.findings, 1):
         try:
-            if orphan.kind in ("unrecorded_file", "lease"):
+            if orphan.kind in ("unrecorded_file", "lease", "probe"):
                 storage.delete(orphan.name)
             else:
                 storage.drop_staged(StagedEntry(orphan.name, orphan.kind, None, orphan.size, orphan.handle))

@@ -33,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.sim", description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, default=100, help="how many seeds (default 100)")
     parser.add_argument("--start", type=int, default=0, help="the first seed (default 0)")
-    parser.add_argument("--seed", type=int, help="run this one seed")
+    parser.add_argument(
+        "--seed", type=lambda text: [int(x) for x in text.split(",")], help="run this seed (or: 8,12,13)"
+    )
     parser.add_argument("--trace", action="store_true", help="print every step of each seed")
     parser.add_argument(
         "--faults",
@@ -43,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--actors",
         default="all",
-        help="comma-separated: writer,vacuum,compact,sweep,reader,verify,idle,views,multi (default all)",
+        help=(
+            "comma-separated: writer,vacuum,compact,sweep,reader,verify,idle,views,multi,foreach "
+            "(default all)"
+        ),
     )
     parser.add_argument(
         "--max-steps", type=int, default=400, help="steps before the busy phase ends (default 400)"
@@ -78,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from tests.sim.run import Config
 
     cfg = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon)
-    seeds = [args.seed] if args.seed is not None else list(range(args.start, args.start + args.seeds))
-    if args.jobs > 1 and len(seeds) > 1:
+    seeds = args.seed if args.seed is not None else list(range(args.start, args.start + args.seeds))
+    if args.jobs > 1 and len(seeds) > 1 and args.seed is None:  # (a --seed list runs in one)
         return _fan_out(args, seeds)
     logging.disable(logging.CRITICAL)  # the real code logs warnings under faults: the trace says it
     base = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -115,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         elapsed = time.perf_counter() - started
         ran = n if seeds else 0
         print(
-            f"{ran - failed} of {ran} seeds clean ({seeds[0]}..{seeds[0] + ran - 1}) in {elapsed:.1f} s: "
+            f"{ran - failed} of {ran} seeds clean ({seeds[0]}..{seeds[ran - 1]}) in {elapsed:.1f} s: "
             f"{ran / elapsed:.2f} seeds/s; {cfg.describe()}"
         )
     return 1 if failed else 0

@@ -229,11 +229,15 @@ def repeat(
     def body(actor: Actor) -> None:
         import time
 
+        from tests.sim.invariants import Violation
+
         storage = env.client(actor)
         for _ in range(runs):
             time.sleep(env.world.rng.choice(pause))
             try:
                 outcome = job(storage)
+            except Violation:  # what a reader found wrong fails the seed (not an outcome to note)
+                raise
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
                 outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
             env.world.note(f"{actor.name}: {what}: {outcome}")

@@ -304,7 +304,8 @@ class Checker:
                     )
 
     def leftovers(self) -> list[str]:
-        """What a converged lake must not hold: staged files, unlisted data files, leases."""
+        """What a converged lake must not hold: staged files, unlisted data files, leases, store
+        probes' objects."""
         from lakesink_reader.lake import Lake
 
         root = self.env.root
@@ -320,6 +321,8 @@ class Checker:
                     found.append(f"unlisted data file {path}")
                 elif rel == os.path.join("_lakesink", "ops"):
                     found.append(f"lease {path}")
+                elif rel == "_lakesink" and name.startswith("probe-"):
+                    found.append(f"store probe {path}")
         return sorted(found)
 
 

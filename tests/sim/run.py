@@ -20,14 +20,26 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.sim import actors
+from tests.sim import actors, foreach
 from tests.sim.determinism import install
 from tests.sim.invariants import Checker, Violation
 from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
 from tests.sim.world import START, Actor, World
 
 FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
-ACTORS = ("writer", "vacuum", "compact", "sweep", "reader", "verify", "idle", "views", "multi", "continue")
+ACTORS = (
+    "writer",
+    "vacuum",
+    "compact",
+    "sweep",
+    "reader",
+    "verify",
+    "idle",
+    "views",
+    "multi",
+    "continue",
+    "foreach",
+)
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
 
@@ -90,6 +102,8 @@ class Env:
         self.burst: tuple[Actor | None, int] = (None, 0)
         self.p_coincide = 0.0  # chance that a jump of the clock wakes every sleeper due within a day
         self.idle: list[float] = []  # the idle stretches writers may take between batches
+        #: The foreach world (``tests.sim.foreach``) when the seed builds a foreach lake.
+        self.foreach: foreach.ForeachWorld | None = None
 
     def add_writer(
         self,
@@ -196,6 +210,9 @@ def _setup(env: Env) -> None:
     from lakesink_reader.format.table import ensure_table
 
     world, cfg, rng = env.world, env.cfg, env.world.rng
+    if foreach.picks_foreach(world.seed, cfg.actors):
+        foreach.setup(env)
+        return
     env.interval = rng.choice([2, 3, 4, 5])
     meta = ensure_table(
         env.client(None), actors.SCHEMA, "epoch", format_version=3, checkpoint_interval=env.interval
@@ -415,6 +432,9 @@ def _deferred(env: Env, *, faults: bool) -> None:
 def _restart(env: Env, *, final: bool) -> None:
     """A writer run that ended early is restarted (Spark's query restart): it replays. A refused
     continuation is replaced by a new one, which reads the lake's offsets again."""
+    if env.foreach is not None:
+        env.foreach.restart(final=final)
+        return
     rng = env.world.rng
     for plan in list(env.writers):
         if plan.refused and plan.actor is not None and plan.actor.done and not plan.replaced:
@@ -481,7 +501,8 @@ def _settle(env: Env) -> None:
         raise Violation("converges", f"writers {unfinished} could not finish their batches without faults")
     env.checker.check()
     env.checker.check_versions()
-    env.checker.check_streams()
+    if env.foreach is None:  # the foreach world checks its queries' epochs in check_versions
+        env.checker.check_streams()
 
 
 def _never_committed(env: Env, name: str) -> bool:
@@ -507,6 +528,9 @@ def _final(env: Env) -> None:
     from lakesink.maintenance.vacuum import vacuum
     from lakesink.maintenance.verify import verify
 
+    if env.foreach is not None:
+        env.foreach.final()
+        return
     world, storage = env.world, env.client(None)
     world.now += 7200.0  # past every actor's skew: what they committed is in the past now
     world.note(

@@ -52,6 +52,7 @@ OP_FAULTS: dict[str, tuple[str, ...]] = {
     "delete": ("delete", "lost", "late"),
     "drop_staged": ("delete", "lost", "late"),
     "publish": ("fail", "lost"),
+    "supersede": ("fail", "lost"),  # a foreach file's replacement (the epoch world never calls it)
     "discard": ("delete",),
     "discard_staged": ("delete",),
     "list": ("fail", "list"),
