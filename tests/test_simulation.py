@@ -124,6 +124,14 @@ HOLES = [
         ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS + ",foreach"),
         "converges",
     ),
+    # A slow writer's view hook filled the views from version 0 of a lake whose retention floor
+    # was 4: until it reached its own version, the views listed files a sweep had deleted.
+    (
+        "8: a view filled from below the retained versions",
+        211,
+        ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS + ",foreach"),
+        "views",
+    ),
 ]
 
 

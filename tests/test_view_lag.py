@@ -347,3 +347,72 @@ def test_a_view_checkpoint_older_than_the_lakes_log_is_reported_not_raised(lake:
     assert storage.exists(delta_checkpoint_name(10))
     assert verify(lake).ok
     assert_every_reader_reads_the_lake(lake, storage)
+
+
+class Watched(LocalStorage):
+    """Local disk that checks, after every write to a view, what that view's readers would read
+    at that moment: every file the Spark view's current batches list, and every file live at the
+    Delta view's newest version, exists. (Noted, not raised: the views' hook logs any exception.)"""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.seen: list[str] = []
+        self.problems: list[str] = []
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        created = super().put_if_absent(name, data)
+        gone: list[str] = []
+        if name.startswith("_spark_metadata/") and not name.startswith("_spark_metadata/_"):
+            self.seen.append(name)
+            if read_layout(self).latest is not None:
+                gone = [f for f in spark_reads(self) if not os.path.exists(os.path.join(self.root, f))]
+        if name.startswith("_delta_log/") and name.endswith(".json") and name[11:31].isdigit():
+            self.seen.append(name)
+            try:
+                listed = live(self.root, int(name[11:31]))
+            except Exception as exc:  # noqa: BLE001 - a version the lake no longer reads
+                self.problems.append(f"after {name}: the lake cannot read that version: {exc}")
+                listed = {}
+            gone = [f for f in listed if not os.path.exists(os.path.join(self.root, f))]
+        if gone:
+            self.problems.append(f"after {name}, the view's readers meet gone files: {gone}")
+        return created
+
+
+class LogDeletesFail(LocalStorage):
+    """Local disk on which deleting a log entry fails (vacuum stops after its commit)."""
+
+    def delete(self, name: str) -> None:
+        if name.startswith("_lakesink/log/"):
+            raise OSError(f"{name}: delete failed (test)")
+        super().delete(name)
+
+
+def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(lake: str) -> None:
+    """Simulation seed 211: a lake written without views is compacted and vacuumed (the retention
+    floor committed, the log's truncation failed, the compaction's inputs deleted by a sweep);
+    then a writer that keeps the views commits. Its hook used to fill both views from version 0,
+    and until it reached its own version, readers of the views met the deleted files. It now
+    places each view at a version the lake retains."""
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    writer = Writer(plain(storage, table_id), W1)  # the views off
+    for i in range(3):
+        writer.append(i * 100)  # versions 0..2
+    inputs = set(live(lake))
+    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    done = vacuum(LogDeletesFail(lake), retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 4 and done.retained_from == 3
+    assert storage.exists(commit_name(0))  # the log was not truncated
+    from lakesink.maintenance import sweep
+
+    sweep(lake, older_than=0, delete=True, check_store=False)
+    assert not any(os.path.exists(os.path.join(lake, name)) for name in inputs)  # gone
+    assert not storage.exists(delta_commit_name(0)) and not storage.exists("_spark_metadata")
+    restart(storage, table_id)
+    watched = Watched(lake)
+    writer.log = viewed_log(watched, table_id)  # the same writer, now keeping the views
+    assert writer.append(900) == 5  # the views' hook runs here; Watched checks every step of it
+    assert not watched.problems, watched.problems
+    assert any(n.startswith("_spark_metadata/") for n in watched.seen)
+    assert any(n.startswith("_delta_log/") for n in watched.seen)
+    assert_every_reader_reads_the_lake(lake, storage)

@@ -124,11 +124,17 @@ class DeltaView:
         if v > 0 and k.version != v - 1 and not self.storage.exists(delta_commit_name(v - 1)):
             if not self.create and not self._exists():
                 return  # no view to continue (the writers of this lake keep none)
+            vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=None)
+            # Never at a version the lake no longer retains, whose files a sweep or vacuum may
+            # have removed already (a slow writer's hook filling the gap from below the floor:
+            # simulation seed 211).
+            floor = max(state.retained_from, vlog.open().retained_from)
+            if v < floor:
+                return  # this version is vacuumed: a later commit or `sync-views` brings the view up
             start = self._gap_start(v)
-            if start is None:
+            if start is None or start < floor:
                 self._rebuild(commit, state)  # far behind: bounded cost, whatever the gap
                 return
-            vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=None)
             for u in range(start, v):
                 older = vlog.read_commit(u)
                 if older is None:  # vacuumed from the lake's log: the view cannot hold it

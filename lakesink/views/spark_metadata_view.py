@@ -409,10 +409,21 @@ class SparkView:
         that every process places each version alike), or as a jump when the view is far behind
         (or absent, for a lake with more than :data:`GAP_FILL` versions)."""
         k, v = self.known, commit.version
-        write = functools.partial(write_version, self.storage, vlog, interval=self._interval(), times=k.times)
         if k.position is not None and k.position[0] == v - 1:
+            write = functools.partial(
+                write_version, self.storage, vlog, interval=self._interval(), times=k.times
+            )
             k.position = (v, write(commit, k.position[1], jump=bool(commit.removes), state=state))
             return
+        # Behind, or placing the view anew: never at a version the lake no longer retains, whose
+        # files a sweep or vacuum may have removed already (a slow writer's hook bringing the
+        # view up from version 0 of a vacuumed lake would list them: simulation seed 211).
+        floor = max(state.retained_from, vlog.open().retained_from)
+        if v < floor:
+            return  # this version is vacuumed: a later commit or `sync-views` places the view
+        write = functools.partial(
+            write_version, self.storage, vlog, interval=self._interval(), times=k.times, floor=floor
+        )
         layout = read_layout(self.storage)
         top = layout.latest
         top_version = layout.version_of(top) if top is not None else None
@@ -427,7 +438,7 @@ class SparkView:
         first = 0 if top_version is None else top_version + 1
         if top is None and not self.create:
             return  # no view to continue (the writers of this lake keep none)
-        if v - first > GAP_FILL or (top is None and vlog.read_header(0) is None):
+        if v - first > GAP_FILL or first < floor or (top is None and vlog.read_header(0) is None):
             k.position = (v, write(commit, top, jump=True, state=state))  # far behind: jump
             return
         previous = top
@@ -455,9 +466,12 @@ def write_version(
     state: TableState | None = None,
     interval: int | None = None,
     times: dict[int, int] | None = None,
+    floor: int = 0,
 ) -> int:
     """Write lake version ``commit.version`` as the batch after ``previous`` (None: the view's
-    first batch); returns its id. Foreign when the view holds other content there."""
+    first batch); returns its id. Foreign when the view holds other content there. ``floor``:
+    the lake's retained versions start there; a dead writer's anchor naming an older version is
+    not filled (its files may be gone)."""
     base = base_uri(storage)
     v = commit.version
     # A version that changes the lake's schema is a compact batch too: it lists the summary.
@@ -484,7 +498,7 @@ def write_version(
         # Another version's anchor and no batch: a writer died between the two (or is writing
         # it). Waiting would wait forever on a dead writer, and skipping the id would leave the
         # two newest compacts 2K apart (Spark reads K from them): write what the anchor says.
-        if not _fill(storage, vlog, batch, there, interval, times):
+        if there < floor or not _fill(storage, vlog, batch, there, interval, times):
             storage.delete(anchor_name(batch))  # its version is vacuumed: nobody can write it
             continue
         if there > v:

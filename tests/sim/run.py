@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import shutil
 import tempfile
 import traceback
@@ -278,9 +279,44 @@ def _setup(env: Env) -> None:
         )
     p_outage = rng.choice([0.0, 0.3, 0.6])
 
+    # Buggify (FoundationDB's name): in half of the seeds, faults also fire often at the few
+    # points where the protocol is most exposed -- a commit's create, the step after it (the
+    # views and the checkpoint still to do), vacuum's deletes of log entries -- rather than
+    # evenly. Drawn from ``later``: the seeds without it keep their schedules.
+    later = world.later
+    buggify = later.random() < 0.5
+    if buggify:
+        world.note("buggify: faults weigh on commits' creates, the step after them, log deletes")
+    log_entry = re.compile(r"_lakesink/log/\d{20}\.json$")
+
+    def buggified(actor: Actor) -> str | None:
+        prev, actor.data["prev"] = actor.data.get("prev"), (actor.op, actor.target)
+        if not buggify:
+            return None
+        allowed = set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults
+        if prev is not None and prev[0] == "put_if_absent" and log_entry.search(prev[1]):
+            # Right after a commit's create: the views and the checkpoint are still to come.
+            if p_kill and later.random() < 0.15:
+                return "kill"
+            if p_stall and later.random() < 0.15:
+                return "stall"
+        if actor.op == "put_if_absent" and log_entry.search(actor.target) and allowed & {"lost", "late"}:
+            if later.random() < 0.15:
+                return later.choice(sorted(allowed & {"lost", "late"}))
+        if (
+            actor.op == "delete"
+            and actor.target.startswith("_lakesink/log/")
+            and allowed & {"delete", "late"}
+        ) and later.random() < 0.15:
+            return later.choice(sorted(allowed & {"delete", "late"}))
+        return None
+
     def decide(actor: Actor) -> str | None:
         if actor.op in ("start", "sleep", "list_end"):
             return None
+        fault = buggified(actor)
+        if fault is not None:
+            return fault
         # Kills weigh on a view's update: between a lake commit and it is where views lag.
         view_write = actor.op == "put_if_absent" and actor.target.startswith(
             ("_delta_log/", "_spark_metadata/")
