@@ -122,9 +122,10 @@ bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks again
 	@if [ "$(BENCH_SMOKE)" != no ]; then $(PY) -m pytest -m bench -p no:cacheprovider tests/test_bench_smoke.py; fi
 	$(PY) bench/run.py $(BENCH_ARGS)
 
-lint: $(STAMP) ## ruff check + format check
+lint: $(STAMP) ## ruff check + format check + the import layers (.importlinter)
 	$(VENV)/bin/ruff check $(SOURCES)
 	$(VENV)/bin/ruff format --check $(SOURCES)
+	PYTHONPATH=. $(VENV)/bin/lint-imports
 
 typecheck: $(STAMP) ## mypy (strict) on the libraries and the dev tooling
 	$(VENV)/bin/mypy lakesink reader/lakesink_reader pyspark_lakesink.py devtools

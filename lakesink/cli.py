@@ -74,7 +74,8 @@ def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
 
 
 def _orphans(args: argparse.Namespace) -> int:
-    from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, sweep
+    from lakesink.commit.files import DEFAULT_STAGED_AGE
+    from lakesink.maintenance.sweep import sweep
 
     if args.older_than is None and args.delete:
         # Staged data younger than the age may be a live task's: removing it fails the task

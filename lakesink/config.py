@@ -16,9 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
 
-from lakesink.commit.files import WriteOptions
+from lakesink.commit.files import DEFAULT_STAGED_AGE, WriteOptions
 from lakesink.commit.observer import Observer
-from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE
 from lakesink_reader.format.log import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.storage import Storage, open_storage
 from lakesink_reader.storage.options import check_storage_options

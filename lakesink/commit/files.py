@@ -25,6 +25,10 @@ from lakesink_reader.storage import Sealed, StagedFile, Storage
 
 log = logging.getLogger(__name__)
 
+#: Staged data younger than this may belong to a task still writing: sweeps leave it (the
+#: writers' own sweep after a run's first commit, and ``lakesink orphans``, by default).
+DEFAULT_STAGED_AGE = 3600.0
+
 Compression = Literal["zstd", "snappy", "gzip", "lz4", "none"]
 
 

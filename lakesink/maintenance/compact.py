@@ -50,23 +50,22 @@ from lakesink_reader.errors import (
     CommitRefusedError,
     CommitStateUnknownError,
     CorruptFileError,
-    FormatVersionError,
     LakeSinkError,
     quietly,
 )
 from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import (
     OPS_DIR,
-    TABLE_FILE,
     compaction_file_name,
     new_attempt_id,
     parse_compaction_file,
 )
 from lakesink_reader.format.schemas import read_as, schema_at
-from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
+from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog
+from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
@@ -285,32 +284,16 @@ def compact(
 
 
 def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
-    """The metadata and versioned log of a format-3 epoch-mode lake; FormatVersionError for
-    another format, ValueError for a foreach lake."""
-    metadata = read_table_metadata(storage)  # refuses a folder that is not a lake
-    if metadata.format_version < 3:
-        raise FormatVersionError(
-            f"{what} needs lake format 3: {storage.url} is format {metadata.format_version}, which has no "
-            "versioned log to commit to (its epoch log records appends only): convert it with "
-            f"`lakesink upgrade {storage.url}` first"
-        )
-    if metadata.mode != "epoch":
-        raise ValueError(
-            f"{what} needs an epoch-mode lake: {storage.url} is a {metadata.mode} lake, whose files are "
-            "committed by their names, not by a log (docs/design/format-v3.md, section 14)"
-        )
-    doc = jsondoc.loads(storage.read_bytes(TABLE_FILE))
-    interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
-    if type(interval) is not int or interval < 1:
-        raise CorruptFileError(
-            f"{storage.url}/{TABLE_FILE}: checkpoint_interval must be an int >= 1, got {interval!r}"
-        )
+    """The metadata and versioned log of a format-3 epoch-mode lake, for a maintenance command
+    that commits (``open_epoch_log``'s checks), with the views' hook: compaction and vacuum
+    update the views the lake has (bringing them up), never start one."""
     from lakesink.views.derived import maintenance_views
 
-    table_id = metadata.table_id or ""
-    # Compaction and vacuum update the views the lake has (bringing them up), never start one.
-    view = maintenance_views(storage, table_id, metadata)
-    return metadata, VersionedLog(storage, table_id, checkpoint_interval=interval, after_commit=view)
+    metadata, plain = open_epoch_log(storage, what)
+    view = maintenance_views(storage, plain.table_id, metadata)
+    return metadata, VersionedLog(
+        storage, plain.table_id, checkpoint_interval=plain.checkpoint_interval, after_commit=view
+    )
 
 
 # Picking ----------------------------------------------------------------------------------------

@@ -48,14 +48,13 @@ from lakesink_reader.format.names import (
 )
 from lakesink_reader.format.partitions import partition_folders
 from lakesink_reader.format.table import probe_store, read_table_metadata
+from lakesink_reader.format.v3.opening import oldest_commit
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, parallel, parse_commit_name
+from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, parallel
 from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)
 
-#: Staged data younger than this may belong to a task still writing (writers' default).
-DEFAULT_STAGED_AGE = 3600.0
 #: Folders of a table that writers stage files in (the table layout is flat, docs/FORMAT.md).
 TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
@@ -339,29 +338,6 @@ class SweepPlan:
     facts: LogFacts
     findings: list[Orphan]
     kept: list[Orphan]
-
-
-def oldest_commit(storage: Storage, vlog: VersionedLog) -> int | None:
-    """The oldest commit of the log's contiguous run up to its latest version; None: empty.
-
-    A log never truncated (no hint: vacuum writes it before it deletes anything) starts at 0
-    when version 0 is there. Otherwise one listing, and the run is walked down from the newest
-    listed commit: commits below a gap are leftovers no version from the run on needs -- an
-    entry vacuum's truncation could not delete (an older lakesink went on past a failed delete)
-    or a stray a committer created where the log had been deleted (it removes it, best-effort)
-    -- and the next vacuum deletes them; they must not wedge it."""
-    from lakesink_reader.format.v3.checkpoint import listed_log, read_hint
-
-    if read_hint(storage) is None and vlog.read_header(0) is not None:
-        return 0
-    names = (entry.name.rsplit("/", 1)[-1] for entry in listed_log(storage))
-    listed = {v for v in (parse_commit_name(n) for n in names) if v is not None}
-    if not listed:
-        return None
-    oldest = max(listed)
-    while oldest - 1 in listed:
-        oldest -= 1
-    return oldest
 
 
 def read_log_facts(storage: Storage, vlog: VersionedLog, retained_from: int | None) -> LogFacts:

@@ -35,7 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from lakesink.maintenance.sweep import DEFAULT_STAGED_AGE, Orphan, SweepReport, _remove, plan_v3
+from lakesink.commit.files import DEFAULT_STAGED_AGE
+from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
@@ -241,8 +242,8 @@ def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cuto
     ``retain`` cannot make a fresh version look old, and so cannot move R past versions a
     reader may have pinned a moment ago: what decides is the store's clock against vacuum's,
     one pair that the 24 h floor covers, not every writer's."""
-    from lakesink.maintenance.sweep import oldest_commit
     from lakesink_reader.format.v3.checkpoint import listed_log
+    from lakesink_reader.format.v3.opening import oldest_commit
 
     state = snap.state
     headers = {h.version: h for h in snap.headers}

@@ -48,6 +48,7 @@ from lakesink_reader.format.names import META_DIR, TABLE_FILE
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink_reader.format.v3.commits import Commit
+from lakesink_reader.format.v3.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog, parallel
 from lakesink_reader.storage.base import Storage
@@ -382,8 +383,6 @@ def _view_commit_ms(storage: Storage, version: int) -> int | None:
 
 
 def _oldest_commit_ms(storage: Storage, vlog: VersionedLog) -> int:
-    from lakesink.maintenance.sweep import oldest_commit
-
     oldest = oldest_commit(storage, vlog)
     header = vlog.read_header(oldest) if oldest is not None else None
     if header is None:
@@ -607,10 +606,7 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
     Resumes a stopped view when every version holds lakesink's bytes. Views of format-2 and
     foreach lakes do not exist (FormatVersionError / ValueError, from ``open_v3``).
     """
-    from lakesink.maintenance.compact import open_v3
-    from lakesink.maintenance.sweep import oldest_commit
-
-    metadata, vlog = open_v3(storage, "the Delta view")
+    metadata, vlog = open_epoch_log(storage, "the Delta view")
     report = DeltaViewReport(storage.url)
     try:
         delta_schema(metadata.schema)

@@ -71,6 +71,7 @@ from lakesink_reader.format import jsondoc
 from lakesink_reader.format.names import META_DIR, unsafe_name
 from lakesink_reader.format.table import probe_store
 from lakesink_reader.format.v3.commits import Commit
+from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage.base import Storage
@@ -726,9 +727,7 @@ def spark_sync(storage: Storage, *, write: bool = True, deep: bool = True) -> Sp
     """Check the Spark view of the lake at ``storage`` and, with ``write``, bring it to the lake's
     latest version (a compact batch of the live files when it is absent or behind). Resumes a
     stopped view once what Spark reads holds lakesink's content again."""
-    from lakesink.maintenance.compact import open_v3
-
-    metadata, vlog = open_v3(storage, "the Spark view")
+    metadata, vlog = open_epoch_log(storage, "the Spark view")
     report = SparkViewReport(storage.url)
     latest = vlog.open().version
     report.lake_version = latest if latest >= 0 else None
