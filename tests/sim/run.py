@@ -300,9 +300,14 @@ def _setup(env: Env) -> None:
                 return "kill"
             if p_stall and later.random() < 0.15:
                 return "stall"
-        if actor.op == "put_if_absent" and log_entry.search(actor.target) and allowed & {"lost", "late"}:
-            if later.random() < 0.15:
-                return later.choice(sorted(allowed & {"lost", "late"}))
+        creates = allowed & {"lost", "late"}
+        if (
+            actor.op == "put_if_absent"
+            and log_entry.search(actor.target)
+            and creates
+            and later.random() < 0.15
+        ):
+            return later.choice(sorted(creates))
         if (
             actor.op == "delete"
             and actor.target.startswith("_lakesink/log/")
