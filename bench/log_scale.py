@@ -294,12 +294,14 @@ CHILDREN = {
         t = time.perf_counter()
         import log_scale
         from lakesink.commit.batches import BatchCommitter
+        from lakesink.views.derived import derived_views
         from lakesink_reader.format.v3.commits import writer_tag
         from lakesink_reader.storage import open_storage
         storage = open_storage(ARGS["root"])
         committer = BatchCommitter(storage, table_id=ARGS["table_id"], writer_id=ARGS["writer"],
                                    run="bench-first-commit", allow_other_queries=ARGS["allow_other_queries"],
-                                   checkpoint_interval=ARGS["interval"])
+                                   checkpoint_interval=ARGS["interval"],
+                                   after_commit=derived_views(storage, ARGS["table_id"]))
         files = log_scale.synthetic_files(ARGS["batch"], ARGS["files"], writer_tag(ARGS["writer"]))
         marks = {}
         real = committer.log.checkpoint_if_due
@@ -349,6 +351,7 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
     files = args["files"]
     if args["format"] == 3:
         from lakesink.commit.batches import BatchCommitter
+        from lakesink.views.derived import derived_views
 
         table_id = (
             args.get("table_id")
@@ -363,6 +366,7 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
             writer_id=WRITER,
             run="bench-latency",
             checkpoint_interval=args["interval"],
+            after_commit=derived_views(storage, table_id),
         )
         tag = writer_tag(WRITER)
         cursor: list[Any] = [None]  # the state the last commit left, as the writer's driver keeps it

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from lakesink.commit.batches import BatchCommitter
+from lakesink.views.derived import derived_views
 from lakesink_reader.errors import CommitRefusedError, CorruptFileError
 from lakesink_reader.format.v3.commits import AddFile
 from lakesink_reader.storage.local import LocalStorage
@@ -44,7 +45,7 @@ def committer(storage: LocalStorage, writer: str = W1, **kw: object) -> BatchCom
         writer_id=writer,
         run="run-00000001",
         checkpoint_interval=10,
-        delta_log=False,
+        after_commit=derived_views(storage, TABLE, delta_log=False),
         **kw,
     )  # type: ignore[arg-type]
 

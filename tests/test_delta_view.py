@@ -34,6 +34,7 @@ from lakesink.views.delta import (
     delta_schema,
 )
 from lakesink.views.delta_view import STOP_FILE, DeltaView, delta_sync, forget
+from lakesink.views.derived import derived_views
 from lakesink_reader import read_committed
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.vlog import VersionedLog
@@ -313,12 +314,22 @@ def test_the_delta_log_option_and_a_writer_that_fills_a_small_gap(lake: str) -> 
     storage, table_id = v3_table(lake)
     forget(storage, table_id)
     off = BatchCommitter(
-        storage, table_id=table_id, writer_id=W1, run="run-0000000000000001", delta_log=False
+        storage,
+        table_id=table_id,
+        writer_id=W1,
+        run="run-0000000000000001",
+        after_commit=derived_views(storage, table_id, delta_log=False),
     )
     off.commit(0, [])
     off.commit(1, [])
     assert not storage.list("_delta_log")
-    on = BatchCommitter(storage, table_id=table_id, writer_id=W1, run="run-0000000000000001")
+    on = BatchCommitter(
+        storage,
+        table_id=table_id,
+        writer_id=W1,
+        run="run-0000000000000001",
+        after_commit=derived_views(storage, table_id),
+    )
     on.commit(2, [])  # versions 0 and 1 are written first: a view never has holes
     assert sorted(f.name.rsplit("/", 1)[-1][:20] for f in storage.list("_delta_log")) == [
         f"{v:020d}" for v in range(3)
@@ -338,7 +349,13 @@ def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
     Path(lake, TABLE_FILE).write_bytes(meta.to_json())
     table_id = meta.table_id or ""
     forget(storage, table_id)
-    BatchCommitter(storage, table_id=table_id, writer_id=W1, run="run-0000000000000001").commit(0, [])
+    BatchCommitter(
+        storage,
+        table_id=table_id,
+        writer_id=W1,
+        run="run-0000000000000001",
+        after_commit=derived_views(storage, table_id),
+    ).commit(0, [])
     assert not storage.list("_delta_log")
     assert status(lake).delta_view.startswith("unsupported: column 'id' is uint64")  # type: ignore[union-attr]
 

@@ -105,8 +105,6 @@ def committer(storage: LocalStorage, table_id: str, writer: str, **kw: object) -
         writer_id=writer,
         run="run-00000001",
         checkpoint_interval=4,
-        delta_log=False,
-        spark_metadata=False,
         **kw,  # type: ignore[arg-type]
     )
 

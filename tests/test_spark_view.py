@@ -227,14 +227,24 @@ def test_the_spark_metadata_option_and_a_view_started_on_a_written_lake(lake: st
     storage, table_id = v3_table(lake)
     forget(storage, table_id)
     off = BatchCommitter(
-        storage, table_id=table_id, writer_id=W1, run="run-0000000000000001", spark_metadata=False
+        storage,
+        table_id=table_id,
+        writer_id=W1,
+        run="run-0000000000000001",
+        after_commit=derived_views(storage, table_id, spark_metadata=False),
     )
     for batch in range(20):
         off.commit(batch, [])
     assert not storage.list(SPARK_DIR) and status(lake).spark_view == "absent"
     # A writer with the view on starts it at its first commit: far behind, as one compact batch
     # of the live files at its version (a short history is written in order from version 0).
-    on = BatchCommitter(storage, table_id=table_id, writer_id=W1, run="run-0000000000000001")
+    on = BatchCommitter(
+        storage,
+        table_id=table_id,
+        writer_id=W1,
+        run="run-0000000000000001",
+        after_commit=derived_views(storage, table_id),
+    )
     on.commit(20, [])
     assert batches(storage) == ["9.compact", "19.compact"] and read_layout(storage).version_of(19) == 20
     on.commit(21, [])

@@ -31,11 +31,15 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lakesink.commit.observer import Observer, notify
-from lakesink.views.derived import derived_views
 from lakesink_reader.errors import CommitRefusedError, CommitStateUnknownError, quietly
 from lakesink_reader.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, CommitResult, VersionedLog
+from lakesink_reader.format.v3.vlog import (
+    DEFAULT_CHECKPOINT_INTERVAL,
+    AfterCommit,
+    CommitResult,
+    VersionedLog,
+)
 from lakesink_reader.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -60,11 +64,10 @@ class BatchCommitter:
         table.json's ``checkpoint_interval`` (None: the default).
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
-    delta_log
-        Keep the lake's Delta view after each commit (``lakesink.views.delta_view``).
-    spark_metadata
-        Keep the lake's Spark view, ``_spark_metadata/``, after each commit
-        (``lakesink.views.spark_metadata_view``).
+    after_commit
+        What follows each commit that this writer makes: the derived views it keeps
+        (``lakesink.views.derived.derived_views``), composed by the caller -- the committer
+        knows nothing of them. None: no views.
     in_doubt
         The batches whose commit's outcome stayed unknown (CommitStateUnknownError): ``abort``
         keeps their files. This object's own set unless the caller hands one that outlives it
@@ -81,8 +84,7 @@ class BatchCommitter:
         allow_other_queries: bool = False,
         checkpoint_interval: int | None = None,
         observer: Observer | None = None,
-        delta_log: bool = True,
-        spark_metadata: bool = True,
+        after_commit: AfterCommit | None = None,
         in_doubt: set[int] | None = None,
     ) -> None:
         self.storage = storage
@@ -95,7 +97,7 @@ class BatchCommitter:
             storage,
             table_id,
             checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL,
-            after_commit=derived_views(storage, table_id, delta_log=delta_log, spark_metadata=spark_metadata),
+            after_commit=after_commit,
         )
         self.observer = observer
 

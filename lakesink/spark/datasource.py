@@ -436,20 +436,24 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
     def _batches(self, messages: Sequence[EpochCommitMessage]) -> BatchCommitter:
         from lakesink.commit.batches import BatchCommitter
+        from lakesink.views.derived import derived_views
 
         if not self.table_id:
             raise CommitError(f"{self.config.path}: a format-3 lake without a table id in its table.json")
+        storage, sink = self.config.storage(), self.config.sink
         return BatchCommitter(
-            self.config.storage(),
+            storage,
             table_id=self.table_id,
             writer_id=self._writer_id(messages),
             run=self.run_token,
-            allow_other_queries=self.config.sink.allow_other_queries,
+            allow_other_queries=sink.allow_other_queries,
             checkpoint_interval=self.checkpoint_interval,
             observer=self.config.observer,
-            delta_log=self.config.sink.delta_log,
-            spark_metadata=self.config.sink.spark_metadata,
-            in_doubt=run_memo(self.config.storage().url, self.run_token).in_doubt,
+            # The views this query keeps, after each of its commits (the committer knows none).
+            after_commit=derived_views(
+                storage, self.table_id, delta_log=sink.delta_log, spark_metadata=sink.spark_metadata
+            ),
+            in_doubt=run_memo(storage.url, self.run_token).in_doubt,
         )
 
     def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:

@@ -97,6 +97,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
     from lakesink.commit.batches import BatchCommitter
     from lakesink.commit.files import FileWriter, WriteOptions
     from lakesink.maintenance.sweep import sweep_after_commit
+    from lakesink.views.derived import derived_views
     from lakesink_reader.errors import CommitRefusedError
     from lakesink_reader.format.names import new_attempt_id, writer_file_name
     from lakesink_reader.format.v3.commits import AddFile, Continuation, writer_tag
@@ -111,8 +112,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             run=uuid.uuid4().hex[:16],
             allow_other_queries=plan.allow_other_queries,
             checkpoint_interval=env.interval,
-            delta_log=plan.views,
-            spark_metadata=plan.views,
+            after_commit=derived_views(storage, env.table_id) if plan.views else None,
         )
         known = committer.log.open().writers.get(plan.id)  # the driver's committed_through
         through = known.last_batch if known is not None else None
