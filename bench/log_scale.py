@@ -131,8 +131,8 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
         file_list_name,
     )
     from lakesink_reader.format.v3.commits import PendingCommit, encode_commit, writer_tag
+    from lakesink_reader.format.v3.logfiles import commit_name
     from lakesink_reader.format.v3.state import LiveFile, TableState
-    from lakesink_reader.format.v3.vlog import commit_name
     from lakesink_reader.storage import open_storage
 
     started = time.perf_counter()

@@ -87,7 +87,7 @@ def cached_table(base: Path, kind: str, count: int, build: Callable[[Path, int],
     Creating 20,000-30,000 small files takes ~30 s on a loaded machine; the tables depend only
     on the count and the lake format version, so later runs reuse them.
     """
-    from lakesink_reader.format.names import FORMAT_VERSION
+    from lakesink_reader.names import FORMAT_VERSION
 
     version = 2 if kind == "epochs" else FORMAT_VERSION  # see build_many_epochs
     root = base / f"open-{kind}-{count}-v{version}"
@@ -105,8 +105,8 @@ def build_many_files(root: Path, count: int) -> None:
     Every file holds the same 10 rows: opening the table reads names and metadata, so the
     content does not matter.
     """
-    from lakesink_reader.format.names import data_file_name
     from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.names import data_file_name
     from lakesink_reader.storage.local import LocalStorage
 
     storage = LocalStorage(str(root))
@@ -126,8 +126,8 @@ def build_many_epochs(root: Path, count: int) -> None:
     what ``EpochCommitter`` does, minus the checks a single writer needs no proof of here.
     """
     from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
-    from lakesink_reader.format.names import data_file_name
     from lakesink_reader.format.table import ensure_table
+    from lakesink_reader.names import data_file_name
     from lakesink_reader.storage.local import LocalStorage
 
     storage = LocalStorage(str(root))

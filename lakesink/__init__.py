@@ -39,13 +39,13 @@ if TYPE_CHECKING:
     from lakesink.commit.files import WriteOptions
     from lakesink.spark.foreach import LakeForeachWriter
     from lakesink.spark.start import register, write_stream
-    from lakesink_reader.format.names import FORMAT_VERSION
+    from lakesink_reader.names import FORMAT_VERSION
 
 __version__ = "0.2.0"
 
 #: Public names imported on first use, and the module each comes from.
 _LAZY = {
-    "FORMAT_VERSION": "lakesink_reader.format.names",
+    "FORMAT_VERSION": "lakesink_reader.names",
     "WriteOptions": "lakesink.commit.files",
     "LakeForeachWriter": "lakesink.spark.foreach",
     "register": "lakesink.spark.start",

@@ -300,7 +300,7 @@ def _parse_storage_options(text: str) -> dict[str, Any]:
     """
     import ast
 
-    from lakesink_reader.format import jsondoc
+    from lakesink_reader import jsondoc
 
     parsed: Any = None
     if len(text) <= jsondoc.MAX_BYTES:

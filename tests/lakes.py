@@ -5,9 +5,9 @@ from __future__ import annotations
 import pyarrow as pa
 
 from lakesink.commit import FileWriter, WriteOptions
-from lakesink_reader.format.names import data_file_name
 from lakesink_reader.format.table import ensure_table
 from lakesink_reader.format.v3.commits import AddFile
+from lakesink_reader.names import data_file_name
 from lakesink_reader.storage import Sealed, Storage, open_storage
 
 SCHEMA = pa.schema([("id", pa.int64()), ("bucket", pa.int32()), ("label", pa.string())])
@@ -85,8 +85,8 @@ def v3_table(path: str, *, checkpoint_interval: int = 100, mode: str = "epoch") 
     import time
     import uuid
 
-    from lakesink_reader.format.names import TABLE_FILE
     from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.names import TABLE_FILE
 
     storage = open_storage(path)
     metadata = TableMetadata(3, mode, SCHEMA, time.time(), uuid.uuid4().hex)  # type: ignore[arg-type]
@@ -110,7 +110,7 @@ def v3_file(storage: Storage, name: str, start: int, count: int, *, batch: int |
 
 def v3_name(writer_id: str, batch: int, partition: int) -> str:
     """A writer's data file name under format 3: ``w<tag>-b<batch>-p<partition>-<attempt>.parquet``."""
-    from lakesink_reader.format.names import new_attempt_id
     from lakesink_reader.format.v3.commits import writer_tag
+    from lakesink_reader.names import new_attempt_id
 
     return f"w{writer_tag(writer_id)}-b{batch:012d}-p{partition:05d}-{new_attempt_id()}.parquet"

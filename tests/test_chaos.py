@@ -50,7 +50,7 @@ from netfaults import Action, FaultProxy, Rule
 from lakesink.maintenance import sweep
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.log import EpochLog
-from lakesink_reader.format.names import PROBE_ABANDONED_AGE, PROBE_PREFIX, TABLE_FILE, parse_data_file
+from lakesink_reader.names import PROBE_ABANDONED_AGE, PROBE_PREFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.storage import Storage, open_storage
 
 TESTS_DIR = Path(__file__).resolve().parent

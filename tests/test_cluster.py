@@ -40,7 +40,7 @@ from devtools.shipping import clean_env, shipped_tops
 from devtools.standalone import StandaloneCluster
 from devtools.stream_job import job_args, write_input
 from lakesink_reader import Lake, read_committed
-from lakesink_reader.format.names import STAGING_DIR, parse_data_file
+from lakesink_reader.names import STAGING_DIR, parse_data_file
 from lakesink_reader.storage import open_storage
 
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]

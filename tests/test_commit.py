@@ -21,8 +21,8 @@ from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
 from lakesink.config import SinkConfig
 from lakesink_reader import read_committed
 from lakesink_reader.format.log import CommittedFile, EpochLog
-from lakesink_reader.format.names import data_file_name, epoch_checkpoint_name, epoch_record_name
 from lakesink_reader.format.table import ensure_table
+from lakesink_reader.names import data_file_name, epoch_checkpoint_name, epoch_record_name
 from lakesink_reader.storage import Storage, open_storage
 
 

@@ -29,9 +29,9 @@ from lakesink.maintenance import compact, verify
 from lakesink.maintenance.compact import parse_size
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import CommitConflictError, LakeSinkError
-from lakesink_reader.format.names import OPS_DIR, parse_compaction_file
 from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import OPS_DIR, parse_compaction_file
 
 WRITER = "11111111-2222-3333-4444-555555555555"
 ROOT = Path(__file__).resolve().parent.parent

@@ -340,8 +340,8 @@ def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
     import time
     import uuid
 
-    from lakesink_reader.format.names import TABLE_FILE
     from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.names import TABLE_FILE
 
     storage, _ = v3_table(lake)
     schema = pa.schema([("id", pa.uint64())])

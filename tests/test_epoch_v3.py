@@ -22,11 +22,11 @@ import lakesink
 from lakesink import FormatVersionError, OtherQueryError
 from lakesink.maintenance import verify
 from lakesink_reader import Lake, read_committed
-from lakesink_reader.format.names import parse_writer_file
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.commits import writer_tag
 from lakesink_reader.format.v3.state import LiveFiles
 from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import parse_writer_file
 from lakesink_reader.storage import open_storage
 
 pytestmark = pytest.mark.spark

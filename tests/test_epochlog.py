@@ -12,13 +12,13 @@ import pytest
 
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
-from lakesink_reader.format.names import (
+from lakesink_reader.format.table import ensure_table
+from lakesink_reader.names import (
     EPOCH_LAST_CHECKPOINT,
     data_file_name,
     epoch_checkpoint_name,
     epoch_record_name,
 )
-from lakesink_reader.format.table import ensure_table
 from lakesink_reader.storage import open_storage
 
 SCHEMA = pa.schema([("id", pa.int64())])

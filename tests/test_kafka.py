@@ -164,7 +164,7 @@ def epochs(chk: Path, kind: str) -> set[int]:
 def published(lake: Path, epoch: int) -> bool:
     """Whether a data file of ``epoch`` (a foreach epoch, an epoch writer's batch) is published in
     ``lake`` (staged files are hidden)."""
-    from lakesink_reader.format.names import parse_data_file
+    from lakesink_reader.names import parse_data_file
 
     try:
         names = os.listdir(lake)

@@ -24,8 +24,8 @@ from lakesink.cli import main, parse_duration, parse_storage_options
 from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
 from lakesink.maintenance import sweep, verify
 from lakesink_reader.format.log import CommittedFile
-from lakesink_reader.format.names import data_file_name, staged_name
 from lakesink_reader.format.table import ensure_table
+from lakesink_reader.names import data_file_name, staged_name
 from lakesink_reader.storage import Storage, open_storage
 
 HOUR = 3600.0
@@ -147,9 +147,9 @@ def test_format_3_sweep_follows_the_versioned_log(tmp_path: Path, capsys: pytest
 
     from lakesink.maintenance import compact
     from lakesink_reader import Lake, read_committed
-    from lakesink_reader.format.names import OPS_DIR, compaction_file_name
     from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
     from lakesink_reader.format.v3.vlog import VersionedLog
+    from lakesink_reader.names import OPS_DIR, compaction_file_name
 
     w1, w2 = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
     path = str(tmp_path / "lake")
@@ -389,7 +389,7 @@ def test_a_sweep_leaves_a_running_store_probe_alone(tmp_path: Path) -> None:
     ``orphans --older-than 1s`` looping beside a starting query on S3): a probe's leftovers go
     only once they are an hour old.
     """
-    from lakesink_reader.format.names import PROBE_ABANDONED_AGE, probe_name
+    from lakesink_reader.names import PROBE_ABANDONED_AGE, probe_name
 
     storage = foreach_lake(str(tmp_path / "lake"))
     probing = storage.stage(probe_name())  # a probe in progress: staged, not yet published
@@ -411,7 +411,7 @@ def test_a_sweep_removes_the_probe_file_of_a_prober_that_died(tmp_path: Path, mo
     removed only a probe's *staged* leftovers (found by the simulation's foreach world, issue 32:
     ``orphans --delete`` did not converge). Like those, it goes once an hour old, never younger
     (the probe may still be running)."""
-    from lakesink_reader.format.names import PROBE_ABANDONED_AGE, probe_name
+    from lakesink_reader.names import PROBE_ABANDONED_AGE, probe_name
 
     if mode == "foreach":
         storage = foreach_lake(str(tmp_path / "lake"))
@@ -430,7 +430,7 @@ def test_a_sweep_removes_the_probe_file_of_a_prober_that_died(tmp_path: Path, mo
 @pytest.mark.s3
 def test_a_sweep_leaves_a_running_s3_probe_alone_whatever_the_store_says_of_its_age(s3: S3Server) -> None:
     """moto reports every upload as started in 2010: listed without its marker, a probe looked abandoned."""
-    from lakesink_reader.format.names import probe_name
+    from lakesink_reader.names import probe_name
 
     storage = open_storage(f"s3://{BUCKET}/probed", s3.storage_options)
     ensure_table(storage, SCHEMA, "epoch", format_version=2)

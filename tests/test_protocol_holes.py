@@ -24,10 +24,11 @@ from lakesink.maintenance import sweep, upgrade, vacuum
 from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import CommitStateUnknownError
-from lakesink_reader.format.names import TABLE_FILE
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, checkpoint_name, read_hint
 from lakesink_reader.format.v3.commits import AddFile
-from lakesink_reader.format.v3.vlog import LOG_DIR, RetryPolicy, commit_name, parse_commit_name
+from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name, parse_commit_name
+from lakesink_reader.format.v3.vlog import RetryPolicy
+from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage.local import LocalStorage
 
 WA = "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa"

@@ -27,8 +27,8 @@ from lakesink.cli import main
 from lakesink.commit import FileWriter, WriteOptions
 from lakesink.maintenance import sweep, verify
 from lakesink_reader import Lake, SkippedFilesWarning, read_all, read_committed
-from lakesink_reader.format.names import data_file_name
 from lakesink_reader.format.table import ensure_table, find_table
+from lakesink_reader.names import data_file_name
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.options import MIN_PART_SIZE
 from lakesink_reader.storage.s3 import S3Storage

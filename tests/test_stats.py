@@ -24,7 +24,7 @@ import pytest
 from lakesink.commit import FileWriter, Published, WriteOptions
 from lakesink.commit import stats as stats_module
 from lakesink.commit.stats import INDEXED_COLUMNS, file_stats
-from lakesink_reader.format.names import data_file_name
+from lakesink_reader.names import data_file_name
 from lakesink_reader.storage import Storage, open_storage
 
 TYPES = pa.schema(

@@ -27,8 +27,8 @@ from test_compact import build
 from lakesink.cli import main
 from lakesink.config import SinkConfig
 from lakesink_reader import CorruptFileError, Lake, read_committed
-from lakesink_reader.format.names import TABLE_FILE
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
+from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.hdfs import HdfsStorage
 from lakesink_reader.storage.options import S3_OPTIONS

@@ -24,9 +24,10 @@ from lakesink.maintenance.upgrade import UNKNOWN_WRITER, fence_token
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import FormatVersionError
 from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
-from lakesink_reader.format.names import EPOCHS_DIR, TABLE_FILE, data_file_name, epoch_record_name
 from lakesink_reader.format.table import read_table_metadata
-from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog
+from lakesink_reader.format.v3.logfiles import LOG_DIR
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import EPOCHS_DIR, TABLE_FILE, data_file_name, epoch_record_name
 from lakesink_reader.storage import Storage, open_storage
 
 ROOT = Path(__file__).resolve().parents[1]

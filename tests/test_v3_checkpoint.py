@@ -28,8 +28,9 @@ from lakesink_reader.format.v3.checkpoint import (
     write_checkpoint,
 )
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name
 from lakesink_reader.format.v3.state import LiveFiles, TableState
-from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, commit_name
+from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage.base import StoredFile
 from lakesink_reader.storage.local import LocalStorage
 

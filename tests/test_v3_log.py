@@ -35,6 +35,7 @@ from lakesink_reader.format.v3.commits import (
     new_op_token,
     writer_tag,
 )
+from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name, parse_commit_name
 from lakesink_reader.format.v3.state import (
     LiveFiles,
     TableState,
@@ -43,14 +44,7 @@ from lakesink_reader.format.v3.state import (
     continuation_problems,
     removed_paths,
 )
-from lakesink_reader.format.v3.vlog import (
-    HEADER_READ_BYTES,
-    LOG_DIR,
-    RetryPolicy,
-    VersionedLog,
-    commit_name,
-    parse_commit_name,
-)
+from lakesink_reader.format.v3.vlog import HEADER_READ_BYTES, RetryPolicy, VersionedLog
 from lakesink_reader.storage.local import LocalStorage
 
 TABLE = "7ab1e000000000000000000000000001"

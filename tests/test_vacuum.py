@@ -23,9 +23,9 @@ from lakesink.cli import main
 from lakesink.maintenance import compact, sweep, vacuum, verify
 from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
-from lakesink_reader.format.names import parse_data_file
 from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import parse_data_file
 
 LOG = os.path.join("_lakesink", "log")
 

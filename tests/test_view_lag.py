@@ -40,7 +40,8 @@ from lakesink.views.spark_metadata_view import (
     read_layout,
 )
 from lakesink_reader import read_committed
-from lakesink_reader.format.v3.vlog import VersionedLog, commit_name
+from lakesink_reader.format.v3.logfiles import commit_name
+from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 from lakesink_reader.storage.local import LocalStorage
 

@@ -33,13 +33,9 @@ from typing import Any
 from lakesink.commit.observer import Observer, notify
 from lakesink_reader.errors import CommitRefusedError, CommitStateUnknownError, quietly
 from lakesink_reader.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import (
-    DEFAULT_CHECKPOINT_INTERVAL,
-    AfterCommit,
-    CommitResult,
-    VersionedLog,
-)
+from lakesink_reader.format.v3.vlog import AfterCommit, CommitResult, VersionedLog
 from lakesink_reader.storage import Storage
 
 log = logging.getLogger(__name__)

@@ -45,6 +45,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from lakesink.commit.files import FileWriter, WriteOptions
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitRefusedError,
@@ -53,19 +54,18 @@ from lakesink_reader.errors import (
     LakeSinkError,
     quietly,
 )
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import (
-    OPS_DIR,
-    compaction_file_name,
-    new_attempt_id,
-    parse_compaction_file,
-)
 from lakesink_reader.format.schemas import read_as, schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
+from lakesink_reader.names import (
+    OPS_DIR,
+    compaction_file_name,
+    new_attempt_id,
+    parse_compaction_file,
+)
 from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)

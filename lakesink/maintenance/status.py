@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lakesink_reader.format.names import OPS_DIR
 from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.names import OPS_DIR
 from lakesink_reader.storage import Storage, open_storage
 
 #: Files below this size count as small in the report (``lakesink compact`` makes them fewer).

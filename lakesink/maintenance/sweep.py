@@ -36,7 +36,13 @@ import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.log import EpochLog
-from lakesink_reader.format.names import (
+from lakesink_reader.format.partitions import partition_folders
+from lakesink_reader.format.table import probe_store, read_table_metadata
+from lakesink_reader.format.v3.logfiles import LOG_DIR, parallel
+from lakesink_reader.format.v3.opening import oldest_commit
+from lakesink_reader.format.v3.state import TableState
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import (
     EPOCHS_DIR,
     META_DIR,
     OPS_DIR,
@@ -46,11 +52,6 @@ from lakesink_reader.format.names import (
     parse_data_file,
     parse_writer_file,
 )
-from lakesink_reader.format.partitions import partition_folders
-from lakesink_reader.format.table import probe_store, read_table_metadata
-from lakesink_reader.format.v3.opening import oldest_commit
-from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import LOG_DIR, VersionedLog, parallel
 from lakesink_reader.storage import StagedEntry, Storage, open_storage
 
 log = logging.getLogger(__name__)

@@ -34,10 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CommitConflictError, CorruptFileError
-from lakesink_reader.format import jsondoc
 from lakesink_reader.format.log import UPGRADE_FENCE_PREFIX, EpochLog, EpochRecord
-from lakesink_reader.format.names import TABLE_FILE, epoch_record_name
 from lakesink_reader.format.table import probe_store, read_table_metadata
 from lakesink_reader.format.v3.checkpoint import (
     LIST_ROW_GROUP_ROWS,
@@ -52,8 +51,9 @@ from lakesink_reader.format.v3.checkpoint import (
     read_checkpoint,
 )
 from lakesink_reader.format.v3.commits import AddFile, Commit, PendingCommit, encode_commit
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, READ_BATCH, commit_name, parallel
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, READ_BATCH, commit_name, parallel
+from lakesink_reader.names import TABLE_FILE, epoch_record_name
 from lakesink_reader.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)

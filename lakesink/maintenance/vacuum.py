@@ -40,7 +40,8 @@ from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
-from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog, parallel, parse_commit_name
+from lakesink_reader.format.v3.logfiles import parallel, parse_commit_name
+from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage, open_storage
 
 log = logging.getLogger(__name__)

@@ -18,10 +18,10 @@ import pyarrow.parquet as pq
 
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
-from lakesink_reader.format.names import parse_data_file
 from lakesink_reader.format.partitions import partition_folders
 from lakesink_reader.format.schemas import fit_problems, schema_at
 from lakesink_reader.format.table import read_table_metadata, schema_differences
+from lakesink_reader.names import parse_data_file
 from lakesink_reader.storage import Storage, open_storage
 
 

@@ -35,7 +35,7 @@ from lakesink.spark.runs import cursor_enabled, run_memo
 from lakesink.spark.workers import freeze_heap_once
 from lakesink_reader.errors import CommitError, quietly
 from lakesink_reader.format.log import CommittedFile
-from lakesink_reader.format.names import data_file_name, new_attempt_id, writer_file_name
+from lakesink_reader.names import data_file_name, new_attempt_id, writer_file_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -194,7 +194,8 @@ def stream_schemas(
     if table.format_version < 3:
         check_compatible(table, stream, "epoch", storage.url)
         return None, file_schema(stream, table.schema)
-    from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
+    from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
+    from lakesink_reader.format.v3.vlog import VersionedLog
 
     interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
     state = VersionedLog(storage, table.table_id or "", checkpoint_interval=interval).open()
@@ -217,7 +218,8 @@ def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) 
     nothing: a replay, which the driver skips whole. Read once per run: replays come first in
     a run, and a stale answer only costs a task its wasted write (the driver decides)."""
     from lakesink.spark import checkpoints
-    from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog
+    from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
+    from lakesink_reader.format.v3.vlog import VersionedLog
 
     memo = run_memo(config.storage().url, run_token)
     if memo.committed_through is None and config.checkpoint_location and table.table_id:

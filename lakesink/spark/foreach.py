@@ -28,7 +28,6 @@ from lakesink.commit.partitioned import PartitionedWriter
 from lakesink.spark.rows import arrow_schema, infer_schema, rows_to_batch
 from lakesink.spark.workers import freeze_heap_once
 from lakesink_reader.errors import CommitError, StorageError
-from lakesink_reader.format.names import data_file_name
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.schemas import file_schema
 from lakesink_reader.format.table import (
@@ -39,6 +38,7 @@ from lakesink_reader.format.table import (
     find_table,
     probe_store,
 )
+from lakesink_reader.names import data_file_name
 from lakesink_reader.storage import Storage, open_storage
 from lakesink_reader.storage.options import Redacted, check_storage_options
 

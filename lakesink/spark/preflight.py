@@ -27,13 +27,12 @@ import sys
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pyarrow as pa
 
 from lakesink_reader.errors import OtherQueryError, WorkerPythonError
 from lakesink_reader.format.log import EpochLog
-from lakesink_reader.format.names import FORMAT_VERSION
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.table import (
     check_compatible,
@@ -45,13 +44,13 @@ from lakesink_reader.format.table import (
 )
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import FORMAT_VERSION
 from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from lakesink.config import SinkConfig
-    from lakesink.spark.foreach import LakeForeachWriter
 
 #: What the workers of a lakesink query import first (pyspark itself comes with Spark's own path).
 WORKER_MODULES = ("lakesink", "pyarrow")
@@ -295,7 +294,19 @@ def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:
     )
 
 
-def check_foreach_start(writer: LakeForeachWriter, schema: pa.Schema | None, query: QueryIdentity) -> None:
+class ForeachTarget(Protocol):
+    """What :func:`check_foreach_start` reads of a ``LakeForeachWriter`` (its module imports this
+    one: naming the class here would be an import circle)."""
+
+    path: str
+    partition_by: tuple[str, ...] | None
+    allow_other_queries: bool
+
+    @property
+    def storage_options(self) -> dict[str, Any]: ...
+
+
+def check_foreach_start(writer: ForeachTarget, schema: pa.Schema | None, query: QueryIdentity) -> None:
     """The foreach writer's table checks, made on the driver before the query starts.
 
     ``schema`` is the writer's own; None when it infers one from the rows (then only the mode

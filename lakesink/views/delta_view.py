@@ -42,15 +42,16 @@ from lakesink.views.delta import (
     last_checkpoint_doc,
 )
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import META_DIR, TABLE_FILE
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink_reader.format.v3.commits import Commit
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parallel
 from lakesink_reader.format.v3.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog, parallel
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import META_DIR, TABLE_FILE
 from lakesink_reader.storage.base import Storage
 
 if TYPE_CHECKING:

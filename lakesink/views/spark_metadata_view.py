@@ -66,14 +66,14 @@ from urllib.parse import quote, unquote
 
 from lakesink.views.delta_view import added_times, live_at, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import META_DIR, unsafe_name
 from lakesink_reader.format.table import probe_store
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import META_DIR, unsafe_name
 from lakesink_reader.storage.base import Storage
 
 if TYPE_CHECKING:

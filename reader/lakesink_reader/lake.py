@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, missing_extra
-from lakesink_reader.format import jsondoc
 from lakesink_reader.format.log import EpochInfo, EpochLog
-from lakesink_reader.format.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
-from lakesink_reader.format.names import FileState as FileState
 from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
 from lakesink_reader.format.schemas import fit_problems
 from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.format.v3.state import WriterState
+from lakesink_reader.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
+from lakesink_reader.names import FileState as FileState
 from lakesink_reader.storage import StagedEntry, Storage, StoredFile, open_storage
 from lakesink_reader.v3 import LogView, VersionInfo
 

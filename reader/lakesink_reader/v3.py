@@ -21,8 +21,9 @@ from lakesink_reader.format.v3.checkpoint import (
     oldest_listed_commit,
 )
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parallel
 from lakesink_reader.format.v3.state import TableState, WriterState
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, Snapshot, VersionedLog, parallel
+from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
 
 
@@ -260,6 +261,6 @@ class LogView:
         return "; ".join(w.describe() for w in self.writers()) or "none"
 
     def where(self, version: int) -> str:
-        from lakesink_reader.format.v3.vlog import commit_name
+        from lakesink_reader.format.v3.logfiles import commit_name
 
         return f"{self.storage.url.rstrip('/')}/{commit_name(version)}"

@@ -99,9 +99,9 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
     from lakesink.maintenance.sweep import sweep_after_commit
     from lakesink.views.derived import derived_views
     from lakesink_reader.errors import CommitRefusedError
-    from lakesink_reader.format.names import new_attempt_id, writer_file_name
     from lakesink_reader.format.v3.commits import AddFile, Continuation, writer_tag
     from lakesink_reader.format.v3.state import offsets_check_kind
+    from lakesink_reader.names import new_attempt_id, writer_file_name
 
     def body(actor: Actor) -> str:
         world, storage = env.world, env.client(actor)

@@ -551,8 +551,8 @@ def _never_committed(env: Env, name: str) -> bool:
     continuation was refused, or that its user gave up on, before its first commit. The sweep
     keeps such files for good ("its first batch may be in flight"): nothing in the log says that
     query is gone (docs/design/simulation.md, "Found: files of a query that never committed")."""
-    from lakesink_reader.format.names import parse_writer_file
     from lakesink_reader.format.v3.commits import writer_tag
+    from lakesink_reader.names import parse_writer_file
 
     written = parse_writer_file(name)
     if written is None:

@@ -27,9 +27,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import (
+from lakesink_reader.names import (
     EPOCH_LAST_CHECKPOINT,
     EPOCH_LOG_FORMAT_VERSION,
     EPOCHS_DIR,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink_reader.format.names import STAGING_DIR
+from lakesink_reader.names import STAGING_DIR
 
 if TYPE_CHECKING:
     from lakesink_reader.storage.base import Storage

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import (
     CorruptFileError,
     FormatVersionError,
@@ -25,15 +26,14 @@ from lakesink_reader.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import (
+from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.names import (
     FORMAT_VERSION,
     READABLE_FORMAT_VERSION,
     READER_FEATURES,
     TABLE_FILE,
     probe_name,
 )
-from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.storage.base import Storage
 
 WriterMode = Literal["foreach", "epoch"]

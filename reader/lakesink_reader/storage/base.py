@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from lakesink_reader.errors import CorruptFileError, StorageError, quietly
-from lakesink_reader.format.names import NAME_RULE, unsafe_name
+from lakesink_reader.names import NAME_RULE, unsafe_name
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -196,7 +196,7 @@ class Storage(Protocol):
 
 def checked_name(storage: Storage, name: str) -> str:
     """``name`` when it is a name a lake may hold: the storage's second line of defence behind
-    the lake's name rule (``lakesink_reader.format.names``), so that no backend joins ``..`` or
+    the lake's name rule (``lakesink_reader.names``), so that no backend joins ``..`` or
     an absolute name onto its root. CorruptFileError naming the storage otherwise."""
     if name and unsafe_name(name, data=False):
         raise CorruptFileError(f"{storage.url}: refusing the name {name!r}: {NAME_RULE}")

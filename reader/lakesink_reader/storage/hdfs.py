@@ -48,7 +48,7 @@ from urllib.parse import urlparse
 from hdfs_native import Client, FileStatus, FileWriter, WriteOptions
 
 from lakesink_reader.errors import CommitError, StorageError, log, quietly
-from lakesink_reader.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink_reader.names import STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,

@@ -24,7 +24,7 @@ from stat import S_ISLNK
 from typing import TYPE_CHECKING
 
 from lakesink_reader.errors import CorruptFileError, quietly
-from lakesink_reader.format.names import STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink_reader.names import STAGED_SUFFIX, new_attempt_id, staged_name
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,

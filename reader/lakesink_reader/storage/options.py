@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from lakesink_reader.format import jsondoc
+from lakesink_reader import jsondoc
 
 #: Every option, with the type it must have. Values are never printed: they may be secrets.
 S3_OPTIONS: dict[str, type | tuple[type, ...]] = {

@@ -40,7 +40,7 @@ from urllib.parse import urlparse
 from botocore.exceptions import ClientError
 
 from lakesink_reader.errors import CommitError, StorageError, quietly
-from lakesink_reader.format.names import STAGING_DIR
+from lakesink_reader.names import STAGING_DIR
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from lakesink_reader.errors import StorageError
-from lakesink_reader.format.names import STAGING_DIR, new_attempt_id
+from lakesink_reader.names import STAGING_DIR, new_attempt_id
 from lakesink_reader.storage.base import Sealed
 from lakesink_reader.storage.options import MAX_PART_SIZE
 

@@ -42,23 +42,23 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format import jsondoc
 from lakesink_reader.format.v3.commits import HISTOGRAM_BUCKETS, LOG_FORMAT_VERSION, Commit, CommitKind
-from lakesink_reader.format.v3.state import (
-    LiveFile,
-    OpState,
-    StateCounts,
-    TableState,
-    WriterState,
-)
-from lakesink_reader.format.v3.vlog import (
+from lakesink_reader.format.v3.logfiles import (
     DEFAULT_CHECKPOINT_INTERVAL,
     LOG_DIR,
     READ_BATCH,
     commit_name,
     parallel,
     parse_commit_name,
+)
+from lakesink_reader.format.v3.state import (
+    LiveFile,
+    OpState,
+    StateCounts,
+    TableState,
+    WriterState,
 )
 from lakesink_reader.storage.base import Storage, StoredFile
 
@@ -558,7 +558,7 @@ def _checked_paths(paths: pa.ChunkedArray[Any], where: str) -> pa.ChunkedArray[A
     passing the lake's name rule."""
     import pyarrow.compute as pc
 
-    from lakesink_reader.format.names import UNSAFE_DATA_NAME, check_name
+    from lakesink_reader.names import UNSAFE_DATA_NAME, check_name
 
     for chunk in paths.chunks:
         encoded: pa.DictionaryArray[Any, Any] = chunk  # type: ignore[assignment]  # read_dictionary=["path"]

@@ -30,9 +30,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import NAME_RULE, unsafe_name
+from lakesink_reader.names import NAME_RULE, unsafe_name
 
 #: The format version every v3 commit carries. A newer one is refused (FormatVersionError).
 LOG_FORMAT_VERSION = 3

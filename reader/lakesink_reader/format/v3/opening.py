@@ -7,12 +7,13 @@ the log it gets here; the views' own sync and check, which only read, use it as 
 
 from __future__ import annotations
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format import jsondoc
-from lakesink_reader.format.names import TABLE_FILE
 from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.format.v3.checkpoint import listed_log, read_hint
-from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL, VersionedLog, parse_commit_name
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parse_commit_name
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage.base import Storage
 
 

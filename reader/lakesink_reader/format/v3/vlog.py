@@ -36,12 +36,10 @@ from __future__ import annotations
 
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import Literal
 
 from lakesink_reader.errors import (
     CommitConflictError,
@@ -50,7 +48,15 @@ from lakesink_reader.errors import (
     CorruptFileError,
     StorageError,
 )
-from lakesink_reader.format.names import META_DIR
+from lakesink_reader.format.v3.checkpoint import (
+    Checkpoint,
+    checkpoint_name,
+    due_checkpoint,
+    find_checkpoint,
+    newest_listed_checkpoint,
+    read_hint,
+    write_checkpoint,
+)
 from lakesink_reader.format.v3.commits import (
     Commit,
     CommitHeader,
@@ -60,41 +66,21 @@ from lakesink_reader.format.v3.commits import (
     encode_commit,
     header_line,
 )
+from lakesink_reader.format.v3.logfiles import (
+    DEFAULT_CHECKPOINT_INTERVAL,
+    LOG_DIR,
+    READ_BATCH,
+    commit_name,
+    parallel,
+    parse_commit_name,
+)
 from lakesink_reader.format.v3.state import Decision, TableState, check_commit, removed_paths
 from lakesink_reader.storage.base import Storage
 
-if TYPE_CHECKING:
-    from lakesink_reader.format.v3.checkpoint import Checkpoint
-
 log = logging.getLogger(__name__)
 
-LOG_DIR = f"{META_DIR}/log"
-#: Commits read at once: on an object store each read is a request of tens of ms.
-READ_BATCH = 16
 #: What a header-only read fetches first (S3: one ranged GET); a longer header is read whole.
 HEADER_READ_BYTES = 64 * 1024
-
-_COMMIT_NAME = re.compile(r"^(?P<version>\d{20})\.json$")
-
-#: Default of table.json's ``checkpoint_interval``: a checkpoint at every version ``c % N == 0``.
-DEFAULT_CHECKPOINT_INTERVAL = 100
-
-T = TypeVar("T")
-R = TypeVar("R")
-
-
-def commit_name(version: int) -> str:
-    """The name of the commit of ``version`` (zero-padded: a listing sorts by version)."""
-    if version < 0:
-        raise ValueError(f"a log version must be >= 0, got {version}")
-    return f"{LOG_DIR}/{version:020d}.json"
-
-
-def parse_commit_name(base_name: str) -> int | None:
-    """The version of a commit's base name in the log folder; None for anything else
-    (checkpoints, the hint, staged copies)."""
-    match = _COMMIT_NAME.match(base_name)
-    return int(match.group("version")) if match else None
 
 
 @dataclass(frozen=True)
@@ -278,7 +264,6 @@ class VersionedLog:
     def _snapshot(
         self, at_most: int | None, also: tuple[int, ...], *, newest_listed: bool = False
     ) -> Snapshot:
-        from lakesink_reader.format.v3.checkpoint import find_checkpoint, newest_listed_checkpoint
 
         if newest_listed:
             found = newest_listed_checkpoint(self.storage, self.table_id, at_most)
@@ -487,7 +472,6 @@ class VersionedLog:
         header read per commit. An empty log has no base: a log vacuum truncated has the hint
         (vacuum moves it before it deletes anything, and nothing deletes it).
         """
-        from lakesink_reader.format.v3.checkpoint import read_hint
 
         try:
             if base is None:
@@ -679,7 +663,6 @@ class VersionedLog:
         ``state``: the state at ``version``, checked against the one the checkpoint derives.
         Returns the checkpoint written or found; None when none is due. May raise (its caller,
         the commit, logs it)."""
-        from lakesink_reader.format.v3.checkpoint import checkpoint_name, due_checkpoint, write_checkpoint
 
         if self.checkpoint_interval is None:
             return None
@@ -740,11 +723,3 @@ def _what(commit: PendingCommit | CommitHeader) -> str:
     if commit.writer is not None:
         return f"append of batch {commit.writer.batch} of writer {commit.writer.id}"
     return f"{commit.kind} op {commit.op.token if commit.op else '?'}"
-
-
-def parallel(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
-    """``fn`` over ``items``, :data:`READ_BATCH` at a time in threads, results in order."""
-    if len(items) <= 1:
-        return [fn(item) for item in items]
-    with ThreadPoolExecutor(min(READ_BATCH, len(items))) as pool:
-        return list(pool.map(fn, items))
