@@ -427,3 +427,63 @@ def test_a_slow_upgrade_run_does_not_recreate_vacuumed_versions(tmp_path: Path) 
     assert not os.path.exists(os.path.join(path, checkpoint_name(3)))
     assert len(ids(path)) == 600 + 6 * ROWS
     assert truncate(path).ok  # type: ignore[attr-defined]
+
+
+# Found by the simulation's upgrade world (seed 28): a format-2 sweep straddling the commit point ---
+
+
+def test_a_format_2_sweep_straddling_the_upgrade_keeps_the_format_3_files(tmp_path: Path) -> None:
+    """A sweep that read table.json as format 2 (``lakesink orphans --delete``, or a format-2
+    writer's sweep after its commit) judges files by the epoch log; if the upgrade reaches its
+    commit point and a format-3 writer commits meanwhile, that writer's file is in no epoch
+    record -- and was deleted as an orphan of "recorded epoch 0", leaving the lake unreadable."""
+    path = str(tmp_path / "lake")
+    epoch_lake(path, epochs=2)  # ids 0..399
+
+    def upgrade_then_a_format_3_batch() -> None:
+        assert upgrade(path, check_store=False).status == "upgraded"
+        w_store = LocalStorage(path)
+        w = committer(w_store, Lake(path).metadata.table_id or "", WA, allow_other_queries=True)
+        assert w.commit(0, batch_files(w_store, WA, 0, 10_000)).status == "committed"
+
+    store = Interleaving(path)
+    # The sweep read table.json (format 2); the upgrade and a format-3 batch land before it reads
+    # the epoch log and lists the lake.
+    store.before_read, done = once(upgrade_then_a_format_3_batch, lambda n: n.startswith("_lakesink/epochs/"))
+    report = sweep(store, older_than=0.0, delete=True, check_store=False)
+    assert done  # the race happened
+    assert not report.removed and report.ok
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+
+
+def test_a_format_2_abort_after_an_unknown_outcome_keeps_the_files_a_late_record_commits(
+    tmp_path: Path,
+) -> None:
+    """Hole 3 in the format-2 writer (simulation seeds 21 and 48 of ``--world upgrade``): its
+    record's create timed out but was applied later; Spark's ``abort`` of the epoch deleted its
+    files, and the record then committed them (a format-2 lake unreadable before the upgrade)."""
+    from lakes import SCHEMA, rows
+
+    from lakesink.commit import EpochCommitter, FileWriter
+    from lakesink_reader.format.log import CommittedFile
+    from lakesink_reader.format.names import data_file_name, epoch_record_name
+
+    path = str(tmp_path / "lake")
+    epoch_lake(path, epochs=2)  # ids 0..399
+    store = Interleaving(path)
+    name = data_file_name(0, 2, "00000002ffffffff")
+    with FileWriter(store, name, SCHEMA) as writer:
+        writer.write(rows(10_000, ROWS))
+    files = [CommittedFile(name, 0, 2, ROWS, os.path.getsize(os.path.join(path, name)))]
+    store.held.add(epoch_record_name(2))
+    committer = EpochCommitter(store, query_id="q")
+    with pytest.raises(TimeoutError):
+        committer.commit(2, files)
+    committer.abort(2, files)  # as Spark does after a failed commit
+    assert store.late and not os.path.exists(os.path.join(path, epoch_record_name(2)))
+    store.release()  # the record lands after its client gave up
+    assert os.path.exists(os.path.join(path, epoch_record_name(2)))  # the race happened
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+    # The replay settles it: the epoch is committed, its files stay.
+    assert EpochCommitter(store, query_id="q").commit(2, []).status == "replayed"
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]

@@ -27,6 +27,12 @@ CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
 CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
+#: Seeds of the bounded upgrade-world run (``--world upgrade``): ~0.5 s each.
+UPGRADE_SEEDS = int(os.environ.get("LAKESINK_SIM_UPGRADE_SEEDS", "16"))
+#: Every fault and every actor (what found hole 5 and the later ones).
+EVERYTHING = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
+#: ... and the upgrade world among the worlds a seed may pick (chance 0.3).
+UPGRADE_ACTORS = f"{CLEAN_ACTORS},upgrade"
 
 
 class TestSimStore(StorageContract):
@@ -56,9 +62,27 @@ def test_a_bounded_run_of_the_simulation_is_clean() -> None:
     assert f"{BOUNDED_SEEDS} of {BOUNDED_SEEDS} seeds clean" in run.stdout, run.stdout
 
 
-def test_a_seed_replays_to_the_same_trace() -> None:
+def test_a_bounded_run_of_the_upgrade_world_is_clean() -> None:
+    """A format-2 lake upgraded under every fault, beside its query (format 2, then 3), a zombie
+    twin on format 2 and the maintenance actors (tests/sim/upgrade.py)."""
+    run = simulate(
+        "--seeds",
+        str(UPGRADE_SEEDS),
+        "--world",
+        "upgrade",
+        "--faults",
+        CLEAN_FAULTS,
+        "--actors",
+        CLEAN_ACTORS,
+    )
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-3000:]
+    assert f"{UPGRADE_SEEDS} of {UPGRADE_SEEDS} seeds clean" in run.stdout, run.stdout
+
+
+@pytest.mark.parametrize("world", [(), ("--world", "upgrade")], ids=["fresh", "upgrade"])
+def test_a_seed_replays_to_the_same_trace(world: tuple[str, ...]) -> None:
     # Seed 7 has two writers, vacuum, compaction and faults: a schedule with many choices.
-    switches = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
+    switches = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS, *world)
     first, second = (simulate("--seed", "7", "--digest", *switches) for _ in range(2))
     digests = [re.search(r"digest (\w+) steps (\d+)", r.stdout) for r in (first, second)]
     assert all(digests), first.stdout + second.stdout
@@ -68,9 +92,6 @@ def test_a_seed_replays_to_the_same_trace() -> None:
     assert "<lake>" in trace or "_lakesink/log" in trace  # the trace names no scratch folder
     assert "/dev/shm" not in trace and "/tmp" not in trace
 
-
-#: Every fault and every actor (what found hole 5 and the later ones).
-EVERYTHING = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
 
 #: Seeds that found a hole before it was closed (1-4: issue 32's; then the all-on hunt): (hole,
 #: seed, switches, invariant it broke). Each runs clean now, with the switches that found it.
@@ -96,6 +117,16 @@ HOLES = [
     ("5: a compact anchor without its batch", 160, EVERYTHING, "views"),
     # verify raised where the Delta view's newest checkpoint was older than the lake's log.
     ("6: a view checkpoint below the vacuumed log", 2428, EVERYTHING, "converges"),
+    # The upgrade world: a format-2 sweep (a format-2 writer's after its commit) that read
+    # table.json before the upgrade's commit point deleted a format-3 writer's committed file.
+    (
+        "7: a format-2 sweep straddling the upgrade",
+        28,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},upgrade"),
+        "readable",
+    ),
+    # The format-2 writer's abort after its record's create timed out (hole 3, format 2).
+    ("8: a format-2 abort after an unknown outcome", 48, (*EVERYTHING, "--world", "upgrade"), "readable"),
 ]
 
 
