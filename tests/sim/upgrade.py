@@ -145,11 +145,8 @@ class UpgradeWorld:
         if rng.random() < 0.5:
             world.spawn("zombie", self.v2_run(env, query, idle=idle), offset=skew())
         for i in range(rng.randint(1, 3)):
-            world.spawn(
-                f"upgrade{i}",
-                self.upgrade_runs(env, rng.randint(1, 2), slow=rng.random() < 0.4),
-                offset=skew(),
-                delay=rng.choice([0.0, 10.0, 600.0, 3600.0]),
+            self.spawn_upgrade(
+                env, f"upgrade{i}", rng.randint(1, 2), slow=rng.random() < 0.4, offset=skew(), restarts=3
             )
         for i in range(1, n_writers):
             plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), True, views)
@@ -220,8 +217,34 @@ class UpgradeWorld:
 
     # The upgrades -------------------------------------------------------------------------------
 
+    def spawn_upgrade(
+        self, env: Env, name: str, runs: int, *, slow: bool, offset: float, restarts: int
+    ) -> None:
+        """An operator's ``lakesink upgrade``: killed (kill -9), it is run again later, up to
+        ``restarts`` times (the successor is spawned by the dying run, which holds the baton)."""
+        from tests.sim.world import Killed
+
+        body = self.upgrade_runs(env, runs, slow=slow)
+
+        def supervised(actor: Actor) -> Any:
+            try:
+                return body(actor)
+            except Killed:
+                if restarts:
+                    base = name.partition(".")[0]
+                    n = int(name.partition(".run")[2] or 1) + 1
+                    self.spawn_upgrade(
+                        env, f"{base}.run{n}", runs, slow=False, offset=offset, restarts=restarts - 1
+                    )
+                raise
+
+        env.world.spawn(
+            name, supervised, offset=offset, delay=env.world.rng.choice([0.0, 10.0, 600.0, 3600.0])
+        )
+
     def upgrade_runs(self, env: Env, runs: int, *, slow: bool) -> Callable[[Actor], Any]:
-        """``lakesink upgrade PATH`` ``runs`` times; a slow one pauses at one step of its first run."""
+        """``lakesink upgrade PATH`` until it has ended well ``runs`` times, rerun after a failure
+        as its error says (up to 5 failures); a slow one pauses at one step of its first run."""
         from lakesink.maintenance.upgrade import STEPS, upgrade
 
         def body(actor: Actor) -> None:
@@ -237,20 +260,23 @@ class UpgradeWorld:
                     env.world.note(f"{actor.name}: pauses {pause:.0f} s at {step}")
                     time.sleep(pause)
 
-            for n in range(runs):
-                if n:
-                    time.sleep(rng.choice([60.0, 3600.0, 86400.0]))
+            ended, failed = 0, 0
+            while ended < runs and failed < 5:
                 try:
                     report = upgrade(storage, hook=hook)
                 except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
-                    outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
-                else:
-                    self.check_report(report, actor.name)
-                    outcome = (
-                        f"{report.status}: fence {report.fence_epoch} (created {report.fence_created}), "
-                        f"{report.imported} imported, upgrade at {report.upgrade_version}"
-                    )
-                env.world.note(f"{actor.name}: upgrade: {outcome}")
+                    failed += 1
+                    env.world.note(f"{actor.name}: upgrade: raised {type(exc).__name__}: {exc!s:.200}")
+                    time.sleep(rng.choice([1.0, 60.0, 600.0]))
+                    continue
+                ended += 1
+                self.check_report(report, actor.name)
+                env.world.note(
+                    f"{actor.name}: upgrade: {report.status}: fence {report.fence_epoch} (created "
+                    f"{report.fence_created}), {report.imported} imported, "
+                    f"upgrade at {report.upgrade_version}"
+                )
+                time.sleep(rng.choice([60.0, 3600.0, 86400.0]))
 
         return body
 
