@@ -115,7 +115,8 @@ class UpgradeWorld:
     @classmethod
     def create(cls, env: Env) -> UpgradeWorld:
         """Build the format-2 lake (its query is ``env.writers[0]``); sets ``env.table_id`` and
-        ``env.interval`` (what table.json says once upgraded: the default, 100)."""
+        ``env.interval`` (what table.json says once upgraded: the default, 100, or one it names)."""
+        from lakesink_reader.format.names import TABLE_FILE
         from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL
 
         rng = env.world.rng
@@ -124,10 +125,19 @@ class UpgradeWorld:
         env.writers.append(plan)
         env.table_id = format2_lake(env, plan, world.epochs, world.v2_interval)
         env.interval = DEFAULT_CHECKPOINT_INTERVAL
+        if rng.random() < 0.6:
+            # A lake whose table.json names its interval (upgrade keeps it): the upgraded log then
+            # checkpoints within a few versions, so vacuum truncates while upgrades and writers
+            # run, as on a long-lived lake at 100 -- which a seed's few dozen versions never reach.
+            env.interval = rng.choice([2, 3, 4])
+            storage = env.client(None)
+            doc = json.loads(storage.read_bytes(TABLE_FILE))
+            storage.put(TABLE_FILE, json.dumps({**doc, "checkpoint_interval": env.interval}).encode())
         env.checker = UpgradeChecker(env, world)
         env.world.note(
             f"upgrade world: a format-2 lake with {world.epochs} epoch(s) of query {plan.id[:8]} "
-            f"(v2 checkpoint interval {world.v2_interval}), {plan.batches} batches in all"
+            f"(v2 checkpoint interval {world.v2_interval}, format-3 interval {env.interval}), "
+            f"{plan.batches} batches in all"
         )
         return world
 
@@ -144,10 +154,13 @@ class UpgradeWorld:
         _start_writer(env, query, offset=skew(), idle=idle)
         if rng.random() < 0.5:
             world.spawn("zombie", self.v2_run(env, query, idle=idle), offset=skew())
-        for i in range(rng.randint(1, 3)):
-            self.spawn_upgrade(
-                env, f"upgrade{i}", rng.randint(1, 2), slow=rng.random() < 0.4, offset=skew(), restarts=3
-            )
+        slow = [rng.random() < 0.4 for _ in range(rng.randint(1, 3))]
+        for i, is_slow in enumerate(slow):
+            self.spawn_upgrade(env, f"upgrade{i}", rng.randint(1, 2), slow=is_slow, offset=skew(), restarts=3)
+        if any(slow) and "vacuum" in env.cfg.actors:
+            # What a slow run must survive (issue 32): the log truncated under it. The seed's
+            # own vacuum mostly waits out retention; this one is forced, as soon as it can be.
+            world.spawn("truncate", after_format_3(env, self.truncate_runs(env)), offset=skew())
         for i in range(1, n_writers):
             plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), True, views)
             env.writers.append(plan)
@@ -277,6 +290,28 @@ class UpgradeWorld:
                     f"upgrade at {report.upgrade_version}"
                 )
                 time.sleep(rng.choice([60.0, 3600.0, 86400.0]))
+
+        return body
+
+    def truncate_runs(self, env: Env) -> Callable[[Actor], Any]:
+        """``lakesink vacuum --retain 0 --force`` until it ran through 1-3 times (up to 6 failures),
+        minutes apart."""
+        from lakesink.maintenance.vacuum import vacuum
+
+        def body(actor: Actor) -> None:
+            rng = env.world.rng
+            runs, ok, failed = rng.randint(1, 3), 0, 0
+            while ok < runs and failed < 6:
+                time.sleep(rng.choice([1.0, 60.0, 600.0]))
+                try:
+                    report = vacuum(env.client(actor), retain=0, delete=True, force=True, older_than=0.0)
+                    outcome = f"R={report.retained_from} checkpoint={report.checkpoint}, "
+                    outcome += f"removed {len(report.removed)}"
+                    ok += 1
+                except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
+                    outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
+                    failed += 1
+                env.world.note(f"{actor.name}: vacuum --retain 0 --force: {outcome}")
 
         return body
 
