@@ -487,3 +487,44 @@ def test_a_format_2_abort_after_an_unknown_outcome_keeps_the_files_a_late_record
     # The replay settles it: the epoch is committed, its files stay.
     assert EpochCommitter(store, query_id="q").commit(2, []).status == "replayed"
     assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+
+
+def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(tmp_path: Path) -> None:
+    """Hole 4 through the sweep (simulation seed 182 of ``--world upgrade``): a Delta view started
+    on a lake whose retained versions begin above 0 (an upgraded lake, or one whose writers kept
+    no view) lists the files of version 0; its writer died after that first view version. ``vacuum``
+    keeps what a view behind the retained versions lists -- the orphan sweep (``lakesink orphans
+    --delete``, and every writer's sweep after its first commit) deleted them."""
+    from lakesink.maintenance import compact
+    from lakesink.views.delta_view import listed_files
+
+    path = str(tmp_path / "lake")
+    storage, table_id = v3_table(path, checkpoint_interval=100)
+    a = committer(storage, table_id, WA)  # views off
+    for batch in range(3):
+        a.commit(batch, batch_files(storage, WA, batch, ROWS * batch))
+    assert compact(path, min_files=2, check_store=False).version == 3  # removes batches 0..2's files
+
+    def stop(step: str) -> None:
+        if step == "committed":
+            raise RuntimeError("vacuum killed after its commit")
+
+    with pytest.raises(RuntimeError, match="killed"):  # the retained versions now start at 3
+        vacuum(path, retain=0, force=True, delete=True, now=time.time() + 1, check_store=False, hook=stop)
+    b_store = Interleaving(path)
+    b_store.held.add("_delta_log/00000000000000000001.json")  # its writer dies after view version 0
+    b = BatchCommitter(
+        b_store, table_id=table_id, writer_id=WB, run="run-00000002", allow_other_queries=True,
+        checkpoint_interval=100, delta_log=True, spark_metadata=False,
+    )  # fmt: skip
+    assert b.commit(0, batch_files(b_store, WB, 0, 1000)).status == "committed"
+    found = listed_files(storage)
+    assert found is not None and found[0] == 0  # the view lags at version 0: the race happened
+    lagging = set(found[1])
+    assert lagging and not lagging & {f.name for f in Lake(path).files()}
+
+    report = sweep(path, older_than=0.0, delete=True, check_store=False)
+    assert report.ok and not lagging & {o.name for o in report.removed}
+    assert all(os.path.exists(os.path.join(path, name)) for name in lagging)
+    assert {o.name for o in report.kept} >= lagging
+    assert ids(path) == [*range(3 * ROWS), *range(1000, 1000 + ROWS)]
