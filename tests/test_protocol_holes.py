@@ -490,11 +490,11 @@ def test_a_format_2_abort_after_an_unknown_outcome_keeps_the_files_a_late_record
 
 
 def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(tmp_path: Path) -> None:
-    """Hole 4 through the sweep (simulation seed 182 of ``--world upgrade``): a Delta view started
-    on a lake whose retained versions begin above 0 (an upgraded lake, or one whose writers kept
-    no view) lists the files of version 0; its writer died after that first view version. ``vacuum``
-    keeps what a view behind the retained versions lists -- the orphan sweep (``lakesink orphans
-    --delete``, and every writer's sweep after its first commit) deleted them."""
+    """Hole 4 through the sweep (simulation seed 182 of ``--world upgrade``): a Delta view left
+    behind (its writer died after the view's first version; the vacuum that moved the retained
+    versions on died before its view update) lists files that no retained version needs.
+    ``vacuum`` keeps what a view behind the retained versions lists -- the orphan sweep
+    (``lakesink orphans --delete``, and every writer's sweep after its first commit) deleted them."""
     from lakesink.maintenance import compact
     from lakesink.views.delta_view import listed_files
 
@@ -504,13 +504,6 @@ def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(t
     for batch in range(3):
         a.commit(batch, batch_files(storage, WA, batch, ROWS * batch))
     assert compact(path, min_files=2, check_store=False).version == 3  # removes batches 0..2's files
-
-    def stop(step: str) -> None:
-        if step == "committed":
-            raise RuntimeError("vacuum killed after its commit")
-
-    with pytest.raises(RuntimeError, match="killed"):  # the retained versions now start at 3
-        vacuum(path, retain=0, force=True, delete=True, now=time.time() + 1, check_store=False, hook=stop)
     b_store = Interleaving(path)
     b_store.held.add("_delta_log/00000000000000000001.json")  # its writer dies after view version 0
     b = BatchCommitter(
@@ -518,6 +511,29 @@ def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(t
         checkpoint_interval=100, delta_log=True, spark_metadata=False,
     )  # fmt: skip
     assert b.commit(0, batch_files(b_store, WB, 0, 1000)).status == "committed"
+
+    def stop(step: str) -> None:
+        if step == "committed":
+            raise RuntimeError("vacuum killed after its commit")
+
+    class ViewsDown(LocalStorage):
+        """The vacuum process dies between its lake commit and its view update."""
+
+        def put_if_absent(self, name: str, data: bytes) -> bool:
+            if name.startswith("_delta_log/"):
+                raise TimeoutError(f"no answer to the create of {name}")
+            return super().put_if_absent(name, data)
+
+    with pytest.raises(RuntimeError, match="killed"):  # the retained versions now start at 4
+        vacuum(
+            ViewsDown(path),
+            retain=0,
+            force=True,
+            delete=True,
+            now=time.time() + 1,
+            check_store=False,
+            hook=stop,
+        )
     found = listed_files(storage)
     assert found is not None and found[0] == 0  # the view lags at version 0: the race happened
     lagging = set(found[1])
@@ -528,3 +544,34 @@ def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(t
     assert all(os.path.exists(os.path.join(path, name)) for name in lagging)
     assert {o.name for o in report.kept} >= lagging
     assert ids(path) == [*range(3 * ROWS), *range(1000, 1000 + ROWS)]
+
+
+def test_a_view_started_on_a_vacuumed_lake_lists_no_file_vacuum_deleted(tmp_path: Path) -> None:
+    """A writer that starts the Delta view on a lake whose retained versions begin above 0 (an
+    upgraded lake; one whose writers kept no view) filled the view from version 0 up, one view
+    version per lake version -- versions whose files vacuum already deleted, while their commits
+    stay in a log not yet truncated. Until it reached the latest version (forever, when its writer
+    died on the way), a Delta reader of the view met missing files."""
+    from lakesink.maintenance import compact
+    from lakesink.views.delta_view import listed_files
+
+    path = str(tmp_path / "lake")
+    storage, table_id = v3_table(path, checkpoint_interval=100)
+    a = committer(storage, table_id, WA)  # views off
+    for batch in range(3):
+        a.commit(batch, batch_files(storage, WA, batch, ROWS * batch))
+    assert compact(path, min_files=2, check_store=False).version == 3
+    report = truncate(path)  # versions from 3 on retained; batches 0..2's files deleted
+    assert report.removed and commits(path)[0] == 0  # type: ignore[attr-defined]  # log kept whole
+    b_store = Interleaving(path)
+    b_store.held.add("_delta_log/00000000000000000001.json")  # a writer walking up from 0 dies here
+    b = BatchCommitter(
+        b_store, table_id=table_id, writer_id=WB, run="run-00000002", allow_other_queries=True,
+        checkpoint_interval=100, delta_log=True, spark_metadata=False,
+    )  # fmt: skip
+    assert b.commit(0, batch_files(b_store, WB, 0, 1000)).status == "committed"
+    found = listed_files(storage)
+    assert found is not None
+    gone = [name for name in found[1] if not os.path.exists(os.path.join(path, name))]
+    assert not gone, f"the Delta view at version {found[0]} lists deleted files {gone}"
+    assert found[0] == Lake(path).version

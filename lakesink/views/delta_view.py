@@ -125,8 +125,12 @@ class DeltaView:
             if not self.create and not self._exists():
                 return  # no view to continue (the writers of this lake keep none)
             start = self._gap_start(v)
-            if start is None:
-                self._rebuild(commit, state)  # far behind: bounded cost, whatever the gap
+            if start is None or start < state.retained_from:
+                # Far behind (bounded cost, whatever the gap), or the gap reaches below the
+                # retained versions, whose files vacuum may have deleted though their commits
+                # are still in the log (a view started on an upgraded lake): a view version
+                # there would list them (simulation, upgrade world).
+                self._rebuild(commit, state)
                 return
             vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=None)
             for u in range(start, v):
