@@ -27,8 +27,8 @@ CLEAN_FAULTS = "lost,late,fail,delete,list,kill,stall,skew"
 CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
-#: Seeds of the bounded upgrade-world run (``--world upgrade``): ~0.5 s each.
-UPGRADE_SEEDS = int(os.environ.get("LAKESINK_SIM_UPGRADE_SEEDS", "16"))
+#: Seeds of the bounded upgrade-world run (``--world upgrade``): ~0.6 s of CPU each.
+UPGRADE_SEEDS = int(os.environ.get("LAKESINK_SIM_UPGRADE_SEEDS", "10"))
 #: Every fault and every actor (what found hole 5 and the later ones).
 EVERYTHING = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
 #: ... and the upgrade world among the worlds a seed may pick (chance 0.3).
