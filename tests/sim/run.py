@@ -401,7 +401,8 @@ def _restart(env: Env, *, final: bool) -> None:
 
 def _busy(env: Env) -> None:
     world = env.world
-    while world.steps < env.cfg.max_steps:
+    # An upgrade world spends its first steps on format 2 and the upgrade: twice the budget.
+    while world.steps < env.cfg.max_steps * (1 if env.upgrade is None else 2):
         _restart(env, final=False)
         if not _step(env, faults=True):
             return

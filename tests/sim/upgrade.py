@@ -146,6 +146,7 @@ class UpgradeWorld:
     ) -> None:
         """The seed's actors: the query's first busy run, maybe its zombie twin, the upgrades,
         and (``multi``) fresh format-3 writers."""
+        from lakesink_reader.format.v3.vlog import DEFAULT_CHECKPOINT_INTERVAL
         from tests.sim.run import _start_writer
 
         world, rng = env.world, env.world.rng
@@ -157,10 +158,17 @@ class UpgradeWorld:
         slow = [rng.random() < 0.4 for _ in range(rng.randint(1, 3))]
         for i, is_slow in enumerate(slow):
             self.spawn_upgrade(env, f"upgrade{i}", rng.randint(1, 2), slow=is_slow, offset=skew(), restarts=3)
-        if any(slow) and "vacuum" in env.cfg.actors:
+        if any(slow) and "vacuum" in env.cfg.actors and env.interval < DEFAULT_CHECKPOINT_INTERVAL:
             # What a slow run must survive (issue 32): the log truncated under it. The seed's
             # own vacuum mostly waits out retention; this one is forced, as soon as it can be.
-            world.spawn("truncate", after_format_3(env, self.truncate_runs(env)), offset=skew())
+            supervised(
+                env,
+                "truncate",
+                lambda first: after_format_3(env, self.truncate_runs(env)),
+                offset=skew(),
+                restarts=3,
+                delay=[0.0],
+            )
         for i in range(1, n_writers):
             plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), True, views)
             env.writers.append(plan)
@@ -233,26 +241,14 @@ class UpgradeWorld:
     def spawn_upgrade(
         self, env: Env, name: str, runs: int, *, slow: bool, offset: float, restarts: int
     ) -> None:
-        """An operator's ``lakesink upgrade``: killed (kill -9), it is run again later, up to
-        ``restarts`` times (the successor is spawned by the dying run, which holds the baton)."""
-        from tests.sim.world import Killed
-
-        body = self.upgrade_runs(env, runs, slow=slow)
-
-        def supervised(actor: Actor) -> Any:
-            try:
-                return body(actor)
-            except Killed:
-                if restarts:
-                    base = name.partition(".")[0]
-                    n = int(name.partition(".run")[2] or 1) + 1
-                    self.spawn_upgrade(
-                        env, f"{base}.run{n}", runs, slow=False, offset=offset, restarts=restarts - 1
-                    )
-                raise
-
-        env.world.spawn(
-            name, supervised, offset=offset, delay=env.world.rng.choice([0.0, 10.0, 600.0, 3600.0])
+        """An operator's ``lakesink upgrade``, run again when killed (``supervised``)."""
+        supervised(
+            env,
+            name,
+            lambda first: self.upgrade_runs(env, runs, slow=slow and first),
+            offset=offset,
+            restarts=restarts,
+            delay=[0.0, 10.0, 600.0, 3600.0],
         )
 
     def upgrade_runs(self, env: Env, runs: int, *, slow: bool) -> Callable[[Actor], Any]:
@@ -265,13 +261,25 @@ class UpgradeWorld:
             storage = env.client(actor)
             pause_at = rng.choice(STEPS[:-1]) if slow else None
             pause = rng.choice([3600.0, 86400.0, 2 * 86400.0])
+            # Half the slow runs pause until the log was truncated under them (or two days): the
+            # moment issue 32 names, which fixed pauses meet only by chance.
+            until_truncated = rng.random() < 0.5
 
             def hook(step: str) -> None:
                 nonlocal pause_at
-                if step == pause_at:
-                    pause_at = None
+                if step != pause_at:
+                    return
+                pause_at = None
+                if not until_truncated:
                     env.world.note(f"{actor.name}: pauses {pause:.0f} s at {step}")
                     time.sleep(pause)
+                    return
+                env.world.note(f"{actor.name}: pauses at {step} until the log is truncated")
+                for _ in range(48):
+                    if truncated(env):
+                        env.world.note(f"{actor.name}: resumes at {step}: the log was truncated")
+                        return
+                    time.sleep(3600.0)
 
             ended, failed = 0, 0
             while ended < runs and failed < 5:
@@ -373,6 +381,50 @@ class UpgradeWorld:
         self.check_report(report, "upgrade after the final pass")
         if report.status != "already_format_3":
             raise Violation("upgrade", f"upgrade after the final pass says {report.status}")
+
+
+def supervised(
+    env: Env,
+    name: str,
+    make: Callable[[bool], Callable[[Actor], Any]],
+    *,
+    offset: float,
+    restarts: int,
+    delay: list[float],
+    first: bool = True,
+) -> None:
+    """Spawn ``make(first)``'s body as ``name``; killed (kill -9), it is run again after a drawn
+    delay, up to ``restarts`` times, as an operator or a cron job would (the successor is
+    spawned by the dying run, which holds the baton until its thread ends)."""
+    from tests.sim.world import Killed
+
+    body = make(first)
+
+    def run(actor: Actor) -> Any:
+        try:
+            return body(actor)
+        except Killed:
+            # Not when the busy phase ended (``_busy`` kills whatever runs at twice the budget).
+            if restarts and env.world.steps < 2 * env.cfg.max_steps:
+                base, _, n = name.partition(".run")
+                supervised(
+                    env,
+                    f"{base}.run{int(n or 1) + 1}",
+                    make,
+                    offset=offset,
+                    restarts=restarts - 1,
+                    delay=delay,
+                    first=False,
+                )
+            raise
+
+    env.world.spawn(name, run, offset=offset, delay=env.world.rng.choice(delay))
+
+
+def truncated(env: Env) -> bool:
+    """Whether vacuum truncated the upgraded log (its version 0 is gone), god's-eye."""
+    log = os.path.join(env.root, "_lakesink", "log")
+    return table_format(env.root) >= 3 and not os.path.exists(os.path.join(log, f"{0:020d}.json"))
 
 
 def wait_for_format_3(env: Env) -> None:
