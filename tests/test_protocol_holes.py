@@ -575,3 +575,45 @@ def test_a_view_started_on_a_vacuumed_lake_lists_no_file_vacuum_deleted(tmp_path
     gone = [name for name in found[1] if not os.path.exists(os.path.join(path, name))]
     assert not gone, f"the Delta view at version {found[0]} lists deleted files {gone}"
     assert found[0] == Lake(path).version
+
+
+def test_a_failed_read_of_a_spark_view_anchor_does_not_stop_the_view(tmp_path: Path) -> None:
+    """Simulation seed 3041 of ``--world upgrade``: a writer reading the Spark view's layout
+    met one failed read of an anchor (``_spark_metadata/_lakesink/<batch>.json``: EIO, a 503),
+    skipped it, found a batch "no anchor explains" and stopped the view as foreign for good --
+    its files then outlived every vacuum and sweep until ``sync-views``. A failed read is no
+    foreign content: the update fails and the next commit does it."""
+    from lakesink.views import spark_metadata_view
+    from lakesink.views.spark_metadata_view import STOP_FILE, listed_files
+
+    path = str(tmp_path / "lake")
+    _, table_id = v3_table(path, checkpoint_interval=4)
+    store = Interleaving(path)
+
+    def writer(run: str) -> BatchCommitter:
+        return BatchCommitter(
+            store, table_id=table_id, writer_id=WA, run=run, checkpoint_interval=4,
+            delta_log=False, spark_metadata=True,
+        )  # fmt: skip
+
+    first = writer("run-00000001")
+    for batch in range(12):  # Spark's compact batches at 9 and 19: anchors in _spark_metadata/_lakesink
+        first.commit(batch, batch_files(store, WA, batch, ROWS * batch))
+    assert os.listdir(os.path.join(path, "_spark_metadata", "_lakesink"))
+    spark_metadata_view.forget(store, table_id)  # a restarted driver reads the view's layout
+    failed: list[str] = []
+
+    def fail_once(name: str) -> None:  # each anchor's first read, while batch 12 commits
+        if name.startswith("_spark_metadata/_lakesink/") and name not in failed:
+            failed.append(name)
+            raise OSError(5, "Input/output error", name)
+
+    store.before_read = fail_once
+    second = writer("run-00000002")
+    second.commit(12, batch_files(store, WA, 12, ROWS * 12))
+    assert failed  # the read failed
+    assert not os.path.exists(os.path.join(path, STOP_FILE))
+    store.before_read = None
+    second.commit(13, batch_files(store, WA, 13, ROWS * 13))
+    found = listed_files(store)
+    assert found is not None and found[0] == Lake(path).version == 13

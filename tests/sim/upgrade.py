@@ -363,7 +363,9 @@ class UpgradeWorld:
         ``b`` -- so a format-2 run's dead attempt stays for good beside a format-3 writer that
         ended below ``b`` (every writer has finished here). Noted in the trace, left out of
         the leftovers check too."""
-        documented = [o for o in kept if o.kind == "unrecorded_file" and o.name.startswith("part-")]
+        documented = [
+            o for o in kept if o.kind == "unrecorded_file" and o.name.startswith("part-") and not o.settled
+        ]
         for orphan in documented:
             env.world.note(f"final: kept by design (format-v3.md section 11): {orphan.name}: {orphan.reason}")
             self.kept_by_design.add(orphan.name)
