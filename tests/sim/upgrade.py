@@ -5,9 +5,11 @@ place it is built) holding the first epochs of one streaming query, and then run
 fault the simulation has:
 
 - 1-3 ``upgrade`` actors, each running ``lakesink.maintenance.upgrade.upgrade`` (the CLI's call:
-  the store check on) once or twice, possibly at once, killed anywhere; some of them *slow*: a
-  run pauses for hours to days at one of upgrade's steps (its ``hook``), as a paused process
-  would -- how a run can resume after another one finished and vacuum truncated the log;
+  the store check on) until it ended well once or twice, possibly at once, rerun after a failure
+  and run again when killed (:func:`supervised`); some of them *slow*: a run pauses for hours to
+  days at one of upgrade's steps (its ``hook``), or until the log was truncated, as a paused
+  process would -- how a run resumes after another one finished and vacuum truncated the log;
+  beside a slow one, a forced ``vacuum --retain 0`` (``truncate``) once the lake is format 3;
 - the query itself: each run reads table.json when it starts (as the data source does) and
   writes **format 2** (``EpochCommitter``, as ``LakeStreamWriter`` does for a format-2 lake)
   while it says 2 -- a run that started before the upgrade keeps writing through it and after
