@@ -28,7 +28,7 @@ CLEAN_ACTORS = "writer,vacuum,compact,sweep,reader,verify,idle,views,multi"
 #: Seeds of the bounded run: ~0.35 s each on this 2-core machine, ~45 s in all.
 BOUNDED_SEEDS = int(os.environ.get("LAKESINK_SIM_SEEDS", "120"))
 #: Seeds of the bounded upgrade-world run (``--world upgrade``): ~0.6 s of CPU each.
-UPGRADE_SEEDS = int(os.environ.get("LAKESINK_SIM_UPGRADE_SEEDS", "10"))
+UPGRADE_SEEDS = int(os.environ.get("LAKESINK_SIM_UPGRADE_SEEDS", "6"))
 #: Every fault and every actor (what found hole 5 and the later ones).
 EVERYTHING = ("--faults", CLEAN_FAULTS, "--actors", CLEAN_ACTORS)
 #: ... and the upgrade world among the worlds a seed may pick (chance 0.3).
@@ -136,7 +136,9 @@ HOLES = [
 ]
 
 
-@pytest.mark.parametrize(("hole", "seed", "switches", "invariant"), HOLES, ids=[h[0][0] for h in HOLES])
+@pytest.mark.parametrize(
+    ("hole", "seed", "switches", "invariant"), HOLES, ids=[h[0].split(":")[0] for h in HOLES]
+)
 def test_the_seeds_that_found_the_holes_run_clean(
     hole: str, seed: int, switches: tuple[str, ...], invariant: str
 ) -> None:
