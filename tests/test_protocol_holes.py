@@ -20,6 +20,7 @@ import pytest
 from lakes import epoch_lake, v3_file, v3_name, v3_table
 
 from lakesink.commit.batches import BatchCommitter
+from lakesink.views.derived import derived_views
 from lakesink.maintenance import sweep, upgrade, vacuum
 from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
@@ -426,3 +427,193 @@ def test_a_slow_upgrade_run_does_not_recreate_vacuumed_versions(tmp_path: Path) 
     assert not os.path.exists(os.path.join(path, checkpoint_name(3)))
     assert len(ids(path)) == 600 + 6 * ROWS
     assert truncate(path).ok  # type: ignore[attr-defined]
+
+
+# Found by the simulation's upgrade world (seed 28): a format-2 sweep straddling the commit point ---
+
+
+def test_a_format_2_sweep_straddling_the_upgrade_keeps_the_format_3_files(tmp_path: Path) -> None:
+    """A sweep that read table.json as format 2 (``lakesink orphans --delete``, or a format-2
+    writer's sweep after its commit) judges files by the epoch log; if the upgrade reaches its
+    commit point and a format-3 writer commits meanwhile, that writer's file is in no epoch
+    record -- and was deleted as an orphan of "recorded epoch 0", leaving the lake unreadable."""
+    path = str(tmp_path / "lake")
+    epoch_lake(path, epochs=2)  # ids 0..399
+
+    def upgrade_then_a_format_3_batch() -> None:
+        assert upgrade(path, check_store=False).status == "upgraded"
+        w_store = LocalStorage(path)
+        w = committer(w_store, Lake(path).metadata.table_id or "", WA, allow_other_queries=True)
+        assert w.commit(0, batch_files(w_store, WA, 0, 10_000)).status == "committed"
+
+    store = Interleaving(path)
+    # The sweep read table.json (format 2); the upgrade and a format-3 batch land before it reads
+    # the epoch log and lists the lake.
+    store.before_read, done = once(upgrade_then_a_format_3_batch, lambda n: n.startswith("_lakesink/epochs/"))
+    report = sweep(store, older_than=0.0, delete=True, check_store=False)
+    assert done  # the race happened
+    assert not report.removed and report.ok
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+
+
+def test_a_format_2_abort_after_an_unknown_outcome_keeps_the_files_a_late_record_commits(
+    tmp_path: Path,
+) -> None:
+    """Hole 3 in the format-2 writer (simulation seeds 21 and 48 of ``--world upgrade``): its
+    record's create timed out but was applied later; Spark's ``abort`` of the epoch deleted its
+    files, and the record then committed them (a format-2 lake unreadable before the upgrade)."""
+    from lakes import SCHEMA, rows
+
+    from lakesink.commit import EpochCommitter, FileWriter
+    from lakesink_reader.format.log import CommittedFile
+    from lakesink_reader.names import data_file_name, epoch_record_name
+
+    path = str(tmp_path / "lake")
+    epoch_lake(path, epochs=2)  # ids 0..399
+    store = Interleaving(path)
+    name = data_file_name(0, 2, "00000002ffffffff")
+    with FileWriter(store, name, SCHEMA) as writer:
+        writer.write(rows(10_000, ROWS))
+    files = [CommittedFile(name, 0, 2, ROWS, os.path.getsize(os.path.join(path, name)))]
+    store.held.add(epoch_record_name(2))
+    committer = EpochCommitter(store, query_id="q")
+    with pytest.raises(TimeoutError):
+        committer.commit(2, files)
+    committer.abort(2, files)  # as Spark does after a failed commit
+    assert store.late and not os.path.exists(os.path.join(path, epoch_record_name(2)))
+    store.release()  # the record lands after its client gave up
+    assert os.path.exists(os.path.join(path, epoch_record_name(2)))  # the race happened
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+    # The replay settles it: the epoch is committed, its files stay.
+    assert EpochCommitter(store, query_id="q").commit(2, []).status == "replayed"
+    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
+
+
+def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(tmp_path: Path) -> None:
+    """Hole 4 through the sweep (simulation seed 182 of ``--world upgrade``): a Delta view left
+    behind (its writer died after the view's first version; the vacuum that moved the retained
+    versions on died before its view update) lists files that no retained version needs.
+    ``vacuum`` keeps what a view behind the retained versions lists -- the orphan sweep
+    (``lakesink orphans --delete``, and every writer's sweep after its first commit) deleted them."""
+    from lakesink.maintenance import compact
+    from lakesink.views.delta_view import listed_files
+
+    path = str(tmp_path / "lake")
+    storage, table_id = v3_table(path, checkpoint_interval=100)
+    a = committer(storage, table_id, WA)  # views off
+    for batch in range(3):
+        a.commit(batch, batch_files(storage, WA, batch, ROWS * batch))
+    assert compact(path, min_files=2, check_store=False).version == 3  # removes batches 0..2's files
+    b_store = Interleaving(path)
+    b_store.held.add("_delta_log/00000000000000000001.json")  # its writer dies after view version 0
+    b = BatchCommitter(
+        b_store, table_id=table_id, writer_id=WB, run="run-00000002", allow_other_queries=True,
+        checkpoint_interval=100, after_commit=derived_views(b_store, table_id, spark_metadata=False),
+    )  # fmt: skip
+    assert b.commit(0, batch_files(b_store, WB, 0, 1000)).status == "committed"
+
+    def stop(step: str) -> None:
+        if step == "committed":
+            raise RuntimeError("vacuum killed after its commit")
+
+    class ViewsDown(LocalStorage):
+        """The vacuum process dies between its lake commit and its view update."""
+
+        def put_if_absent(self, name: str, data: bytes) -> bool:
+            if name.startswith("_delta_log/"):
+                raise TimeoutError(f"no answer to the create of {name}")
+            return super().put_if_absent(name, data)
+
+    with pytest.raises(RuntimeError, match="killed"):  # the retained versions now start at 4
+        vacuum(
+            ViewsDown(path),
+            retain=0,
+            force=True,
+            delete=True,
+            now=time.time() + 1,
+            check_store=False,
+            hook=stop,
+        )
+    found = listed_files(storage)
+    assert found is not None and found[0] == 0  # the view lags at version 0: the race happened
+    lagging = set(found[1])
+    assert lagging and not lagging & {f.name for f in Lake(path).files()}
+
+    report = sweep(path, older_than=0.0, delete=True, check_store=False)
+    assert report.ok and not lagging & {o.name for o in report.removed}
+    assert all(os.path.exists(os.path.join(path, name)) for name in lagging)
+    assert {o.name for o in report.kept} >= lagging
+    assert ids(path) == [*range(3 * ROWS), *range(1000, 1000 + ROWS)]
+
+
+def test_a_view_started_on_a_vacuumed_lake_lists_no_file_vacuum_deleted(tmp_path: Path) -> None:
+    """A writer that starts the Delta view on a lake whose retained versions begin above 0 (an
+    upgraded lake; one whose writers kept no view) filled the view from version 0 up, one view
+    version per lake version -- versions whose files vacuum already deleted, while their commits
+    stay in a log not yet truncated. Until it reached the latest version (forever, when its writer
+    died on the way), a Delta reader of the view met missing files."""
+    from lakesink.maintenance import compact
+    from lakesink.views.delta_view import listed_files
+
+    path = str(tmp_path / "lake")
+    storage, table_id = v3_table(path, checkpoint_interval=100)
+    a = committer(storage, table_id, WA)  # views off
+    for batch in range(3):
+        a.commit(batch, batch_files(storage, WA, batch, ROWS * batch))
+    assert compact(path, min_files=2, check_store=False).version == 3
+    report = truncate(path)  # versions from 3 on retained; batches 0..2's files deleted
+    assert report.removed and commits(path)[0] == 0  # type: ignore[attr-defined]  # log kept whole
+    b_store = Interleaving(path)
+    b_store.held.add("_delta_log/00000000000000000001.json")  # a writer walking up from 0 dies here
+    b = BatchCommitter(
+        b_store, table_id=table_id, writer_id=WB, run="run-00000002", allow_other_queries=True,
+        checkpoint_interval=100, after_commit=derived_views(b_store, table_id, spark_metadata=False),
+    )  # fmt: skip
+    assert b.commit(0, batch_files(b_store, WB, 0, 1000)).status == "committed"
+    found = listed_files(storage)
+    assert found is not None
+    gone = [name for name in found[1] if not os.path.exists(os.path.join(path, name))]
+    assert not gone, f"the Delta view at version {found[0]} lists deleted files {gone}"
+    assert found[0] == Lake(path).version
+
+
+def test_a_failed_read_of_a_spark_view_anchor_does_not_stop_the_view(tmp_path: Path) -> None:
+    """Simulation seed 3041 of ``--world upgrade``: a writer reading the Spark view's layout
+    met one failed read of an anchor (``_spark_metadata/_lakesink/<batch>.json``: EIO, a 503),
+    skipped it, found a batch "no anchor explains" and stopped the view as foreign for good --
+    its files then outlived every vacuum and sweep until ``sync-views``. A failed read is no
+    foreign content: the update fails and the next commit does it."""
+    from lakesink.views import spark_metadata_view
+    from lakesink.views.spark_metadata_view import STOP_FILE, listed_files
+
+    path = str(tmp_path / "lake")
+    _, table_id = v3_table(path, checkpoint_interval=4)
+    store = Interleaving(path)
+
+    def writer(run: str) -> BatchCommitter:
+        return BatchCommitter(
+            store, table_id=table_id, writer_id=WA, run=run, checkpoint_interval=4,
+            after_commit=derived_views(store, table_id, delta_log=False),
+        )  # fmt: skip
+
+    first = writer("run-00000001")
+    for batch in range(12):  # Spark's compact batches at 9 and 19: anchors in _spark_metadata/_lakesink
+        first.commit(batch, batch_files(store, WA, batch, ROWS * batch))
+    assert os.listdir(os.path.join(path, "_spark_metadata", "_lakesink"))
+    spark_metadata_view.forget(store, table_id)  # a restarted driver reads the view's layout
+    failed: list[str] = []
+
+    def fail_once(name: str) -> None:  # each anchor's first read, while batch 12 commits
+        if name.startswith("_spark_metadata/_lakesink/") and name not in failed:
+            failed.append(name)
+            raise OSError(5, "Input/output error", name)
+
+    store.before_read = fail_once
+    second = writer("run-00000002")
+    second.commit(12, batch_files(store, WA, 12, ROWS * 12))
+    assert failed  # the read failed
+    assert not os.path.exists(os.path.join(path, STOP_FILE))
+    store.before_read = None
+    second.commit(13, batch_files(store, WA, 13, ROWS * 13))
+    found = listed_files(store)
+    assert found is not None and found[0] == Lake(path).version == 13

@@ -17,7 +17,9 @@ upload must be redone (S3's 409) is simply retried by Spark. Those files are inv
 
 ``abort`` deletes an uncommitted epoch's published files -- but never a file the log lists,
 whatever Spark believes about the epoch (a commit whose record landed but whose answer was
-lost raises, and Spark then aborts it).
+lost raises, and Spark then aborts it), and nothing of an epoch whose record's create raised
+(``in_doubt``): the request may still be applied after its client gave up, and then commits
+the files; the replay of the epoch settles it, and the sweep removes a loser's files.
 """
 
 from __future__ import annotations
@@ -70,6 +72,10 @@ class EpochCommitter:
         Epochs between two checkpoint segments of the log.
     observer
         Told of ``before_record`` and ``after_record``.
+    in_doubt
+        The epochs whose record's create raised (its outcome unknown): ``abort`` keeps their
+        files. This object's own set unless the caller hands one that outlives it (the driver
+        builds a committer per call, and keeps the set in its run's memo).
     """
 
     def __init__(
@@ -79,8 +85,10 @@ class EpochCommitter:
         query_id: str | None,
         checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL,
         observer: Observer | None = None,
+        in_doubt: set[int] | None = None,
     ) -> None:
         self.storage = storage
+        self.in_doubt = in_doubt if in_doubt is not None else set()
         self.query_id = query_id
         self.log = EpochLog(storage, checkpoint_interval=checkpoint_interval)
         self.observer = observer
@@ -123,7 +131,12 @@ class EpochCommitter:
 
         notify(self.observer, "before_record", epoch)
         ours = EpochRecord.new(epoch, files, source_offsets=source_offsets, query_id=self.query_id)
-        won, record = self.log.append(ours)
+        try:
+            won, record = self.log.append(ours)
+        except Exception:
+            self.in_doubt.add(epoch)  # the record may exist, or land later: keep every file
+            raise
+        self.in_doubt.discard(epoch)  # the log has a definitive answer for it now
         if not won:
             # Someone recorded the epoch between our check and our record: theirs is the truth.
             self._drop(files, keep=record, why=f"epoch {epoch} was committed concurrently")
@@ -149,7 +162,16 @@ class EpochCommitter:
 
         A file the log lists is kept, whatever the caller believes: Spark aborts an epoch
         whose commit raised, and a commit can raise after its record landed (a lost answer).
+        Nothing is deleted for an epoch ``in_doubt``: its record may land later still.
         """
+        if epoch in self.in_doubt:
+            log.warning(
+                "abort of epoch %d of %s: its record's create was never answered (it may still land), "
+                "so nothing is deleted; the replay of the epoch settles it",
+                epoch,
+                self.storage.url,
+            )
+            return
         try:
             record = self.log.record(epoch)
         except Exception:

@@ -434,6 +434,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             query_id=self._writer_id(messages),
             checkpoint_interval=self.config.sink.checkpoint_interval,
             observer=self.config.observer,
+            in_doubt=run_memo(self.config.storage().url, self.run_token).in_doubt,
         )
 
     def _batches(self, messages: Sequence[EpochCommitMessage]) -> BatchCommitter:

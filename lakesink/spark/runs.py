@@ -50,7 +50,7 @@ class RunMemo:
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
     schema_change: str | None = None
-    #: format 3: batches whose commit's outcome stayed unknown: Spark's abort of them deletes nothing
+    #: batches (format 2: epochs) whose commit's outcome stayed unknown: Spark's abort of them deletes nothing
     in_doubt: set[int] = field(default_factory=set)
     #: the schema this run's data files store: the stream's columns as the lake declares them
     #: after this run's change (``lakesink_reader.format.schemas.file_schema``)

@@ -135,7 +135,11 @@ class DeltaView:
                 return  # this version is vacuumed: a later commit or `sync-views` brings the view up
             start = self._gap_start(v)
             if start is None or start < floor:
-                self._rebuild(commit, state)  # far behind: bounded cost, whatever the gap
+                # Far behind (bounded cost, whatever the gap), or the gap reaches below the
+                # retained versions, whose files vacuum may have deleted though their commits
+                # are still in the log (a view started on an upgraded lake): a view version
+                # there would list them (simulation: the upgrade world, seed 211).
+                self._rebuild(commit, state)
                 return
             for u in range(start, v):
                 older = vlog.read_commit(u)

@@ -46,9 +46,16 @@ def main(argv: list[str] | None = None) -> int:
         "--actors",
         default="all",
         help=(
-            "comma-separated: writer,vacuum,compact,sweep,reader,verify,idle,views,multi,foreach "
-            "(default all)"
+            "comma-separated: writer,vacuum,compact,sweep,reader,verify,idle,views,multi,continue,"
+            "foreach,upgrade (default all)"
         ),
+    )
+    parser.add_argument(
+        "--world",
+        default="any",
+        choices=("any", "upgrade"),
+        help="upgrade: every seed is an upgrade world (default: a seed picks it with chance 0.3 "
+        "when the upgrade actor is allowed)",
     )
     parser.add_argument(
         "--max-steps", type=int, default=400, help="steps before the busy phase ends (default 400)"
@@ -82,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from tests.sim.run import Config
 
-    cfg = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon)
+    cfg = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world)
     seeds = args.seed if args.seed is not None else list(range(args.start, args.start + args.seeds))
     if args.jobs > 1 and len(seeds) > 1 and args.seed is None:  # (a --seed list runs in one)
         return _fan_out(args, seeds)
@@ -133,7 +140,9 @@ def _chunks(args: argparse.Namespace) -> int:
     from tests.sim.run import Config
 
     source = _source_version()
-    switches = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon).describe()
+    switches = Config.parse(
+        args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world
+    ).describe()
     failed = 0
     end = args.start + args.seeds
     for first in range(args.start, end, args.chunk):
@@ -229,6 +238,7 @@ def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | Non
     """Split the seeds over ``--jobs`` worker processes (interleaved), gather their lines."""
     started = time.perf_counter()
     common = ["--faults", args.faults, "--actors", args.actors, "--max-steps", str(args.max_steps), "--json"]
+    common += ["--world", args.world]
     if args.keep_going:
         common.append("--keep-going")
     if args.no_final_abandon:
@@ -280,7 +290,9 @@ def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | Non
         failed.extend(s for s in seeds if s not in reported)
     for r in bad:
         print(f"FAIL seed {r['seed']}: {r['violation']}")
-        switches = f"--faults {args.faults} --actors {args.actors}"
+        switches = f"--faults {args.faults} --actors {args.actors}" + (
+            f" --world {args.world}" if args.world != "any" else ""
+        )
         print(f"  replay: python -m tests.sim --seed {r['seed']} --trace {switches}")
     print(
         f"{len(results) - len(bad)} of {len(results)} seeds clean ({seeds[0]}..{seeds[-1]}) in "

@@ -18,7 +18,9 @@ process (the pytest wrapper runs the simulation as a subprocess):
 - a compaction's lease refresher thread (``_Lease``) does not start: it would call the store
   from a thread no actor owns, on the wall clock. The lease is still written at the start;
   a compaction that runs long in simulated time may then be abandoned by another one, which
-  the protocol allows (the late compaction's commit is refused).
+  the protocol allows (the late compaction's commit is refused);
+- the format-2 epoch log's ``EpochLog._parallel`` (its own ThreadPoolExecutor) runs
+  sequentially too (the upgrade world reads and writes format-2 logs).
 
 ``PYTHONHASHSEED`` must be fixed too (sets of strings iterate in hash order): ``__main__``
 re-executes itself with it set.
@@ -101,5 +103,9 @@ def install(world: World) -> None:
     for module in list(sys.modules.values()):
         if module is not None and getattr(module, "parallel", None) is original:
             module.parallel = sequential  # type: ignore[attr-defined]
+    # The format-2 epoch log reads records in its own ThreadPoolExecutor (the upgrade world).
+    import lakesink_reader.format.log as epoch_log
+
+    epoch_log.EpochLog._parallel = lambda self, fn, items: [fn(item) for item in items]  # type: ignore[method-assign]
     compact._Lease.start = compact._Lease.put  # type: ignore[method-assign]
     compact._Lease.stop = lambda self: None  # type: ignore[method-assign]

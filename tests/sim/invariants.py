@@ -341,11 +341,13 @@ def delta_view_files(root: str) -> tuple[int | None, list[str]]:
     except FileNotFoundError:
         return None, []
     commits = sorted(int(n[:20]) for n in names if len(n) == 25 and n.endswith(".json") and n[:20].isdigit())
-    if not commits:
-        return None, []
-    latest = commits[-1]
     checkpoints = [int(n[:20]) for n in names if n.endswith(".checkpoint.parquet") and n[:20].isdigit()]
-    start = max((c for c in checkpoints if c <= latest), default=None)
+    if not commits and not checkpoints:
+        return None, []
+    # A Delta reader starts at the newest checkpoint, also one whose own commit is not written
+    # (yet): a view rebuilt at v writes its checkpoint at v first (deltalake reads v from it).
+    start = max(checkpoints, default=None)
+    latest = max([*commits, *([] if start is None else [start])])
     listed: list[str] = []
     if start is not None:
         adds = pq.read_table(os.path.join(folder, f"{start:020d}.checkpoint.parquet"), columns=["add"])
