@@ -20,9 +20,9 @@ import pytest
 from lakes import epoch_lake, v3_file, v3_name, v3_table
 
 from lakesink.commit.batches import BatchCommitter
-from lakesink.views.derived import derived_views
 from lakesink.maintenance import sweep, upgrade, vacuum
 from lakesink.maintenance.vacuum import DAY
+from lakesink.views.derived import derived_views
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import CommitStateUnknownError
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, checkpoint_name, read_hint
