@@ -602,8 +602,15 @@ upgrade(sys.argv[1], hook=hook, storage_options=json.loads(sys.argv[3]))
 """
 
 
+# Both backends are long (make chaos) since 2026-11-27: the heaviest case of make test (3 JVMs,
+# CLI loops), and the simulation's upgrade world (tests/test_simulation.py) now runs upgrades
+# killed anywhere beside format-2 and format-3 writers and maintenance, under every fault.
 @pytest.mark.parametrize(
-    "backend_kind", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.long])]
+    "backend_kind",
+    [
+        pytest.param("local", marks=pytest.mark.long),
+        pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.long]),
+    ],
 )
 def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_row_once(
     backend_kind: str, request: pytest.FixtureRequest, tmp_path: Path, chaos_seed: int
