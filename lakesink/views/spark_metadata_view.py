@@ -425,9 +425,7 @@ class SparkView:
         floor = max(state.retained_from, vlog.open().retained_from)
         if v < floor:
             return  # this version is vacuumed: a later commit or `sync-views` places the view
-        write = functools.partial(
-            write_version, self.storage, vlog, interval=self._interval(), times=k.times, floor=floor
-        )
+        write = functools.partial(write_version, self.storage, vlog, interval=self._interval(), times=k.times)
         layout = read_layout(self.storage)
         top = layout.latest
         top_version = layout.version_of(top) if top is not None else None
@@ -470,12 +468,9 @@ def write_version(
     state: TableState | None = None,
     interval: int | None = None,
     times: dict[int, int] | None = None,
-    floor: int = 0,
 ) -> int:
     """Write lake version ``commit.version`` as the batch after ``previous`` (None: the view's
-    first batch); returns its id. Foreign when the view holds other content there. ``floor``:
-    the lake's retained versions start there; a dead writer's anchor naming an older version is
-    not filled (its files may be gone)."""
+    first batch); returns its id. Foreign when the view holds other content there."""
     base = base_uri(storage)
     v = commit.version
     # A version that changes the lake's schema is a compact batch too: it lists the summary.
@@ -501,8 +496,11 @@ def write_version(
             _lost_or_foreign(storage, vlog, batch, v)
         # Another version's anchor and no batch: a writer died between the two (or is writing
         # it). Waiting would wait forever on a dead writer, and skipping the id would leave the
-        # two newest compacts 2K apart (Spark reads K from them): write what the anchor says.
-        if there < floor or not _fill(storage, vlog, batch, there, interval, times):
+        # two newest compacts 2K apart (Spark reads K from them): write what the anchor says --
+        # what that writer would write, if it is alive but slow -- even below ``floor``: taking
+        # the id over instead races it (its compact would land under our anchor: simulation
+        # seed 2770). The caller's version goes in the next compact id right after.
+        if not _fill(storage, vlog, batch, there, interval, times):
             storage.delete(anchor_name(batch))  # its version is vacuumed: nobody can write it
             continue
         if there > v:
