@@ -59,7 +59,7 @@ import pyarrow as pa
 
 from tests.sim.actors import SCHEMA
 from tests.sim.invariants import Violation, _stat
-from tests.sim.store import OP_FAULTS, READ_FAULTS
+from tests.sim.store import store_fault
 from tests.sim.world import START, Actor, Killed
 
 if TYPE_CHECKING:
@@ -263,7 +263,7 @@ def setup(env: Env) -> None:
         if name in cfg.actors and rng.random() < 0.6:
             world.spawn(
                 name,
-                _repeat(env, rng.randint(1, 3), pause, name, job),
+                actors.repeat(env, rng.randint(1, 3), pause, name, job),
                 offset=skew(),
                 delay=rng.choice([0.0, 10.0, 600.0]),
             )
@@ -278,20 +278,7 @@ def setup(env: Env) -> None:
             return "kill"
         if p_stall and rng.random() < p_stall * (5 if race else 1):
             return "stall"
-        allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults)
-        outage = actor.data.get("outage")
-        if outage is not None:
-            kind, left = outage
-            actor.data["outage"] = (kind, left - 1) if left > 1 else None
-            if kind in allowed:
-                return str(kind)
-        if p_fault and rng.random() < p_fault and allowed:
-            kind = rng.choice(allowed)
-            if rng.random() < p_outage:
-                actor.data["outage"] = (kind, rng.choice([3, 6, 10]))
-                world.note(f"{actor.name}: an outage of {kind} starts")
-            return kind
-        return None
+        return store_fault(env.shared, actor, rng, p_fault, p_outage)
 
     env.decide = decide
     env.late_delays = late_delays
@@ -489,26 +476,6 @@ def _task(
 
 
 # Maintenance, readers -------------------------------------------------------------------------
-
-
-def _repeat(
-    env: Env, runs: int, pause: list[float], what: str, job: Callable[[Any], str]
-) -> Callable[[Actor], Any]:
-    """``actors.repeat``, except that a Violation an actor finds fails the seed."""
-
-    def body(actor: Actor) -> None:
-        storage = env.client(actor)
-        for _ in range(runs):
-            time.sleep(env.world.rng.choice(pause))
-            try:
-                outcome = job(storage)
-            except Violation:
-                raise
-            except Exception as exc:  # noqa: BLE001 - a command fails under faults: noted
-                outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
-            env.world.note(f"{actor.name}: {what}: {outcome}")
-
-    return body
 
 
 class ReadOnly:

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from tests.sim import actors, foreach
 from tests.sim.determinism import install
 from tests.sim.invariants import Checker, Violation
-from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore
+from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore, store_fault
 from tests.sim.world import START, Actor, World
 
 if TYPE_CHECKING:
@@ -364,20 +364,7 @@ def _setup(env: Env) -> None:
         log_read = actor.op == "read" and actor.target.startswith("_lakesink/log/0")
         if p_stall and rng.random() < p_stall * (5 if log_read else 1):
             return "stall"
-        allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & env.shared.faults)
-        outage = actor.data.get("outage")
-        if outage is not None:  # this client's requests keep failing so for a while
-            kind, left = outage
-            actor.data["outage"] = (kind, left - 1) if left > 1 else None
-            if kind in allowed:
-                return str(kind)
-        if p_fault and rng.random() < p_fault and allowed:
-            kind = rng.choice(allowed)
-            if rng.random() < p_outage:
-                actor.data["outage"] = (kind, rng.choice([3, 6, 10]))
-                world.note(f"{actor.name}: an outage of {kind} starts")
-            return kind
-        return None
+        return store_fault(env.shared, actor, rng, p_fault, p_outage)
 
     env.decide = decide
     env.late_delays = late_delays

@@ -30,6 +30,7 @@ from __future__ import annotations
 import builtins
 import errno
 import os
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -59,6 +60,29 @@ OP_FAULTS: dict[str, tuple[str, ...]] = {
 }
 #: Every other call (reads, stage, seal, discard, ...) may fail, never apply late.
 READ_FAULTS = ("fail",)
+
+
+def store_fault(
+    shared: Shared, actor: Actor, rng: random.Random, p_fault: float, p_outage: float
+) -> str | None:
+    """The store fault (of those the seed turned on) the actor's parked call meets, or None: an
+    outage under way repeats its kind; else one with chance ``p_fault``, which starts an outage
+    (the next 3-10 calls of this client fail so too) with chance ``p_outage``."""
+    allowed = sorted(set(OP_FAULTS.get(actor.op, READ_FAULTS)) & shared.faults)
+    outage = actor.data.get("outage")
+    if outage is not None:  # this client's requests keep failing so for a while
+        kind, left = outage
+        actor.data["outage"] = (kind, left - 1) if left > 1 else None
+        if kind in allowed:
+            return str(kind)
+    if p_fault and rng.random() < p_fault and allowed:
+        kind = rng.choice(allowed)
+        if rng.random() < p_outage:
+            actor.data["outage"] = (kind, rng.choice([3, 6, 10]))
+            assert shared.world is not None
+            shared.world.note(f"{actor.name}: an outage of {kind} starts")
+        return kind
+    return None
 
 
 class SimIOError(OSError):
