@@ -439,6 +439,37 @@ def test_delta_sync_writes_checkpoints_and_starts_the_view_of_a_vacuumed_lake(la
     assert delta_sync(storage).written == [] and delta_sync(storage, write=False).state == "ok"
 
 
+def test_a_sync_that_dies_halfway_on_a_vacuumed_lake_leaves_a_readable_view(lake: str) -> None:
+    """Simulation seed 7083: `sync-views` on a lake whose log starts at a checkpoint wrote the
+    view's commits from there first and its checkpoint last; dying in between left view commits
+    5 and 6 with neither 0..4 nor a checkpoint, which no Delta reader can open. The checkpoint
+    now comes first, as a hook's rebuild writes it."""
+    from lakesink.maintenance.vacuum import vacuum
+    from lakesink_reader.storage.local import LocalStorage
+
+    class DiesAtSecondCommit(LocalStorage):
+        def put_if_absent(self, name: str, data: bytes) -> bool:
+            if name == "_delta_log/00000000000000000006.json":
+                raise OSError(f"{name}: killed (test)")
+            return super().put_if_absent(name, data)
+
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    writer = Writer(VersionedLog(storage, table_id, checkpoint_interval=5), W1)
+    for i in range(6):
+        writer.append(i * 100)  # versions 0..5, no view
+    vacuum(lake, retain=0, delete=True, force=True, check_store=False)  # version 6; the log starts at 5
+    with pytest.raises(OSError, match="killed"):
+        delta_sync(DiesAtSecondCommit(lake))
+    assert sorted(os.listdir(os.path.join(lake, "_delta_log")))[:2] == [
+        "00000000000000000005.checkpoint.parquet",
+        "00000000000000000005.json",
+    ]
+    assert delta_sync(storage).written == [6]
+    seen = oracle(lake, [None, 5])
+    assert seen["5"]["deltalake"] == ids(read_committed(lake, as_of_version=5))
+    assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == ids(read_committed(lake))
+
+
 @pytest.mark.spark
 def test_a_spark_epoch_writer_keeps_the_views(spark: Any, tmp_path: Path, lake: str) -> None:
     from test_epoch_v3 import add_input, run

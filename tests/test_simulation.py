@@ -176,6 +176,14 @@ HOLES = [
         (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
         "views",
     ),
+    # Found by the ledger run (session 6): `sync-views` on a lake whose log starts at a checkpoint
+    # wrote the view's commits first and its start checkpoint last, and died in between.
+    (
+        "14: a sync-views that dies before its start checkpoint",
+        7083,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
+        "views",
+    ),
 ]
 
 

@@ -660,7 +660,18 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
                 continue
         if not write or report.foreign:
             report.missing.append(v)
-        elif storage.put_if_absent(name, data):
+            continue
+        if start_checkpoint is not None and start_checkpoint not in checkpoints:
+            # A view starting again on a vacuumed lake gets its checkpoint before its first
+            # commit, as a hook's rebuild does: a sync that dies halfway then never leaves
+            # commits that no Delta reader can start from (simulation seed 7083: view commits 3
+            # and 4 without 0..2 or a checkpoint).
+            write_view_checkpoint(
+                storage, metadata, vlog, start_checkpoint, interval=interval, ahead_of_commit=True
+            )
+            report.checkpoints.append(start_checkpoint)
+            checkpoints = [*checkpoints, start_checkpoint]
+        if storage.put_if_absent(name, data):
             report.written.append(v)
         else:
             report.foreign.append(v)
