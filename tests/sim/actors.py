@@ -239,7 +239,7 @@ def repeat(
             except Violation:  # what a reader found wrong fails the seed (not an outcome to note)
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
-                outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
+                outcome = f"raised {type(exc).__name__}: {env.world.redacted(str(exc)):.200}"
             env.world.note(f"{actor.name}: {what}: {outcome}")
 
     return body

@@ -360,7 +360,8 @@ def _driver(fw: ForeachWorld, plan: QueryPlan) -> Callable[[Actor], Any]:
                 partition_by=["key"] if fw.partitioned else None,
             )
         except Exception as exc:  # noqa: BLE001 - the query fails to start; it is restarted
-            world.note(f"{actor.name}: LakeForeachWriter(...) raised {type(exc).__name__}: {exc!s:.160}")
+            why = world.redacted(str(exc))
+            world.note(f"{actor.name}: LakeForeachWriter(...) raised {type(exc).__name__}: {why:.160}")
             return "failed to start"
         blob = pickle.dumps(writer)  # what Spark ships to every task
         while not plan.finished:
@@ -461,7 +462,7 @@ def _task(
             plan.refused += 1
             return "refused (CommitError)"
         except Exception as exc:  # noqa: BLE001 - the task fails; Spark retries it
-            return f"failed in close: {type(exc).__name__}: {exc!s:.120}"
+            return f"failed in close: {type(exc).__name__}: {fw.env.world.redacted(str(exc)):.120}"
         if error is not None:
             return f"failed: {error}"
         if mode == "cut":
@@ -538,7 +539,7 @@ def _refuse(env: Env, what: str, storage: Any) -> str:
             raise Violation("refuses", f"{what} raised {exc!r}, not its refusal of a foreach lake") from exc
         return "refused: a foreach lake"
     except (OSError, LakeSinkError) as exc:  # no lake yet, or a failed read under faults
-        return f"raised {type(exc).__name__}: {exc!s:.120}"
+        return f"raised {type(exc).__name__}: {env.world.redacted(str(exc)):.120}"
     raise Violation("refuses", f"{what} ran on a foreach lake")
 
 

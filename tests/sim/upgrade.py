@@ -11,7 +11,7 @@ fault the simulation has:
   process would -- how a run resumes after another one finished and vacuum truncated the log;
   beside a slow one, a forced ``vacuum --retain 0`` (``truncate``) once the lake is format 3;
 - the query itself: each run reads table.json when it starts (as the data source does) and
-  writes **format 2** (``EpochCommitter``, as ``LakeStreamWriter`` does for a format-2 lake)
+  writes **format 2** (``tests.sim.legacy.EpochCommitter``, as lakesink's format-2 writer did)
   while it says 2 -- a run that started before the upgrade keeps writing through it and after
   its commit point, as a zombie does -- and **format 3** (``tests.sim.actors.writer_run``)
   once it says 3, continuing its epochs as batches: the upgrade imported epoch ``e`` as batch
@@ -58,15 +58,15 @@ QUERY = 0
 
 def format2_lake(env: Env, plan: actors.WriterPlan, epochs: int, interval: int) -> str:
     """The format-2 epoch lake the world starts from: ``epochs`` epochs of query ``plan``, written
-    fault-free by the format-2 writer (``EpochCommitter``). Returns the table id.
+    fault-free by the format-2 writer (``tests.sim.legacy``). Returns the table id.
 
-    The one place a format-2 lake is made: when the format-2 writer goes (issue 33), a frozen
-    fixture copied here replaces this body (its query id and epochs then set ``plan``)."""
-    from lakesink.commit import EpochCommitter
-    from lakesink_reader.format.table import ensure_table
+    The one place the simulation makes a format-2 lake: with the format-2 writer's frozen copy,
+    so that each seed's lake (epochs, checkpoint interval) stays what its schedule was drawn for;
+    the tests' end-to-end upgrades start from bytes instead (``tests/fixtures/format2-query``)."""
+    from tests.sim.legacy import EpochCommitter, format2_table
 
     storage = env.client(None)
-    meta = ensure_table(storage, actors.SCHEMA, "epoch", format_version=2)
+    meta = format2_table(storage, actors.SCHEMA, "epoch")
     committer = EpochCommitter(storage, query_id=plan.id, checkpoint_interval=interval)
     for epoch in range(epochs):
         committer.commit(epoch, _publish(storage, epoch), source_offsets=_offsets(epoch))
@@ -201,7 +201,7 @@ class UpgradeWorld:
         their files, and the driver commits with ``EpochCommitter`` (sweeping once per run); a
         failed commit is aborted and ends the run. It never reads table.json again: once the
         upgrade fenced the log, its commits must fail."""
-        from lakesink.commit import EpochCommitter
+        from tests.sim.legacy import EpochCommitter
 
         def body(actor: Actor) -> str:
             world, storage = env.world, env.client(actor)
@@ -289,7 +289,8 @@ class UpgradeWorld:
                     report = upgrade(storage, hook=hook)
                 except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
                     failed += 1
-                    env.world.note(f"{actor.name}: upgrade: raised {type(exc).__name__}: {exc!s:.200}")
+                    why = env.world.redacted(str(exc))
+                    env.world.note(f"{actor.name}: upgrade: raised {type(exc).__name__}: {why:.200}")
                     time.sleep(rng.choice([1.0, 60.0, 600.0]))
                     continue
                 ended += 1
@@ -319,7 +320,7 @@ class UpgradeWorld:
                     outcome += f"removed {len(report.removed)}"
                     ok += 1
                 except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
-                    outcome = f"raised {type(exc).__name__}: {exc!s:.200}"
+                    outcome = f"raised {type(exc).__name__}: {env.world.redacted(str(exc)):.200}"
                     failed += 1
                 env.world.note(f"{actor.name}: vacuum --retain 0 --force: {outcome}")
 

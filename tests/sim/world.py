@@ -97,9 +97,13 @@ class World:
         actor.wake = self.now + max(0.0, seconds)
         self.point(actor, "sleep", f"{seconds:.3g}s")
 
+    def redacted(self, text: str) -> str:
+        """``text`` without the lake's path: the scratch folder differs between runs, and a
+        replay's trace must not (redact before cutting a message short, or a cut path stays)."""
+        return text.replace(self.redact, "<lake>") if self.redact else text
+
     def note(self, text: str) -> None:
-        if self.redact:  # the scratch folder differs between runs; a replay's trace must not
-            text = text.replace(self.redact, "<lake>")
+        text = self.redacted(text)
         self.trace.append(f"{self.steps:5d} {self.now - START:10.2f} {text}")
 
     # Actors ---------------------------------------------------------------------------------------
