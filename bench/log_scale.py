@@ -20,10 +20,10 @@ Then, each in a fresh subprocess (peak RSS from ``/proc/self/status`` VmHWM, wal
   interval, so it writes the checkpoint at 1M files too: the time to the commit point and the
   checkpoint's time are taken apart (the committer's ``checkpoint_if_due`` is wrapped), and
   the versions it added are removed again afterwards;
-- ``latency``: ``--log-scale-latency-commits`` (200) commits in a row of format 3's
-  ``BatchCommitter`` (checkpoint interval 100) and format 2's ``EpochCommitter`` into fresh
-  local lakes, the same files per commit; format 3 again on the 1M lake (its continuing
-  writer); unless ``--skip-s3``, both on a fresh moto S3 server too. p50/p95/max per commit.
+- ``latency``: ``--log-scale-latency-commits`` (200) commits in a row of ``BatchCommitter``
+  (checkpoint interval 100) into a fresh local lake, the same files per commit; again on the 1M
+  lake (its continuing writer); unless ``--skip-s3``, on a fresh moto S3 server too. p50/p95/max
+  per commit. (Format 2's writer, measured beside it until 2026-11-27, is gone.)
 
 At full scale (2 cores) the build takes ~45 s, the local measurements ~10 s, S3 ~30 s.
 """
@@ -139,7 +139,7 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
     direct, measured = layout(commits, interval)
     root.mkdir(parents=True)
     storage = open_storage(str(root))
-    meta = ensure_table(storage, input_schema(), "epoch", format_version=3, checkpoint_interval=interval)
+    meta = ensure_table(storage, input_schema(), "epoch", checkpoint_interval=interval)
     table_id = meta.table_id
     assert table_id is not None
     tag = writer_tag(WRITER)
@@ -341,58 +341,39 @@ CHILDREN = {
 
 def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
     """For the ``latency`` child: a function committing batch ``b`` of ``args['files']`` files with
-    format 3's ``BatchCommitter`` (``args['format'] == 3``) or format 2's ``EpochCommitter``; a
-    fresh lake (no ``table_id`` given) is created first, as the writer's start would."""
+    ``BatchCommitter``; a fresh lake (no ``table_id`` given) is created first, as the writer's
+    start would."""
     from inputs import input_schema
 
+    from lakesink.commit.batches import BatchCommitter
+    from lakesink.views.derived import derived_views
     from lakesink_reader.format.table import ensure_table
     from lakesink_reader.format.v3.commits import writer_tag
 
     files = args["files"]
-    if args["format"] == 3:
-        from lakesink.commit.batches import BatchCommitter
-        from lakesink.views.derived import derived_views
+    table_id = (
+        args.get("table_id")
+        or ensure_table(storage, input_schema(), "epoch", checkpoint_interval=args["interval"]).table_id
+    )
+    assert table_id is not None
+    v3 = BatchCommitter(
+        storage,
+        table_id=table_id,
+        writer_id=WRITER,
+        run="bench-latency",
+        checkpoint_interval=args["interval"],
+        after_commit=derived_views(storage, table_id),
+    )
+    tag = writer_tag(WRITER)
+    cursor: list[Any] = [None]  # the state the last commit left, as the writer's driver keeps it
 
-        table_id = (
-            args.get("table_id")
-            or ensure_table(
-                storage, input_schema(), "epoch", format_version=3, checkpoint_interval=args["interval"]
-            ).table_id
-        )
-        assert table_id is not None
-        v3 = BatchCommitter(
-            storage,
-            table_id=table_id,
-            writer_id=WRITER,
-            run="bench-latency",
-            checkpoint_interval=args["interval"],
-            after_commit=derived_views(storage, table_id),
-        )
-        tag = writer_tag(WRITER)
-        cursor: list[Any] = [None]  # the state the last commit left, as the writer's driver keeps it
+    def commit3(batch: int) -> None:
+        result = v3.commit(batch, synthetic_files(batch, files, tag), state=cursor[0])
+        if result.status != "committed":
+            raise RuntimeError(f"batch {batch}: {result.status}")
+        cursor[0] = result.state
 
-        def commit3(batch: int) -> None:
-            result = v3.commit(batch, synthetic_files(batch, files, tag), state=cursor[0])
-            if result.status != "committed":
-                raise RuntimeError(f"batch {batch}: {result.status}")
-            cursor[0] = result.state
-
-        return commit3
-
-    from lakesink.commit.epochs import EpochCommitter
-    from lakesink_reader.format.log import CommittedFile
-
-    ensure_table(storage, input_schema(), "epoch", format_version=2)
-    v2 = EpochCommitter(storage, query_id=WRITER)
-
-    def commit2(batch: int) -> None:
-        names = [add_file(batch, p, "v2") for p in range(files)]
-        listed = [CommittedFile(a.path, p, batch, a.rows, a.size) for p, a in enumerate(names)]
-        outcome = v2.commit(batch, listed)
-        if outcome.status != "committed":
-            raise RuntimeError(f"epoch {batch}: {outcome.status}")
-
-    return commit2
+    return commit3
 
 
 def run_child(kind: str, args: dict[str, Any], timeout: float = 900) -> dict[str, Any]:
@@ -567,14 +548,13 @@ def log_scale_phase(
             note(f"latency {label} FAILED: {str(exc).splitlines()[0] if str(exc) else exc!r}")
 
     count = latency_commits
-    for fmt in (3, 2):
-        url = str(work / f"log-scale-latency-v{fmt}")
-        shutil.rmtree(url, ignore_errors=True)
-        series(f"v{fmt}-local", {"url": url, "format": fmt, "first_batch": 0, "count": count},
-               lambda url=url: shutil.rmtree(url, ignore_errors=True))  # fmt: skip
+    url = str(work / "log-scale-latency-v3")
+    shutil.rmtree(url, ignore_errors=True)
+    series("v3-local", {"url": url, "first_batch": 0, "count": count},
+           lambda: shutil.rmtree(url, ignore_errors=True))  # fmt: skip
     series(
         "v3-local-big",
-        {"url": str(root), "format": 3, "table_id": table_id, "first_batch": commits, "count": count},
+        {"url": str(root), "table_id": table_id, "first_batch": commits, "count": count},
         lambda: reset_lake(root, commits, measured),
     )
     if with_s3:
@@ -582,17 +562,15 @@ def log_scale_phase(
 
         try:
             with s3_store() as store:
-                for fmt in (3, 2):
-                    series(
-                        f"v{fmt}-s3",
-                        {
-                            "url": store.url(f"log-scale-v{fmt}"),
-                            "storage_options": store.storage_options(),
-                            "format": fmt,
-                            "first_batch": 0,
-                            "count": count,
-                        },
-                    )
+                series(
+                    "v3-s3",
+                    {
+                        "url": store.url("log-scale-v3"),
+                        "storage_options": store.storage_options(),
+                        "first_batch": 0,
+                        "count": count,
+                    },
+                )
         except (RuntimeError, OSError) as exc:
             found["failures"]["log-scale-s3"] = str(exc)  # moto did not start (the series catch their own)
     shutil.rmtree(root, ignore_errors=True)

@@ -123,16 +123,17 @@ def build_many_epochs(root: Path, count: int) -> None:
     format-2 writer logs them (format 3's log at scale is ``log_scale``'s).
 
     Each epoch: its file, its record, then the log checkpoint segment when one is due --
-    what ``EpochCommitter`` does, minus the checks a single writer needs no proof of here.
+    what the format-2 writer did, minus the checks a single writer needs no proof of here.
     """
     from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
-    from lakesink_reader.format.table import ensure_table
-    from lakesink_reader.names import data_file_name
+    from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.names import TABLE_FILE, data_file_name
     from lakesink_reader.storage.local import LocalStorage
 
     storage = LocalStorage(str(root))
     root.mkdir(parents=True)
-    ensure_table(storage, input_schema(), "epoch", format_version=2)
+    # A format-2 table.json, as lakesink's format-2 writer (gone since 2026-11-27) created it.
+    storage.put_if_absent(TABLE_FILE, TableMetadata.new("epoch", input_schema(), format_version=2).to_json())
     data = tiny_parquet()
     log = EpochLog(storage)
     with no_fsync():

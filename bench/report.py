@@ -426,10 +426,8 @@ def log_scale_latency(results: Mapping[str, Any]) -> Section | None:
         return None
     names = {
         "v3-local": "format 3 BatchCommitter, fresh local lake",
-        "v2-local": "format 2 EpochCommitter, fresh local lake",
         "v3-local-big": "format 3 BatchCommitter, the log-scale lake",
         "v3-s3": "format 3 BatchCommitter, fresh moto S3 lake",
-        "v2-s3": "format 2 EpochCommitter, fresh moto S3 lake",
     }
     section = Section(
         "Per-commit latency: one commit after the other, ms",
@@ -447,7 +445,7 @@ def log_scale_latency(results: Mapping[str, Any]) -> Section | None:
         )
     section.notes = [
         "The driver's commit alone (no Spark, no data files written): open or read the log, check, create "
-        "the entry, derived work (checkpoints: format 3 every 100 versions, format 2 its own segments)."
+        "the entry, derived work (checkpoints every 100 versions)."
     ]
     return section
 

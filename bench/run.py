@@ -16,7 +16,7 @@ the baseline the performance target was set with), in phases, each with a progre
             (``--sinks`` names it ``hdfs``; ``make hdfs-jars`` builds the cluster, else it is skipped;
             two DataNodes and replication 2 by default, ``--hdfs-datanodes N`` another count);
 8. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
-            open, a writer's first commit, the checkpoint, per-commit latency next to format 2's
+            open, a writer's first commit, the checkpoint, per-commit latency
             (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
 
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a

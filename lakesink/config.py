@@ -11,7 +11,6 @@ import base64
 import dataclasses
 import json
 import pickle
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, get_type_hints
@@ -22,8 +21,9 @@ from lakesink_reader.format.log import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.storage import Storage, open_storage
 from lakesink_reader.storage.options import check_storage_options
 
-#: The lake formats an epoch writer can create.
-WRITABLE_FORMATS = (2, 3)
+#: The lake formats a writer can create: the current one (format 1/2 lakes are read, and
+#: converted by ``lakesink upgrade``).
+WRITABLE_FORMATS = (3,)
 
 #: The option that carries storage options: a JSON object (it may hold credentials).
 STORAGE_OPTIONS_KEY = "storage_options"
@@ -48,9 +48,8 @@ class SinkOptions:
     format_version
         None (the default): a new lake is format 3 (docs/FORMAT.md), an existing format-3 lake is
         written, and a format-1/2 lake is refused with the command that converts it (``lakesink
-        upgrade PATH``). 3: the same. 2: *deprecated*, kept only to build format-2 lakes for the
-        upgrade's tests and the bench's baseline: creates or writes a format-2 lake (one query,
-        no offsets, no compaction); removed in the next release.
+        upgrade PATH``). 3: the same. Format 2 is no longer written: its writer was removed
+        before any release.
     allow_other_queries
         Let this query write to a lake that other streaming queries (other checkpoints) write
         too: each of them exactly once. Only for queries that write *different* rows: a new
@@ -132,15 +131,9 @@ class SinkOptions:
             isinstance(self.format_version, bool) or self.format_version not in WRITABLE_FORMATS
         ):
             raise ValueError(
-                f"format_version must be 3 (or None, the same; 2 is deprecated), got {self.format_version!r}"
-            )
-        if self.format_version == 2:
-            warnings.warn(
-                "format_version=2 is deprecated and goes in the next release: it writes the old "
-                "format-2 lake (one query, no offsets, no compaction). Drop the option: new lakes are "
-                "format 3, and `lakesink upgrade PATH` converts a format-2 one.",
-                DeprecationWarning,
-                stacklevel=2,
+                f"format_version must be 3 (or None, the same), got {self.format_version!r}: lakesink "
+                "writes lake format 3 only. Drop the option; `lakesink upgrade PATH` converts a "
+                "format-1/2 lake in place."
             )
 
 

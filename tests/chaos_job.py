@@ -42,7 +42,6 @@ def fail_some_first_attempts(df: Any, every: int) -> Any:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__)
     p.add_argument("--mode", choices=("epoch", "foreach"), default="epoch")
-    p.add_argument("--format-version", type=int, default=None, help="epoch mode: the new lake's format")
     p.add_argument("--input", required=True)
     p.add_argument("--lake", required=True)
     p.add_argument("--checkpoint", required=True)
@@ -75,7 +74,6 @@ def main(argv: list[str] | None = None) -> int:
             trigger={"availableNow": True},
             row_group_bytes=1 << 10,
             observer=observer,
-            format_version=args.format_version,
         )
     else:
         writer = LakeForeachWriter(

@@ -1,14 +1,23 @@
-"""Build small lakes directly with the commit protocol (no Spark) for reader and sweep tests."""
+"""Build small lakes directly with the commit protocol (no Spark) for reader and sweep tests.
+
+Format-2 lakes are made by the format-2 writer's frozen copy (``tests.sim.legacy``: lakesink
+writes format 3 only), or copied from bytes a Spark query of that writer left
+(:func:`format2_query`)."""
 
 from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
 
 import pyarrow as pa
 
 from lakesink.commit import FileWriter, WriteOptions
-from lakesink_reader.format.table import ensure_table
 from lakesink_reader.format.v3.commits import AddFile
 from lakesink_reader.names import data_file_name
 from lakesink_reader.storage import Sealed, Storage, open_storage
+from tests.sim.legacy import EpochCommitter, format2_table
 
 SCHEMA = pa.schema([("id", pa.int64()), ("bucket", pa.int32()), ("label", pa.string())])
 QUERY = "0123456789abcdef"
@@ -43,7 +52,7 @@ def write_file(storage: Storage, partition: int, epoch: int, start: int, count: 
 def foreach_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file: int = 100) -> Storage:
     """A format-2 foreach-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, all committed."""
     storage = open_storage(path)
-    ensure_table(storage, SCHEMA, "foreach", format_version=2)
+    format2_table(storage, SCHEMA, "foreach")
     n = 0
     for epoch in range(epochs):
         for partition in range(partitions):
@@ -54,11 +63,10 @@ def foreach_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_fi
 
 def epoch_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file: int = 100) -> Storage:
     """A format-2 epoch-mode lake with ids 0 .. epochs*partitions*rows_per_file - 1, every epoch recorded."""
-    from lakesink.commit import EpochCommitter
     from lakesink_reader.format.log import CommittedFile
 
     storage = open_storage(path)
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    format2_table(storage, SCHEMA, "epoch")
     committer = EpochCommitter(storage, query_id="q")
     n = 0
     for epoch in range(epochs):
@@ -72,6 +80,36 @@ def epoch_lake(path: str, *, epochs: int = 3, partitions: int = 2, rows_per_file
             n += rows_per_file
         committer.commit(epoch, files)
     return storage
+
+
+#: A format-2 lake, its query's Spark checkpoint and input, as bytes (its README says how made).
+FORMAT2_QUERY = Path(__file__).resolve().parent / "fixtures" / "format2-query"
+
+
+@dataclass(frozen=True)
+class Format2Query:
+    """A copy of :data:`FORMAT2_QUERY`: a format-2 epoch lake (epochs 0 and 1, ids 0-199, two
+    files an epoch) written by streaming query ``query_id``, whose checkpoint (``checkpoint``,
+    batches 0 and 1 committed) reads ``input`` (``in-0000.parquet``, ``in-0001.parquet``:
+    ``test_epoch_v3.add_input``'s files 0 and 1) with ``test_epoch_v3.stream``."""
+
+    lake: str
+    checkpoint: Path
+    input: Path
+    query_id: str = "62275c69-f363-439e-8cc6-847b46cb5570"
+
+
+def format2_query(dest: Path) -> Format2Query:
+    """Copy the frozen format-2 query under ``dest`` (``lake/``, ``checkpoint/``, ``input/``),
+    pointing its checkpoint's file-source log at the copied input."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for part in ("lake", "checkpoint", "input"):
+        shutil.copytree(FORMAT2_QUERY / part, dest / part)
+    for log in (dest / "checkpoint" / "sources" / "0").iterdir():
+        log.write_text(log.read_text().replace("@ROOT@", str(dest.resolve())))
+    for index in (0, 1):  # git keeps no modification times; Spark's file source orders by them
+        os.utime(dest / "input" / f"in-{index:04d}.parquet", (1_700_000_000 + index,) * 2)
+    return Format2Query(str(dest / "lake"), dest / "checkpoint", dest / "input")
 
 
 # Format 3 (docs/design/format-v3.md): table.json, data files and commits, built by hand until the

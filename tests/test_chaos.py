@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -44,12 +45,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from chaos_hooks import parse_marker
+from lakes import format2_query
 from live import kill_when_ready
 from netfaults import Action, FaultProxy, Rule
 
 from lakesink.maintenance import sweep
 from lakesink_reader import Lake, read_committed
-from lakesink_reader.format.log import EpochLog
 from lakesink_reader.names import PROBE_ABANDONED_AGE, PROBE_PREFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.storage import Storage, open_storage
 
@@ -58,8 +59,6 @@ TARGETS = {
     # Epoch mode (format 3, the versioned log): "record" is the log's append.
     "epoch": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
     "foreach": ("in_write", "before_publish", "after_publish"),
-    # The deprecated format-2 writer (``format_version=2``): only as the upgrade test's input.
-    "epoch2": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
 }
 #: ``make test`` aims at every point of each mode once but in_write, the points split between
 #: the backends (each run starts a JVM: 15-40 s here; one kill costs a run, and so does each
@@ -111,11 +110,12 @@ def schedule(mode: str, backend: str) -> list[str]:
 pytestmark = [pytest.mark.chaos, pytest.mark.spark, pytest.mark.timeout(300 + 90 * max(KILLS, 3))]
 
 
-def make_input(folder: Path, files: int) -> dict[int, set[int]]:
-    """``files`` Parquet files of unique ids (one epoch each); returns the ids of each file."""
-    folder.mkdir(parents=True)
+def make_input(folder: Path, files: int, *, first: int = 0) -> dict[int, set[int]]:
+    """``files`` Parquet files of unique ids (one epoch each), numbered from ``first``; returns
+    the ids of each file."""
+    folder.mkdir(parents=True, exist_ok=True)
     by_file = {}
-    for i in range(files):
+    for i in range(first, first + files):
         ids = list(range(i * ROWS_PER_FILE, (i + 1) * ROWS_PER_FILE))
         pq.write_table(
             pa.table({"id": pa.array(ids, pa.int64()), "label": [f"r{v}" for v in ids]}),
@@ -168,13 +168,10 @@ class Harness:
         markers.mkdir()
         # Epoch mode: another partitioning at every restart; foreach mode: always the same.
         partitions = (2, 3, 4)[run % 3] if self.mode != "foreach" else 3
-        mode = "epoch" if self.mode == "epoch2" else self.mode
-        cmd = [sys.executable, str(TESTS_DIR / "chaos_job.py"), "--mode", mode,
+        cmd = [sys.executable, str(TESTS_DIR / "chaos_job.py"), "--mode", self.mode,
                "--input", str(self.work / "in"), "--lake", self.lake, "--checkpoint", self.checkpoint,
                "--partitions", str(partitions),
                "--storage-options", json.dumps(self.writer_options)]  # fmt: skip
-        if self.mode == "epoch2":
-            cmd += ["--format-version", "2"]
         if target is not None:
             cmd += ["--markers", str(markers), "--pause", str(0.05 if target == "random" else PAUSE)]
         log = self.work / f"run-{run}.log"
@@ -254,13 +251,11 @@ class Harness:
         return open_storage(self.checkpoint).exists(f"commits/{epoch}")
 
     def recorded(self, epoch: int) -> bool:
-        """Whether the lake's log holds ``epoch`` (format 3: the writer's batch)."""
-        if self.mode != "epoch2":
-            if not self.storage.exists(TABLE_FILE):
-                return False
-            writers = Lake(self.lake, self.reader_options).writers()
-            return any(w.last_batch >= epoch for w in writers)
-        return EpochLog(self.storage).has(epoch)
+        """Whether the lake's log holds ``epoch`` (the writer's batch)."""
+        if not self.storage.exists(TABLE_FILE):
+            return False
+        writers = Lake(self.lake, self.reader_options).writers()
+        return any(w.last_batch >= epoch for w in writers)
 
     def staged(self) -> list[str]:
         """Every staged file or upload in the lake's folders, a store probe's among them."""
@@ -272,11 +267,7 @@ class Harness:
         storage = self.storage
         found = {"staged": self.staged()}
         if self.mode != "foreach":
-            recorded = (
-                {f.name for f in Lake(self.lake, self.reader_options).files()}
-                if self.mode == "epoch"
-                else {f.name for f in EpochLog(storage).committed_files()}
-            )
+            recorded = {f.name for f in Lake(self.lake, self.reader_options).files()}
             found["unrecorded"] = sorted(
                 f.name for f in storage.list("")
                 if (p := parse_data_file(f.name)) is not None
@@ -617,9 +608,11 @@ upgrade(sys.argv[1], hook=hook, storage_options=json.loads(sys.argv[3]))
 def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_row_once(
     backend_kind: str, request: pytest.FixtureRequest, tmp_path: Path, chaos_seed: int
 ) -> None:
-    """A format-2 writer killed; ``upgrade`` killed at steps, then run to its end; the writer
-    restarted from its checkpoint (now writing format 3) and killed at protocol steps while
-    ``compact`` and ``vacuum`` run in a loop beside it, each killed at a random moment."""
+    """A format-2 writer's lake and checkpoint as its kill after a record left them (frozen
+    bytes, Spark's commit of the recorded epoch removed); ``upgrade`` killed at steps, then run
+    to its end; the writer restarted from its checkpoint (now writing format 3) and killed at
+    protocol steps while ``compact`` and ``vacuum`` run in a loop beside it, each killed at a
+    random moment."""
     if backend_kind == "local":
         lake, options = str(tmp_path / "lake"), {}
     else:
@@ -629,10 +622,21 @@ def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_
     plan = ["after_publish"] if not LONG else schedule("epoch", backend_kind)
     print(f"\nchaos: upgrade, compaction and vacuum killed, {backend_kind}, LAKESINK_CHAOS_SEED={chaos_seed}")
     rng = random.Random(chaos_seed)
-    by_file = make_input(tmp_path / "in", files=2 * len(plan) + 4)
+    old = format2_query(tmp_path / "format2")
+    shutil.move(old.input, tmp_path / "in")  # where the checkpoint's source log points ...
+    for log in (old.checkpoint / "sources" / "0").iterdir():  # ... once told so
+        log.write_text(log.read_text().replace(str(old.input), str(tmp_path / "in")))
+    shutil.move(old.checkpoint, tmp_path / "chk")
+    (tmp_path / "chk" / "commits" / "1").unlink()  # killed after epoch 1's record: Spark replays it
+    target = open_storage(lake, options)
+    for folder, _, names in os.walk(old.lake):
+        for name in names:
+            full = os.path.join(folder, name)
+            assert target.put_if_absent(os.path.relpath(full, old.lake), Path(full).read_bytes())
+    by_file = {0: set(range(100)), 1: set(range(100, 200))}
+    by_file.update(make_input(tmp_path / "in", files=2 * len(plan) + 4, first=2))
     expected = set().union(*by_file.values())
-    harness = Harness(tmp_path, "epoch2", lake, options, options)
-    assert harness.run("after_record", rng).kind == "killed"  # format 2, killed after a record
+    harness = Harness(tmp_path, "epoch", lake, options, options)
 
     from lakesink.maintenance.upgrade import STEPS
 
@@ -646,7 +650,6 @@ def test_upgrade_compaction_and_vacuum_killed_beside_a_killed_writer_keep_every_
     ]
     assert Lake(lake, options).metadata.format_version == 3
 
-    harness.mode = "epoch"  # the same checkpoint writes format 3 now
     outcomes = []
     with MaintenanceLoop(lake, options, rng, tmp_path) as loop:
         for target in plan:

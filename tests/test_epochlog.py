@@ -12,7 +12,6 @@ import pytest
 
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
-from lakesink_reader.format.table import ensure_table
 from lakesink_reader.names import (
     EPOCH_LAST_CHECKPOINT,
     data_file_name,
@@ -20,6 +19,7 @@ from lakesink_reader.names import (
     epoch_record_name,
 )
 from lakesink_reader.storage import open_storage
+from tests.sim.legacy import format2_table
 
 SCHEMA = pa.schema([("id", pa.int64())])
 
@@ -110,7 +110,7 @@ def test_a_format_1_log_with_cumulative_checkpoints_reads_and_grows(tmp_path: Pa
 def build_log(root: Path, epochs: int, *, interval: int = 100) -> None:
     """A table of ``epochs`` epochs, one tiny data file each, log written directly."""
     storage = open_storage(str(root))
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    format2_table(storage, SCHEMA, "epoch")
     template = _one_row_file(0)
     log = EpochLog(storage, checkpoint_interval=interval)
     segment: list[dict[str, object]] = []

@@ -21,12 +21,13 @@ from s3server import BUCKET, S3Server
 
 from lakesink import NotALakeError, TableNotFoundError
 from lakesink.cli import main, parse_duration, parse_storage_options
-from lakesink.commit import EpochCommitter, FileWriter, WriteOptions
+from lakesink.commit import FileWriter, WriteOptions
 from lakesink.maintenance import sweep, verify
 from lakesink_reader.format.log import CommittedFile
 from lakesink_reader.format.table import ensure_table
 from lakesink_reader.names import data_file_name, staged_name
 from lakesink_reader.storage import Storage, open_storage
+from tests.sim.legacy import EpochCommitter, format2_table
 
 HOUR = 3600.0
 
@@ -109,7 +110,7 @@ def test_foreach_staged_data_of_a_published_file_goes_only_by_age(tmp_path: Path
 
 def test_epoch_mode_sweep_follows_the_log_not_the_clock(tmp_path: Path) -> None:
     storage = open_storage(str(tmp_path / "lake"))
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    format2_table(storage, SCHEMA, "epoch")
     committer = EpochCommitter(storage, query_id="q")
     kept = published(storage, 0, 0, "a" * 16)
     committer.commit(0, [kept])
@@ -261,7 +262,7 @@ def test_s3_sweep_aborts_old_uploads_by_their_true_age(s3: S3Server) -> None:
 
 def test_verify_names_missing_and_damaged_committed_files(tmp_path: Path) -> None:
     storage = open_storage(str(tmp_path / "lake"))
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    format2_table(storage, SCHEMA, "epoch")
     committer = EpochCommitter(storage, query_id="q")
     files = [published(storage, p, 0, f"{p:016x}") for p in range(3)]
     committer.commit(0, files)
@@ -433,7 +434,7 @@ def test_a_sweep_leaves_a_running_s3_probe_alone_whatever_the_store_says_of_its_
     from lakesink_reader.names import probe_name
 
     storage = open_storage(f"s3://{BUCKET}/probed", s3.storage_options)
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    format2_table(storage, SCHEMA, "epoch")
     probing = storage.stage(probe_name())
     probing.write(b"1")
     probing.flush()

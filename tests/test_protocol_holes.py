@@ -456,39 +456,6 @@ def test_a_format_2_sweep_straddling_the_upgrade_keeps_the_format_3_files(tmp_pa
     assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
 
 
-def test_a_format_2_abort_after_an_unknown_outcome_keeps_the_files_a_late_record_commits(
-    tmp_path: Path,
-) -> None:
-    """Hole 3 in the format-2 writer (simulation seeds 21 and 48 of ``--world upgrade``): its
-    record's create timed out but was applied later; Spark's ``abort`` of the epoch deleted its
-    files, and the record then committed them (a format-2 lake unreadable before the upgrade)."""
-    from lakes import SCHEMA, rows
-
-    from lakesink.commit import EpochCommitter, FileWriter
-    from lakesink_reader.format.log import CommittedFile
-    from lakesink_reader.names import data_file_name, epoch_record_name
-
-    path = str(tmp_path / "lake")
-    epoch_lake(path, epochs=2)  # ids 0..399
-    store = Interleaving(path)
-    name = data_file_name(0, 2, "00000002ffffffff")
-    with FileWriter(store, name, SCHEMA) as writer:
-        writer.write(rows(10_000, ROWS))
-    files = [CommittedFile(name, 0, 2, ROWS, os.path.getsize(os.path.join(path, name)))]
-    store.held.add(epoch_record_name(2))
-    committer = EpochCommitter(store, query_id="q")
-    with pytest.raises(TimeoutError):
-        committer.commit(2, files)
-    committer.abort(2, files)  # as Spark does after a failed commit
-    assert store.late and not os.path.exists(os.path.join(path, epoch_record_name(2)))
-    store.release()  # the record lands after its client gave up
-    assert os.path.exists(os.path.join(path, epoch_record_name(2)))  # the race happened
-    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
-    # The replay settles it: the epoch is committed, its files stay.
-    assert EpochCommitter(store, query_id="q").commit(2, []).status == "replayed"
-    assert ids(path) == [*range(400), *range(10_000, 10_000 + ROWS)]
-
-
 def test_the_orphan_sweep_keeps_what_a_view_behind_the_retained_versions_lists(tmp_path: Path) -> None:
     """Hole 4 through the sweep (simulation seed 182 of ``--world upgrade``): a Delta view left
     behind (its writer died after the view's first version; the vacuum that moved the retained

@@ -227,7 +227,7 @@ def test_a_store_that_ignores_if_none_match_is_refused_when_the_table_is_created
     storage = via(proxy, s3)
     rule = proxy.add_rule(Rule(Action.STRIP_IF_NONE_MATCH))
     with pytest.raises(StorageError, match=r"does not honour If-None-Match.*PutObject"):
-        ensure_table(storage, SCHEMA, "epoch", format_version=2)
+        ensure_table(storage, SCHEMA, "epoch")
     assert rule.fired > 0
     assert not storage.exists("_lakesink/table.json")  # nothing of the table was written
     assert [f.name for f in storage.list("_lakesink")] == [] and s3.open_uploads() == []
@@ -235,9 +235,9 @@ def test_a_store_that_ignores_if_none_match_is_refused_when_the_table_is_created
     # A store that honours it on PutObject but not on CompleteMultipartUpload.
     proxy.add_rule(Rule(Action.STRIP_IF_NONE_MATCH, operation="CompleteMultipartUpload"))
     with pytest.raises(StorageError, match="CompleteMultipartUpload"):
-        ensure_table(storage, SCHEMA, "epoch", format_version=2)
+        ensure_table(storage, SCHEMA, "epoch")
     proxy.clear_rules()
-    ensure_table(storage, SCHEMA, "epoch", format_version=2)
+    ensure_table(storage, SCHEMA, "epoch")
     assert [f.name for f in storage.list("_lakesink")] == ["_lakesink/table.json"]
 
 

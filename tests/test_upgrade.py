@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lakes import SCHEMA, epoch_lake, foreach_lake, rows, v3_table
+from lakes import SCHEMA, epoch_lake, foreach_lake, format2_query, rows, v3_table
 from live import kill_when_ready
 
 from lakesink import CommitError
 from lakesink.cli import main
-from lakesink.commit import EpochCommitter, FileWriter
+from lakesink.commit import FileWriter
 from lakesink.maintenance import status, upgrade, verify
 from lakesink.maintenance.upgrade import UNKNOWN_WRITER, fence_token
 from lakesink_reader import Lake, read_committed
@@ -29,6 +29,7 @@ from lakesink_reader.format.v3.logfiles import LOG_DIR
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import EPOCHS_DIR, TABLE_FILE, data_file_name, epoch_record_name
 from lakesink_reader.storage import Storage, open_storage
+from tests.sim.legacy import EpochCommitter
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -241,13 +242,13 @@ def test_a_record_after_the_fence_is_reported(lake: str, capsys: Any) -> None:
     assert "after the upgrade's fence at epoch 2" in err and "epoch 3" in err
 
 
-def test_format_version_2_is_deprecated_and_other_versions_are_refused(lake: str) -> None:
+def test_format_version_takes_3_only_and_names_the_upgrade(lake: str) -> None:
     from lakesink.config import SinkConfig
 
-    with pytest.warns(DeprecationWarning, match="format_version=2 is deprecated.*lakesink upgrade"):
+    with pytest.raises(ValueError, match=r"format_version must be 3 .*got 2.*`lakesink upgrade PATH`"):
         SinkConfig.from_options({"path": lake, "format_version": "2"})
     assert SinkConfig.from_keywords(lake, format_version=3).sink.format_version == 3
-    for bad in (1, 4, True):
+    for bad in (1, 2, 4, True):
         with pytest.raises(ValueError, match=rf"format_version must be 3 .*got {bad!r}"):
             SinkConfig.from_keywords(lake, format_version=bad)
 
@@ -305,23 +306,25 @@ def test_a_format_3_lake_is_left_alone(lake: str, capsys: Any) -> None:
 
 
 @pytest.mark.spark
-def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path, lake: str) -> None:
+def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path) -> None:
+    """The lake and checkpoint a query of lakesink's format-2 writer left (frozen bytes): refused
+    until upgraded, then the same query goes on from its checkpoint, writing format 3."""
     from test_epoch_v3 import add_input, stream
 
     import lakesink
 
-    def run(**options: Any) -> Any:
+    old = format2_query(tmp_path / "old")
+    lake = old.lake
+
+    def run() -> Any:
         query = lakesink.write_stream(
-            stream(spark, tmp_path / "in").repartition(2), lake, checkpoint_location=str(tmp_path / "chk"),
-            trigger={"availableNow": True}, **options,
+            stream(spark, old.input).repartition(2), lake, checkpoint_location=str(old.checkpoint),
+            trigger={"availableNow": True},
         )  # fmt: skip
         query.awaitTermination(300)
         assert query.exception() is None, query.exception()
         return query
 
-    for i in range(2):
-        add_input(tmp_path / "in", i)
-    query = run(format_version=2)  # deprecated: how a lake of lakesink 0.1 is made here
     assert fmt(lake) == 2 and [e.epoch for e in Lake(lake).epochs()] == [0, 1]
     before = meta_files(lake)
     with pytest.raises(FormatVersionError, match=rf"format 2.*`lakesink upgrade {lake}`"):
@@ -331,11 +334,10 @@ def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path, la
     assert (report.fence_epoch, report.upgrade_version) == (2, 2)
     assert ids(lake) == list(range(200)) and ids(lake, as_of_epoch=0) == list(range(100))
     # Spark replays its last batch (its commit is missing from the checkpoint), then goes on.
-    commits = tmp_path / "chk" / "commits"
-    (commits / "1").unlink()
-    (commits / ".1.crc").unlink(missing_ok=True)
-    add_input(tmp_path / "in", 2)
-    run()
+    (old.checkpoint / "commits" / "1").unlink()
+    add_input(old.input, 2)
+    query = run()
+    assert query.id == old.query_id
     assert fmt(lake) == 3 and ids(lake) == list(range(300))  # the replay skipped, batch 2 once
     versions = Lake(lake).versions()
     assert [(v.version, v.kind, v.writer, v.batch) for v in versions] == [

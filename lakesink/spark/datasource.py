@@ -10,8 +10,8 @@ Where each hook runs (pyspark 4.3):
 - ``LakeStreamWriter.write``: executors, one task per partition: one ``FileWriter`` stages
   the task's Arrow batches (no per-row Python objects) and publishes them under a name unique
   to the attempt; the task returns a small picklable :class:`EpochCommitMessage`.
-- ``commit`` / ``abort``: a driver worker (reused between epochs): an ``EpochCommitter``
-  records the epoch, or deletes what its tasks published.
+- ``commit`` / ``abort``: a driver worker (reused between epochs): a ``BatchCommitter``
+  commits the batch as a version of the lake's log, or deletes what its tasks published.
 
 Importing this module is cheap (no pyarrow, no commit protocol): Spark imports it in a worker of
 its own just to find the class (``pyspark_lakesink``, at the first lookup of any Python data
@@ -40,7 +40,6 @@ from lakesink_reader.names import data_file_name, new_attempt_id, writer_file_na
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lakesink.commit import EpochCommitter
     from lakesink.commit.batches import BatchCommitter
     from lakesink.config import SinkConfig
     from lakesink_reader.format.table import TableMetadata
@@ -119,24 +118,15 @@ class LakeSinkDataSource(DataSource):
         table = checked_table(self.config, arrow, self.run_token)
         # The tasks write the stream's columns as the lake declares them (types, nullability).
         files = run_memo(self.config.storage().url, self.run_token).file_schema or arrow
-        from lakesink_reader.format.table import check_writer_options
-
-        check_writer_options(
-            table,
-            self.config.path,
-            continue_writer=self.config.sink.continue_writer,
-            allow_other_queries=self.config.sink.allow_other_queries,
-        )
         if self.config.sink.continue_writer:
             check_continuation(self.config, table)
         return LakeStreamWriter(
             self.config,
             files,
             self.run_token,
-            table.format_version,
             table.table_id,
             table.checkpoint_interval,
-            committed_through(self.config, table, self.run_token) if table.format_version >= 3 else None,
+            committed_through(self.config, table, self.run_token),
             table.partition_columns,
         )
 
@@ -165,7 +155,6 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
             schema,
             "epoch",
             check_store=True,
-            format_version=config.sink.format_version,
             checkpoint_interval=config.sink.checkpoint_interval,
             partition_by=config.sink.partition_by,
             check_schema=False,
@@ -176,8 +165,8 @@ def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> Tabl
 
 def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Schema) -> str | None:
     """The lake's new schema (encoded) that this stream brings, or None; SchemaMismatchError when
-    the stream does not fit the lake (format 3: the schema its log records, which evolves with
-    ``merge_schema``; format 2: table.json's)."""
+    the stream does not fit the lake (the schema its log records, which evolves with
+    ``merge_schema``)."""
     return stream_schemas(config, table, stream)[0]
 
 
@@ -188,12 +177,8 @@ def stream_schemas(
     as the lake declares them once the change is made (types and nullability, so that engines
     reading the files' own schemas answer as the log does: ``schemas.file_schema``)."""
     from lakesink_reader.format.schemas import encode_schema, file_schema, schema_at, schema_change
-    from lakesink_reader.format.table import check_compatible
 
     storage = config.storage()
-    if table.format_version < 3:
-        check_compatible(table, stream, "epoch", storage.url)
-        return None, file_schema(stream, table.schema)
     from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
     from lakesink_reader.format.v3.vlog import VersionedLog
 
@@ -213,7 +198,7 @@ def stream_schemas(
 
 
 def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) -> int | None:
-    """Format 3: the last batch the log holds of this query (from its checkpoint's id) when the
+    """The last batch the log holds of this query (from its checkpoint's id) when the
     run planned its first batch; None when unknown. Tasks of a batch at or below it write
     nothing: a replay, which the driver skips whole. Read once per run: replays come first in
     a run, and a stale answer only costs a task its wasted write (the driver decides)."""
@@ -243,7 +228,6 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         config: SinkConfig,
         schema: pa.Schema,
         run_token: str,
-        format_version: int = 3,
         table_id: str | None = None,
         checkpoint_interval: int | None = None,
         committed_through: int | None = None,
@@ -252,10 +236,9 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         self.config = config
         self.schema = schema
         self.run_token = run_token
-        self.format_version = format_version  # 3: the versioned log (``lakesink.commit.batches``)
         self.table_id = table_id
-        self.checkpoint_interval = checkpoint_interval  # table.json's, format 3
-        # Format 3: this writer's last batch in the log when the run began (replays write nothing).
+        self.checkpoint_interval = checkpoint_interval  # table.json's
+        # This writer's last batch in the log when the run began (replays write nothing).
         self.committed_through = committed_through
         self.partition_columns = partition_columns  # table.json's: files go under their folders
 
@@ -269,7 +252,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         """Stage and publish this task's batches as one Parquet file; report it to the driver."""
         from pyspark import TaskContext
 
-        from lakesink.commit import EpochCommitter, FileWriter
+        from lakesink.commit import FileWriter
 
         freeze_heap_once()
         ctx = TaskContext.get()
@@ -278,19 +261,15 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         partition, epoch = ctx.partitionId(), batch_id(ctx)
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
         storage = self.config.storage()
-        # A replay of a committed epoch writes nothing: the driver will skip it whole. Format 2
-        # asks its epoch log; format 3 was told by the driver (``committed_through``).
-        if (
-            epoch <= self.committed_through
-            if self.format_version >= 3 and self.committed_through is not None
-            else self.format_version < 3 and EpochCommitter(storage, query_id=query_id).committed(epoch)
-        ):
+        # A replay of a committed epoch writes nothing: the driver will skip it whole (it told
+        # the tasks how far the log holds this query: ``committed_through``).
+        if self.committed_through is not None and epoch <= self.committed_through:
             for _ in iterator:
                 pass
             return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
         if self.partition_columns:
             return self._write_partitioned(iterator, storage, partition, epoch, query_id)
-        if self.format_version >= 3 and query_id:
+        if query_id:
             from lakesink_reader.format.v3.commits import writer_tag
 
             name = writer_file_name(writer_tag(query_id), epoch, partition, new_attempt_id())
@@ -376,23 +355,10 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     # Driver ------------------------------------------------------------------------------
 
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
-        """Record the epoch (the commit point); see ``lakesink.commit.epochs``."""
+        """Commit the batch as one version of the lake's log (the commit point; see
+        ``lakesink.commit.batches``), from this run's cursor when it has one."""
         freeze_heap_once()
-        ours = _messages(messages, batchId)
-        if self.format_version >= 3:
-            self._commit_v3(ours, batchId)
-            return
-        memo = run_memo(self.config.storage().url, self.run_token)
-        self._committer(ours).commit(
-            batchId,
-            [f for m in ours for f in m.files],
-            source_offsets=self._source_offsets(batchId),
-            sweep_older_than=None if memo.swept else self.config.sink.staged_cleanup_age,
-        )
-        memo.swept = True  # once per run of the query, after its first commit
-
-    def _commit_v3(self, ours: Sequence[EpochCommitMessage], batch: int) -> None:
-        """One batch as one version of the versioned log, from this run's cursor when it has one."""
+        ours, batch = _messages(messages, batchId), batchId
         memo = run_memo(self.config.storage().url, self.run_token)
         batches = self._batches(ours)
         cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None
@@ -418,24 +384,9 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""
         ours = _messages(messages, batchId)
-        if self.format_version >= 3:
-            self._batches(ours).abort(batchId, _adds(ours))
-            return
-        self._committer(ours).abort(batchId, [f for m in ours for f in m.files])
+        self._batches(ours).abort(batchId, _adds(ours))
 
     # -------------------------------------------------------------------------------------
-
-    def _committer(self, messages: Sequence[EpochCommitMessage]) -> EpochCommitter:
-        from lakesink.commit import EpochCommitter
-
-        return EpochCommitter(
-            self.config.storage(),
-            # Never None: a commit without a query id would skip every ownership check.
-            query_id=self._writer_id(messages),
-            checkpoint_interval=self.config.sink.checkpoint_interval,
-            observer=self.config.observer,
-            in_doubt=run_memo(self.config.storage().url, self.run_token).in_doubt,
-        )
 
     def _batches(self, messages: Sequence[EpochCommitMessage]) -> BatchCommitter:
         from lakesink.commit.batches import BatchCommitter
@@ -506,7 +457,7 @@ def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
 
     Run when the driver plans each micro-batch; it decides only for a writer the lake does not
     know yet (the continuing query's first batch). The commit checks it again, against the
-    state it commits on. ``table`` is a format-3 lake (the caller ran ``check_writer_options``).
+    state it commits on. ``table`` is a format-3 lake (``ensure_table`` refuses older ones).
     """
     from lakesink.spark import checkpoints
     from lakesink_reader.format.v3.commits import PendingCommit

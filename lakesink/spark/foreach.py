@@ -126,7 +126,7 @@ class LakeForeachWriter:
                 raise
             existing = None  # a Spark Connect client need not reach the lake: its server's tasks check it
         if existing is not None:
-            check_writable_format(existing, None, storage.url)
+            check_writable_format(existing, storage.url)
             check_partitioning(existing, self.partition_by, storage.url)
             probe_store(storage)
         self._reset()

@@ -32,19 +32,15 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pyarrow as pa
 
 from lakesink_reader.errors import OtherQueryError, WorkerPythonError
-from lakesink_reader.format.log import EpochLog
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.table import (
     check_compatible,
     check_partitioning,
-    check_partitioning_supported,
     check_writable_format,
-    check_writer_options,
     find_table,
 )
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
-from lakesink_reader.names import FORMAT_VERSION
 from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
@@ -243,41 +239,18 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     storage = config.storage()
     existing = find_table(storage)
     if existing is None:
-        columns = check_partition_columns(schema, config.sink.partition_by or (), "the stream")
-        version = config.sink.format_version or FORMAT_VERSION
-        check_partitioning_supported(columns, version, storage.url)
+        check_partition_columns(schema, config.sink.partition_by or (), "the stream")
         return
-    evolves = existing.format_version >= 3 and existing.mode == "epoch"
-    if not evolves:
+    if existing.mode != "epoch":
         check_compatible(existing, schema, "epoch", storage.url)
-    check_writable_format(existing, config.sink.format_version, storage.url)
-    if evolves:
-        from lakesink.spark.datasource import stream_schema_change
+    check_writable_format(existing, storage.url)
+    from lakesink.spark.datasource import stream_schema_change
 
-        stream_schema_change(config, existing, schema)  # against the log's schema, which evolves
+    stream_schema_change(config, existing, schema)  # against the log's schema, which evolves
     check_partitioning(existing, config.sink.partition_by, storage.url)
-    check_writer_options(
-        existing,
-        storage.url,
-        continue_writer=config.sink.continue_writer,
-        allow_other_queries=config.sink.allow_other_queries,
-    )
     if not query.known or config.sink.allow_other_queries or config.sink.continue_writer:
         return  # a continuation is judged on its offsets, when the first batch is planned
-    if existing.format_version >= 3:
-        _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
-        return
-    log = EpochLog(storage)
-    latest = log.latest_epoch()
-    record = log.record(latest) if latest is not None else None
-    owner = record.query_id if record is not None else None
-    if owner and owner != query.query_id:
-        raise OtherQueryError(
-            f"the lake at {storage.url} is written by streaming query {owner} (its last committed epoch "
-            f"is {latest}), and {query.describe()}. A new checkpoint re-reads its input from the start: "
-            "every row would be written again. Restart from the original checkpoint location, or "
-            "write to a new lake path. One lake takes one streaming query."
-        )
+    _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
 
 
 def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:

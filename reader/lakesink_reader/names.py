@@ -24,8 +24,7 @@ READABLE_FORMAT_VERSION = 3
 #: ``partitions``: files under Hive-style partition folders (``lakesink_reader.format.partitions``).
 READER_FEATURES = ("partitions",)
 #: The format of the format-2 epoch log's records and checkpoints (``_lakesink/epochs/``): what
-#: format-2 lakes hold, what ``lakesink upgrade`` fences, and what the deprecated
-#: ``format_version=2`` writer still writes.
+#: format-2 lakes hold and what ``lakesink upgrade`` fences (no writer writes it any more).
 EPOCH_LOG_FORMAT_VERSION = 2
 
 #: Hidden folder at the table root holding table metadata and the epoch log. Spark, pyarrow

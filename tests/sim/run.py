@@ -239,9 +239,7 @@ def _setup(env: Env) -> None:
 
         env.upgrade = UpgradeWorld.create(env)
     else:
-        meta = ensure_table(
-            env.client(None), actors.SCHEMA, "epoch", format_version=3, checkpoint_interval=env.interval
-        )
+        meta = ensure_table(env.client(None), actors.SCHEMA, "epoch", checkpoint_interval=env.interval)
         assert meta.table_id is not None
         env.table_id = meta.table_id
     faults = cfg.faults

@@ -253,31 +253,14 @@ def probe_store(storage: Storage) -> None:
     storage.check_conditional_writes(probe_name())
 
 
-def check_writable_format(existing: TableMetadata, asked: int | None, url: str) -> None:
-    """Refuse to write a lake of another format than the writer ``asked`` for (None: the
-    current one): a writer cannot convert a lake, and a format-1/2 lake is converted by
-    ``lakesink upgrade`` (only the deprecated ``format_version=2`` still writes one)."""
-    if asked is not None and existing.format_version != asked:
-        raise FormatVersionError(
-            f"{url!r} is a lake of format {existing.format_version}, and this writer was asked for "
-            f"format {asked}: format_version applies to new lakes. Drop the option to write this lake "
-            "in its own format, or write to a new lake path."
-        )
-    if asked is None and existing.format_version < FORMAT_VERSION:
+def check_writable_format(existing: TableMetadata, url: str) -> None:
+    """Refuse to write a lake of an older format: writers write the current one only, and
+    ``lakesink upgrade`` converts a format-1/2 lake in place."""
+    if existing.format_version < FORMAT_VERSION:
         raise FormatVersionError(
             f"{url!r} is a lake of format {existing.format_version}, which this lakesink reads but no "
             f"longer writes: convert it in place with `lakesink upgrade {url}` (safe to rerun or to "
             "kill; readers keep reading), then restart this query from its checkpoint."
-        )
-
-
-def check_partitioning_supported(columns: Sequence[str], version: int, url: str) -> None:
-    """Refuse partition columns where lakesink does not write them: format-2 lakes."""
-    if not columns:
-        return
-    if version < 3:
-        raise FormatVersionError(
-            f"partition_by needs a lake of format 3; {url!r} would be of format {version}"
         )
 
 
@@ -294,23 +277,6 @@ def check_partitioning(existing: TableMetadata, partition_by: Sequence[str] | No
     )
 
 
-def check_writer_options(
-    existing: TableMetadata, url: str, *, continue_writer: str | None, allow_other_queries: bool
-) -> None:
-    """Refuse writer options that only a format-3 lake's log can honour, on an older lake."""
-    if continue_writer and existing.format_version < 3:
-        raise FormatVersionError(
-            f"continue_writer needs a lake of format 3, and {url!r} is of format "
-            f"{existing.format_version}: its epoch log records no writers to continue"
-        )
-    if allow_other_queries and existing.format_version < 3:
-        raise FormatVersionError(
-            f"allow_other_queries needs a lake of format 3, and {url!r} is of format "
-            f"{existing.format_version}: its epoch log takes one query. Convert it with `lakesink upgrade "
-            f"{url}`, or write the other query to a new lake."
-        )
-
-
 def ensure_table(
     storage: Storage,
     schema: pa.Schema,
@@ -318,7 +284,6 @@ def ensure_table(
     *,
     owner_query: str | None = None,
     check_store: bool = False,
-    format_version: int | None = None,
     checkpoint_interval: int | None = None,
     partition_by: Sequence[str] | None = None,
     check_schema: bool = True,
@@ -335,10 +300,9 @@ def ensure_table(
     Called by the writers of a running query (each task, each Python worker): their requests
     keep every retry, unlike the opening ones of :func:`find_table`.
 
-    ``format_version``: the format of a table this call creates (None: ``FORMAT_VERSION``); an
-    existing table of another format is refused (FormatVersionError), as a writer cannot
-    convert one -- a format-1/2 table also when none is asked for: ``lakesink upgrade`` converts
-    it (``format_version=2``, deprecated, still writes one; see :func:`check_writable_format`).
+    A table this call creates is of the current format (``FORMAT_VERSION``); an existing table
+    of an older one is refused (FormatVersionError, :func:`check_writable_format`): a writer
+    cannot convert one, ``lakesink upgrade`` does.
 
     ``check_store`` runs the store check on an existing table too: a lake outlives the endpoint
     it was created through (a gateway, a proxy, a migration to another store), so each run of a
@@ -350,14 +314,11 @@ def ensure_table(
     """
     existing = find_table(storage, first_contact=False)
     if existing is None:
-        version = FORMAT_VERSION if format_version is None else format_version
         columns = check_partition_columns(schema, partition_by or (), "the stream")
-        check_partitioning_supported(columns, version, storage.url)
         fresh = TableMetadata.new(
             mode,
             schema,
             owner_query=owner_query,
-            format_version=version,
             checkpoint_interval=checkpoint_interval,
             partition_columns=columns,
         )
@@ -366,7 +327,7 @@ def ensure_table(
             return fresh
         existing = read_table_metadata(storage, first_contact=False)  # a concurrent first writer made it
     check_compatible(existing, schema if check_schema else existing.schema, mode, storage.url)
-    check_writable_format(existing, format_version, storage.url)
+    check_writable_format(existing, storage.url)
     check_partitioning(existing, partition_by, storage.url)
     if check_store:
         probe_store(storage)
