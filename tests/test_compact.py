@@ -25,22 +25,24 @@ from live import CHECKOUT_PATH, LiveWriter, kill_when_ready
 from lakesink import FormatVersionError
 from lakesink.cli import main
 from lakesink.commit import WriteOptions
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import compact, verify
 from lakesink.maintenance.compact import parse_size
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import CommitConflictError, LakeSinkError
 from lakesink_reader.format.v3.commits import PendingCommit
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import OPS_DIR, parse_compaction_file
 
 WRITER = "11111111-2222-3333-4444-555555555555"
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def build(path: str, *, batches: int = 10, files: int = 2, rows: int = 50, interval: int = 4) -> VersionedLog:
+def build(
+    path: str, *, batches: int = 10, files: int = 2, rows: int = 50, interval: int = 4
+) -> VersionedLogWriter:
     """A v3 lake of one writer: ``batches`` appends of ``files`` files of ``rows`` ids each."""
     storage, table_id = v3_table(path, checkpoint_interval=interval)
-    vlog = VersionedLog(storage, table_id, checkpoint_interval=interval)
+    vlog = VersionedLogWriter(storage, table_id, checkpoint_interval=interval)
     n = 0
     for batch in range(batches):
         adds = []
@@ -193,7 +195,7 @@ def test_kill_9_mid_compaction_loses_nothing_and_the_next_run_cleans_up(tmp_path
 def build_more(path: str) -> None:
     """One more batch of the writer of ``build``: ids 400..499 (two small files)."""
     storage = open_lake(path)
-    vlog = VersionedLog(storage, Lake(path).metadata.table_id or "", checkpoint_interval=4)
+    vlog = VersionedLogWriter(storage, Lake(path).metadata.table_id or "", checkpoint_interval=4)
     adds = [v3_file(storage, v3_name(WRITER, 4, p), 400 + 50 * p, 50, batch=4, partition=p) for p in range(2)]
     vlog.commit(PendingCommit.append(writer_id=WRITER, batch=4, run="run00001", adds=adds))
 
@@ -249,7 +251,7 @@ def test_memory_stays_bounded_by_the_row_group_not_the_input(tmp_path: Path) -> 
 
     path = str(tmp_path / "lake")
     storage, table_id = v3_table(path, checkpoint_interval=100)
-    vlog = VersionedLog(storage, table_id, checkpoint_interval=100)
+    vlog = VersionedLogWriter(storage, table_id, checkpoint_interval=100)
     rng = np.random.default_rng(7)
     schema = Lake(path).schema
     n = 0

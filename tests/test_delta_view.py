@@ -24,6 +24,7 @@ from lakes import SCHEMA, rows, v3_table
 from test_reader_v3 import W1, W2, Writer, ids
 
 from lakesink.commit.batches import BatchCommitter
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.maintenance import compact, status, verify
 from lakesink.views.delta import (
@@ -37,7 +38,6 @@ from lakesink.views.delta_view import STOP_FILE, DeltaView, delta_sync, forget
 from lakesink.views.derived import derived_views
 from lakesink_reader import read_committed
 from lakesink_reader.format.table import read_table_metadata
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 
 ORACLE = r"""
@@ -114,9 +114,9 @@ def oracle(
     return out
 
 
-def viewed_log(storage: Storage, table_id: str, *, create: bool = True) -> VersionedLog:
+def viewed_log(storage: Storage, table_id: str, *, create: bool = True) -> VersionedLogWriter:
     forget(storage, table_id)
-    return VersionedLog(
+    return VersionedLogWriter(
         storage, table_id, checkpoint_interval=5, after_commit=DeltaView(storage, table_id, create=create)
     )
 
@@ -269,7 +269,7 @@ def test_delta_sync_writes_the_view_of_a_lake_written_without_it(lake: str, caps
     from lakesink.cli import main
 
     storage, table_id = v3_table(lake)
-    plain = VersionedLog(storage, table_id, checkpoint_interval=5)
+    plain = VersionedLogWriter(storage, table_id, checkpoint_interval=5)
     writer = Writer(plain, W1)
     for start in range(0, 70, 10):
         writer.append(start)
@@ -296,7 +296,9 @@ def test_a_lake_deleted_and_recreated_in_one_process_gets_a_view_of_its_own(lake
         writer.append(start)
     shutil.rmtree(lake)
     storage, new_id = v3_table(lake)
-    log = VersionedLog(storage, new_id, after_commit=DeltaView(storage, new_id, create=True))  # no forget
+    log = VersionedLogWriter(
+        storage, new_id, after_commit=DeltaView(storage, new_id, create=True)
+    )  # no forget
     Writer(log, W2).append(100)
     assert [f.name.rsplit("/", 1)[-1] for f in storage.list("_delta_log")] == [f"{0:020d}.json"]
     meta = next(
@@ -418,7 +420,7 @@ def test_delta_sync_writes_checkpoints_and_starts_the_view_of_a_vacuumed_lake(la
     from lakesink.maintenance.vacuum import vacuum
 
     storage, table_id = v3_table(lake, checkpoint_interval=5)
-    plain = VersionedLog(storage, table_id, checkpoint_interval=5)
+    plain = VersionedLogWriter(storage, table_id, checkpoint_interval=5)
     writer = Writer(plain, W1)
     for i in range(8):
         writer.append(i * 100)  # versions 0..7, no view
@@ -454,7 +456,7 @@ def test_a_sync_that_dies_halfway_on_a_vacuumed_lake_leaves_a_readable_view(lake
             return super().put_if_absent(name, data)
 
     storage, table_id = v3_table(lake, checkpoint_interval=5)
-    writer = Writer(VersionedLog(storage, table_id, checkpoint_interval=5), W1)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=5), W1)
     for i in range(6):
         writer.append(i * 100)  # versions 0..5, no view
     vacuum(lake, retain=0, delete=True, force=True, check_store=False)  # version 6; the log starts at 5

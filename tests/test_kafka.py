@@ -658,8 +658,8 @@ def test_starting_offsets_lake_refuses_what_it_cannot_continue(tmp_path: Path) -
     """``--starting-offsets lake`` (``lake_start``, before Spark starts): each refusal names why."""
     from lakes import epoch_lake, v3_table
 
+    from lakesink.commit.versions import VersionedLogWriter
     from lakesink_reader.format.v3.commits import PendingCommit
-    from lakesink_reader.format.v3.vlog import VersionedLog
 
     job = load_job()
 
@@ -677,7 +677,7 @@ def test_starting_offsets_lake_refuses_what_it_cannot_continue(tmp_path: Path) -
     with pytest.raises(ValueError, match=r"needs a format-3 epoch-mode lake.*format-2 epoch-mode"):
         start(tmp_path / "v2")
     storage, table_id = v3_table(str(tmp_path / "v3"))
-    log = VersionedLog(storage, table_id)
+    log = VersionedLogWriter(storage, table_id)
     w1, w2 = str(uuid.uuid4()), str(uuid.uuid4())
     log.commit(
         PendingCommit.append(writer_id=w1, batch=0, run="run00001", source_offsets=[{"ev": {"0": 7, "1": 9}}])

@@ -146,16 +146,16 @@ def test_format_3_sweep_follows_the_versioned_log(tmp_path: Path, capsys: pytest
     and is kept otherwise, at any age. Files a retained version lists are never touched."""
     from lakes import v3_file, v3_name, v3_table
 
+    from lakesink.commit.versions import VersionedLogWriter
     from lakesink.maintenance import compact
     from lakesink_reader import Lake, read_committed
     from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
-    from lakesink_reader.format.v3.vlog import VersionedLog
     from lakesink_reader.names import OPS_DIR, compaction_file_name
 
     w1, w2 = "11111111-2222-3333-4444-555555555555", "66666666-7777-8888-9999-000000000000"
     path = str(tmp_path / "lake")
     storage, table_id = v3_table(path, checkpoint_interval=4)
-    vlog = VersionedLog(storage, table_id, checkpoint_interval=4)
+    vlog = VersionedLogWriter(storage, table_id, checkpoint_interval=4)
     for batch in range(4):
         adds = [
             v3_file(storage, v3_name(w1, batch, p), 100 * batch + 50 * p, 50, batch=batch) for p in range(2)

@@ -20,6 +20,7 @@ import pytest
 from lakes import epoch_lake, v3_file, v3_name, v3_table
 
 from lakesink.commit.batches import BatchCommitter
+from lakesink.commit.versions import RetryPolicy
 from lakesink.maintenance import sweep, upgrade, vacuum
 from lakesink.maintenance.vacuum import DAY
 from lakesink.views.derived import derived_views
@@ -28,7 +29,6 @@ from lakesink_reader.errors import CommitStateUnknownError
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, checkpoint_name, read_hint
 from lakesink_reader.format.v3.commits import AddFile
 from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name, parse_commit_name
-from lakesink_reader.format.v3.vlog import RetryPolicy
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage.local import LocalStorage
 
@@ -364,13 +364,13 @@ def test_a_checkpoint_left_below_the_truncation_is_not_where_readers_start(tmp_p
 def test_a_writer_clock_behind_by_more_than_retain_does_not_move_retention_past_fresh_versions(
     tmp_path: Path,
 ) -> None:
+    from lakesink.commit.versions import VersionedLogWriter
     from lakesink.maintenance import compact
     from lakesink_reader.format.v3.commits import PendingCommit
-    from lakesink_reader.format.v3.vlog import VersionedLog
 
     path = str(tmp_path / "lake")
     storage, table_id = v3_table(path, checkpoint_interval=4)
-    vlog = VersionedLog(storage, table_id, checkpoint_interval=4)
+    vlog = VersionedLogWriter(storage, table_id, checkpoint_interval=4)
     for batch in range(4):  # versions 0..3, today
         adds = batch_files(storage, WA, batch, ROWS * batch)
         vlog.commit(PendingCommit.append(writer_id=WA, batch=batch, run="run-0000000000000001", adds=adds))

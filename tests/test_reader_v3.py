@@ -1,5 +1,5 @@
 """The reader on format-3 lakes (docs/design/format-v3.md, landing step 4), built by hand: data
-files from FileWriter, commits through VersionedLog, table.json with format_version 3."""
+files from FileWriter, commits through VersionedLogWriter, table.json with format_version 3."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from lakes import SCHEMA, epoch_lake, v3_file, v3_name, v3_table
 from test_v3_checkpoint import CountingStorage
 
 import lakesink_reader.lake as reader_lake
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.v3 import checkpoint as cp
 from lakesink_reader.format.v3.commits import AddFile, Continuation, PendingCommit, RemoveFile, new_op_token
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 
 RUN = "run-0000000000000001"
@@ -33,7 +33,7 @@ def ids(table: pa.Table) -> list[int]:
 class Writer:
     """Appends batches of ``files`` files of ``rows`` ids each to a v3 lake, as a writer would."""
 
-    def __init__(self, log: VersionedLog, writer_id: str, **options: Any) -> None:
+    def __init__(self, log: VersionedLogWriter, writer_id: str, **options: Any) -> None:
         self.log, self.id, self.options = log, writer_id, options
         self.batch = 0
 
@@ -52,7 +52,7 @@ class Writer:
         return result.version
 
 
-def compact(log: VersionedLog, inputs: list[AddFile], start: int, count: int) -> int:
+def compact(log: VersionedLogWriter, inputs: list[AddFile], start: int, count: int) -> int:
     """Rewrite ``inputs`` (ids ``start..start+count-1``, in order) as one file; returns its version."""
     op = new_op_token()
     output = v3_file(log.storage, f"c{op}-00000-{'0' * 16}.parquet", start, count)
@@ -69,18 +69,18 @@ def compact(log: VersionedLog, inputs: list[AddFile], start: int, count: int) ->
     return result.version
 
 
-def live_adds(log: VersionedLog, *versions: int) -> list[AddFile]:
+def live_adds(log: VersionedLogWriter, *versions: int) -> list[AddFile]:
     return [a for v in versions for a in log.read_commit(v).adds]  # type: ignore[union-attr]
 
 
 @pytest.fixture
-def v3(lake: str) -> tuple[Storage, VersionedLog]:
+def v3(lake: str) -> tuple[Storage, VersionedLogWriter]:
     storage, table_id = v3_table(lake, checkpoint_interval=5)
-    return storage, VersionedLog(storage, table_id, checkpoint_interval=5)
+    return storage, VersionedLogWriter(storage, table_id, checkpoint_interval=5)
 
 
 def test_a_v3_lake_reads_its_live_files_versions_writers_and_offsets(
-    lake: str, v3: tuple[Storage, VersionedLog]
+    lake: str, v3: tuple[Storage, VersionedLogWriter]
 ) -> None:
     _, log = v3
     assert read_committed(lake).num_rows == 0 and Lake(lake).versions() == []  # no commit yet
@@ -118,7 +118,7 @@ def test_a_v3_lake_reads_its_live_files_versions_writers_and_offsets(
 
 
 def test_a_compaction_keeps_the_rows_and_older_versions_read_the_old_files(
-    lake: str, v3: tuple[Storage, VersionedLog]
+    lake: str, v3: tuple[Storage, VersionedLogWriter]
 ) -> None:
     _, log = v3
     w1 = Writer(log, W1)
@@ -150,7 +150,7 @@ def test_a_compaction_keeps_the_rows_and_older_versions_read_the_old_files(
     assert opened.versions()[3].remove_files == 4
 
 
-def test_two_writers_have_versions_but_no_epochs(lake: str, v3: tuple[Storage, VersionedLog]) -> None:
+def test_two_writers_have_versions_but_no_epochs(lake: str, v3: tuple[Storage, VersionedLogWriter]) -> None:
     _, log = v3
     w1, w2 = Writer(log, W1), Writer(log, W2, allow_other_queries=True)
     w1.append(0, offsets=[{"a": 1}])
@@ -177,7 +177,7 @@ def test_two_writers_have_versions_but_no_epochs(lake: str, v3: tuple[Storage, V
 
 
 def test_a_continued_writer_is_one_lineage_whose_epochs_run_on(
-    lake: str, v3: tuple[Storage, VersionedLog]
+    lake: str, v3: tuple[Storage, VersionedLogWriter]
 ) -> None:
     _, log = v3
     w1 = Writer(log, W1)
@@ -195,7 +195,7 @@ def test_a_continued_writer_is_one_lineage_whose_epochs_run_on(
 
 
 def test_opening_a_checkpointed_lake_reads_one_checkpoint_and_no_file_list(
-    lake: str, v3: tuple[Storage, VersionedLog], monkeypatch: pytest.MonkeyPatch
+    lake: str, v3: tuple[Storage, VersionedLogWriter], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     _, log = v3
     w1 = Writer(log, W1)
@@ -237,7 +237,7 @@ def test_opening_a_checkpointed_lake_reads_one_checkpoint_and_no_file_list(
 
 
 def test_versions_below_the_retained_range_are_refused_naming_it(
-    lake: str, v3: tuple[Storage, VersionedLog]
+    lake: str, v3: tuple[Storage, VersionedLogWriter]
 ) -> None:
     _, log = v3
     w1 = Writer(log, W1)
@@ -260,7 +260,7 @@ def test_versions_below_the_retained_range_are_refused_naming_it(
 
 
 def test_read_all_adds_published_and_staged_files_the_log_does_not_list(
-    lake: str, v3: tuple[Storage, VersionedLog]
+    lake: str, v3: tuple[Storage, VersionedLogWriter]
 ) -> None:
     storage, log = v3
     Writer(log, W1).append(0)

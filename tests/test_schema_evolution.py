@@ -16,12 +16,12 @@ from test_delta_view import isolated, oracle
 
 import lakesink
 from lakesink import SchemaMismatchError
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import compact, verify
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.errors import CommitRefusedError
 from lakesink_reader.format.schemas import decode_schema, encode_schema, fit_problems, merge, read_as
 from lakesink_reader.format.v3.commits import PendingCommit
-from lakesink_reader.format.v3.vlog import VersionedLog
 
 V1 = pa.schema([("id", pa.int64()), ("n", pa.int32()), ("score", pa.float32()), ("label", pa.string())])
 
@@ -57,7 +57,7 @@ def test_the_log_records_a_schema_once_and_refuses_one_that_drops_anothers_colum
     from lakes import SCHEMA, v3_table
 
     storage, table_id = v3_table(str(tmp_path / "lake"), checkpoint_interval=2)
-    log = VersionedLog(storage, table_id, checkpoint_interval=2)
+    log = VersionedLogWriter(storage, table_id, checkpoint_interval=2)
     with_x = encode_schema(SCHEMA.append(pa.field("x", pa.string())))
     with_y = encode_schema(SCHEMA.append(pa.field("y", pa.string())))
 

@@ -4,7 +4,7 @@ in one test, every reader of the lake (Spark, deltalake, polars, DuckDB) against
 ``read_committed``, on a lake with a compaction and a stray file, at its latest version and
 older ones.
 
-Lakes are built with the library (``VersionedLog`` and the views' hook, as a writer commits);
+Lakes are built with the library (``VersionedLogWriter`` and the views' hook, as a writer commits);
 ``tests/test_delta_view.py`` has the real Spark writer.
 """
 
@@ -25,6 +25,7 @@ from test_delta_view import oracle
 from test_reader_v3 import W1, W2, Writer, ids
 
 from lakesink.commit.batches import BatchCommitter
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.maintenance import compact, status, verify
 from lakesink.views import delta_view
@@ -42,16 +43,15 @@ from lakesink.views.spark_metadata_view import (
     write_version,
 )
 from lakesink_reader import read_committed
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 
 STRAY = "w1111111111111111-b000000000009-p00000-ffffffffffffffff.parquet"
 
 
-def viewed_log(storage: Storage, table_id: str, *, delta_log: bool = True) -> VersionedLog:
+def viewed_log(storage: Storage, table_id: str, *, delta_log: bool = True) -> VersionedLogWriter:
     forget(storage, table_id)
     delta_view.forget(storage, table_id)
-    return VersionedLog(
+    return VersionedLogWriter(
         storage,
         table_id,
         checkpoint_interval=5,
@@ -101,7 +101,7 @@ def test_a_compaction_jumps_to_a_compact_batch_and_the_interval_is_pinned(lake: 
     assert len(adds) == 2 and all(name.startswith("w") for name in adds)
     # Placing a version where another lakesink process placed another one is a lost race (look
     # again), not a foreign writer.
-    vlog = VersionedLog(storage, table_id)
+    vlog = VersionedLogWriter(storage, table_id)
     with pytest.raises(LostRace):
         write_version(storage, vlog, vlog.read_commit(1), 20, jump=False)  # type: ignore[arg-type]
     # A compaction removes files: only a compact batch can say so, so the view jumps to 29 --

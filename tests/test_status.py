@@ -9,15 +9,15 @@ from lakes import epoch_lake, foreach_lake, v3_table
 from test_reader_v3 import W1, W2, Writer
 
 from lakesink.cli import main
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import status
-from lakesink_reader.format.v3.vlog import VersionedLog
 
 
 def test_a_format_3_lake_shows_its_writers_offsets_and_files(
     lake: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     storage, table_id = v3_table(lake, checkpoint_interval=5)
-    log = VersionedLog(storage, table_id, checkpoint_interval=5)
+    log = VersionedLogWriter(storage, table_id, checkpoint_interval=5)
     first = Writer(log, W1)
     for batch in range(3):
         first.append(batch * 100, offsets=[{"ev": {"0": (batch + 1) * 20}}])

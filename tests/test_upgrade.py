@@ -19,6 +19,7 @@ from live import kill_when_ready
 from lakesink import CommitError
 from lakesink.cli import main
 from lakesink.commit import FileWriter
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import status, upgrade, verify
 from lakesink.maintenance.upgrade import UNKNOWN_WRITER, fence_token
 from lakesink_reader import Lake, read_committed
@@ -26,7 +27,6 @@ from lakesink_reader.errors import FormatVersionError
 from lakesink_reader.format.log import CommittedFile, EpochLog, EpochRecord
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.logfiles import LOG_DIR
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import EPOCHS_DIR, TABLE_FILE, data_file_name, epoch_record_name
 from lakesink_reader.storage import Storage, open_storage
 from tests.sim.legacy import EpochCommitter
@@ -295,7 +295,7 @@ def test_a_format_1_lake(lake: str) -> None:
     assert fmt(lake) == 3 and ids(lake) == list(range(600))
     assert [w.id for w in Lake(lake).writers()] == [UNKNOWN_WRITER]
     table_id = read_table_metadata(storage).table_id
-    assert table_id and VersionedLog(storage, table_id).read_header(0).token.startswith("v1-")  # type: ignore[union-attr]
+    assert table_id and VersionedLogWriter(storage, table_id).read_header(0).token.startswith("v1-")  # type: ignore[union-attr]
 
 
 def test_a_format_3_lake_is_left_alone(lake: str, capsys: Any) -> None:

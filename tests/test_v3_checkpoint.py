@@ -14,6 +14,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.v3 import checkpoint as cp
 from lakesink_reader.format.v3.checkpoint import (
@@ -30,7 +31,6 @@ from lakesink_reader.format.v3.checkpoint import (
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name
 from lakesink_reader.format.v3.state import LiveFiles, TableState
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage.base import StoredFile
 from lakesink_reader.storage.local import LocalStorage
 
@@ -126,7 +126,9 @@ def lists_in(storage: LocalStorage) -> list[str]:
     return sorted(f.name for f in storage.list(LOG_DIR) if f.name.endswith(".files"))
 
 
-def build(log: VersionedLog, commits: int, files_per_commit: int, *, compact_every: int = 0) -> LiveFiles:
+def build(
+    log: VersionedLogWriter, commits: int, files_per_commit: int, *, compact_every: int = 0
+) -> LiveFiles:
     """Commit ``commits`` versions: appends of two writers and, every ``compact_every`` versions,
     a compaction of some live files; returns the live files folded from the whole commits."""
     live = LiveFiles()
@@ -175,7 +177,7 @@ def test_a_checkpoint_list_is_the_folds_live_files_sorted_in_row_groups(
 ) -> None:
     monkeypatch.setattr(cp, "LIST_ROW_GROUP_ROWS", 50)  # many row groups: the merge crosses them
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE, checkpoint_interval=10)
+    log = VersionedLogWriter(storage, TABLE, checkpoint_interval=10)
     live = build(log, 35, 12, compact_every=4)
     for version in (10, 20, 30):
         found = read_checkpoint(storage, TABLE, version)
@@ -186,7 +188,7 @@ def test_a_checkpoint_list_is_the_folds_live_files_sorted_in_row_groups(
             assert commit is not None
             fold.apply(commit)
         assert listed_files(storage, found) == list(fold)  # exactly the fold's, in path order
-        assert found.state == VersionedLog(storage, TABLE).snapshot(at_most=version).state
+        assert found.state == VersionedLogWriter(storage, TABLE).snapshot(at_most=version).state
         groups = pq.ParquetFile(storage.path_of(found.files_name)).metadata
         sizes = [groups.row_group(i).num_rows for i in range(groups.num_row_groups)]
         assert all(s == 50 for s in sizes[:-1]) and 0 < sizes[-1] <= 50 and sum(sizes) == len(fold)
@@ -211,7 +213,7 @@ def test_the_merge_refuses_a_remove_of_a_path_that_is_not_live(tmp_path: Path) -
 def big_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LiveFiles]:
     """~10,000 live files in 349 versions, checkpoints at 100, 200 and 300."""
     root = tmp_path_factory.mktemp("big")
-    live = build(VersionedLog(LocalStorage(str(root)), TABLE), 349, 30, compact_every=25)
+    live = build(VersionedLogWriter(LocalStorage(str(root)), TABLE), 349, 30, compact_every=25)
     return root, live
 
 
@@ -226,7 +228,7 @@ def test_opening_reads_one_checkpoint_and_the_commits_after_it(big_log: tuple[Pa
         opened_lists.append(checkpoint.version)
         return real_open(storage, checkpoint)
 
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(cp, "open_file_list", counting_open)
         snapshot = log.snapshot()
@@ -239,7 +241,9 @@ def test_opening_reads_one_checkpoint_and_the_commits_after_it(big_log: tuple[Pa
         commit_name(v) for v in range(300, 349)
     }
     assert storage.listings == 0 and opened_lists == []  # no listing, no file list at open
-    assert snapshot.state == VersionedLog(LocalStorage(str(root)), TABLE, checkpoint_interval=None).open()
+    assert (
+        snapshot.state == VersionedLogWriter(LocalStorage(str(root)), TABLE, checkpoint_interval=None).open()
+    )
 
     storage.reset()
     old = log.snapshot(at_most=250)  # time travel: the checkpoint at or below, and what follows
@@ -257,7 +261,7 @@ def test_a_fresh_log_object_continues_from_the_checkpoint(
 ) -> None:
     root, _ = big_log
     storage = CountingStorage(root)
-    state = VersionedLog(storage, TABLE).open()
+    state = VersionedLogWriter(storage, TABLE).open()
     assert state.version == 348 and state.writers[W1].last_batch + state.writers[W2].last_batch > 300
 
 
@@ -270,7 +274,7 @@ def test_a_kill_between_the_list_and_the_small_part_leaves_a_harmless_list(
     def killed(name: str) -> None:
         raise OSError(f"killed before creating {name}")
 
-    dying = VersionedLog(FailingStorage(tmp_path, killed), TABLE, checkpoint_interval=5)
+    dying = VersionedLogWriter(FailingStorage(tmp_path, killed), TABLE, checkpoint_interval=5)
     for batch in range(6):
         assert dying.commit(append(W1, batch, add(f"b{batch}.parquet"))).status == "committed"
     storage = LocalStorage(str(tmp_path))
@@ -278,7 +282,7 @@ def test_a_kill_between_the_list_and_the_small_part_leaves_a_harmless_list(
     [leftover] = lists_in(storage)
     assert parse_file_list_name(leftover.rsplit("/", 1)[-1])[0] == 5  # type: ignore[index]
     assert not storage.exists(checkpoint_name(5)) and not storage.exists(LAST_CHECKPOINT)
-    log = VersionedLog(storage, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(storage, TABLE, checkpoint_interval=5)
     assert log.open().version == 5  # from the commits: the leftover list is never read
     # The next commit of a writer whose state has no checkpoint at 5 writes it (a new list).
     assert log.commit(append(W1, 6, add("b6.parquet"))).version == 6
@@ -295,7 +299,7 @@ def test_a_kill_between_the_list_and_the_small_part_leaves_a_harmless_list(
 
 def test_two_writers_of_one_checkpoint_one_wins_and_the_other_deletes_its_list(tmp_path: Path) -> None:
     plain = LocalStorage(str(tmp_path))
-    log = VersionedLog(plain, TABLE, checkpoint_interval=None)
+    log = VersionedLogWriter(plain, TABLE, checkpoint_interval=None)
     for batch in range(5):
         log.commit(append(W1, batch, add(f"b{batch}.parquet")))
     rival: list[Checkpoint] = []
@@ -319,7 +323,7 @@ def test_two_writers_of_one_checkpoint_one_wins_and_the_other_deletes_its_list(t
 def checkpointed(tmp_path: Path) -> CountingStorage:
     """Versions 0..17, checkpoints at 5, 10 and 15, the hint at 15."""
     storage = CountingStorage(tmp_path)
-    log = VersionedLog(storage, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(storage, TABLE, checkpoint_interval=5)
     for batch in range(18):
         log.commit(append(W1, batch, add(f"b{batch:02d}.parquet")))
     assert [read_checkpoint(storage, TABLE, c) is not None for c in (5, 10, 15)] == [True] * 3
@@ -349,7 +353,7 @@ def test_a_missing_hint_is_found_by_probing_upward(checkpointed: CountingStorage
 def test_a_stale_hint_is_overtaken_by_the_checkpoints_after_it(checkpointed: CountingStorage) -> None:
     checkpointed.put(LAST_CHECKPOINT, json.dumps({"version": 5}).encode())  # a kill before the hint
     assert found(checkpointed) == 15 and checkpointed.checkpoints_read() == [15]
-    log = VersionedLog(checkpointed, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(checkpointed, TABLE, checkpoint_interval=5)
     assert log.open().version == 17
     log.commit(append(W1, 18, add("b18.parquet")))
     log.commit(append(W1, 19, add("b19.parquet")))
@@ -372,7 +376,7 @@ def test_a_hint_too_old_or_beyond_the_log_still_finds_the_newest(checkpointed: C
     for v in range(5):
         checkpointed.delete(commit_name(v))
     assert found(checkpointed) == 15
-    state = VersionedLog(checkpointed, TABLE, checkpoint_interval=5).open()
+    state = VersionedLogWriter(checkpointed, TABLE, checkpoint_interval=5).open()
     assert state.version == 17 and state.counts.files == 18
     # Beyond the log (a lake restored from a backup): probes below it.
     checkpointed.put(LAST_CHECKPOINT, json.dumps({"version": 40}).encode())
@@ -386,9 +390,10 @@ def test_a_damaged_checkpoint_is_skipped_for_an_older_one(checkpointed: Counting
     other["table_id"] = "another"
     checkpointed.put(checkpoint_name(10), json.dumps(other).encode())
     assert found(checkpointed) == 5
-    log = VersionedLog(checkpointed, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(checkpointed, TABLE, checkpoint_interval=5)
     assert (
-        log.open() == VersionedLog(checkpointed, TABLE, checkpoint_interval=None).snapshot(at_most=17).state
+        log.open()
+        == VersionedLogWriter(checkpointed, TABLE, checkpoint_interval=None).snapshot(at_most=17).state
     )
 
 
@@ -401,7 +406,7 @@ def test_a_damaged_list_is_read_around_and_not_built_upon(checkpointed: Counting
         cp.open_file_list(checkpointed, fifteen)
     table = live_files_table(checkpointed, TABLE, 17, interval=5, start=fifteen)
     assert table.column("path").to_pylist() == [f"b{b:02d}.parquet" for b in range(18)]
-    log = VersionedLog(checkpointed, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(checkpointed, TABLE, checkpoint_interval=5)
     for batch in (18, 19, 20):
         log.commit(append(W1, batch, add(f"b{batch:02d}.parquet")))
     twenty = read_checkpoint(checkpointed, TABLE, 20)
@@ -411,13 +416,13 @@ def test_a_damaged_list_is_read_around_and_not_built_upon(checkpointed: Counting
 
 def test_a_log_without_its_first_versions_opens_from_a_checkpoint_found_by_listing(tmp_path: Path) -> None:
     storage = CountingStorage(tmp_path)
-    log = VersionedLog(storage, TABLE, checkpoint_interval=5)
+    log = VersionedLogWriter(storage, TABLE, checkpoint_interval=5)
     for batch in range(8):
         log.commit(append(W1, batch, add(f"b{batch}.parquet")))
     storage.delete(LAST_CHECKPOINT)
     for v in range(5):
         storage.delete(commit_name(v))
-    reopened = VersionedLog(storage, TABLE, checkpoint_interval=None)  # no probes: the listing
+    reopened = VersionedLogWriter(storage, TABLE, checkpoint_interval=None)  # no probes: the listing
     assert reopened.open().version == 7 and storage.listings >= 1
     storage.delete(checkpoint_name(5))
     with pytest.raises(

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from lakesink.commit.versions import RetryPolicy, VersionedLogWriter
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitError,
@@ -44,7 +45,7 @@ from lakesink_reader.format.v3.state import (
     continuation_problems,
     removed_paths,
 )
-from lakesink_reader.format.v3.vlog import HEADER_READ_BYTES, RetryPolicy, VersionedLog
+from lakesink_reader.format.v3.vlog import HEADER_READ_BYTES
 from lakesink_reader.storage.local import LocalStorage
 
 TABLE = "7ab1e000000000000000000000000001"
@@ -257,7 +258,7 @@ def test_the_header_is_read_without_the_actions(tmp_path: Path) -> None:
 
     storage = HeadReadingStorage(tmp_path)
     storage.put(commit_name(0), data)
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     storage.whole_reads.clear()
     header = log.read_header(0)
     assert header == commit.header and header.counts.add_files == 1500
@@ -266,9 +267,9 @@ def test_the_header_is_read_without_the_actions(tmp_path: Path) -> None:
 
     plain = LocalStorage(str(tmp_path / "plain"))  # shorter than a head read: one read, one line parsed
     plain.put(commit_name(0), damaged)
-    assert VersionedLog(plain, TABLE).read_header(0) == commit.header
+    assert VersionedLogWriter(plain, TABLE).read_header(0) == commit.header
     with pytest.raises(CorruptFileError, match="line 2 is not JSON"):
-        VersionedLog(plain, TABLE).read_commit(0)
+        VersionedLogWriter(plain, TABLE).read_commit(0)
 
 
 # The state --------------------------------------------------------------------------------------
@@ -341,7 +342,7 @@ def test_rule_a_new_writer_at_a_batch_above_zero_is_refused_also_on_an_empty_lak
         check_append(TableState.empty(TABLE), append(W1, 3))
 
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     log.commit(append(W1, 0, add("a.parquet")))
     with pytest.raises(CommitRefusedError):
         log.commit(append(W2, 1, add("b.parquet"), allow_other_queries=True))
@@ -357,7 +358,7 @@ def test_rule_a_new_writer_at_batch_zero_beside_others_needs_allow_other_queries
     assert "allow_other_queries=True" in message and "continue_writer" in message
     assert check_append(lake, append(W2, 0, allow_other_queries=True)) == "commit"
 
-    log = VersionedLog(LocalStorage(str(tmp_path)), TABLE)
+    log = VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE)
     log.commit(append(W1, 0))
     with pytest.raises(CommitRefusedError, match=W1):
         log.commit(append(W2, 0))
@@ -471,7 +472,7 @@ def test_a_compaction_conflicts_only_when_one_of_its_inputs_was_removed_concurre
 
 def test_compactions_through_the_log_conflict_on_shared_inputs_also_after_a_lost_race(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE, sleep=no_sleep)
+    log = VersionedLogWriter(storage, TABLE, sleep=no_sleep)
     log.commit(append(W1, 0, add("a"), add("b"), add("c"), add("d")))
     first = compaction(0, ["a", "b"], "out-1")
     log.commit(append(W1, 1, add("e")))
@@ -484,9 +485,9 @@ def test_compactions_through_the_log_conflict_on_shared_inputs_also_after_a_lost
 
     def rival_compacts_d_first(name: str, data: bytes) -> None:
         if name == commit_name(4):  # between our check and our create
-            VersionedLog(storage, TABLE).commit(compaction(3, ["d"], "out-4"))
+            VersionedLogWriter(storage, TABLE).commit(compaction(3, ["d"], "out-4"))
 
-    raced = VersionedLog(HookedStorage(tmp_path, before=rival_compacts_d_first), TABLE, sleep=no_sleep)
+    raced = VersionedLogWriter(HookedStorage(tmp_path, before=rival_compacts_d_first), TABLE, sleep=no_sleep)
     with pytest.raises(CommitConflictError, match=r"d \(removed at version 4\)"):
         raced.commit(compaction(3, ["d", "e"], "out-5"))
     assert log_versions(storage) == [0, 1, 2, 3, 4]
@@ -497,11 +498,13 @@ def test_compactions_through_the_log_conflict_on_shared_inputs_also_after_a_lost
 
 def test_commits_land_at_the_next_version_and_a_state_carries_over(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     assert log.open() == TableState.empty(TABLE)
     first = log.commit(append(W1, 0, add("a")))
     assert (first.status, first.version, first.lost_races) == ("committed", 0, 0)
-    VersionedLog(storage, TABLE).commit(append(W2, 0, add("b"), allow_other_queries=True))  # another process
+    VersionedLogWriter(storage, TABLE).commit(
+        append(W2, 0, add("b"), allow_other_queries=True)
+    )  # another process
     pending = append(W1, 1, add("c"))
     second = log.commit(pending, state=first.state)  # the state is brought forward past W2's commit
     assert second.version == 2 and second.state == log.open()
@@ -514,7 +517,7 @@ def test_commits_land_at_the_next_version_and_a_state_carries_over(tmp_path: Pat
 
 def test_a_replay_of_a_batch_is_skipped_whole_whatever_its_files(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     log.commit(append(W1, 0, add("b0-p0")))
     log.commit(append(W1, 1, add("b1-p0"), add("b1-p1", partition=1)))
     replay = log.commit(append(W1, 1, *(add(f"b1-again-p{p}", partition=p) for p in range(3))))
@@ -534,12 +537,12 @@ def test_a_lost_answer_commits_exactly_once_and_never_at_the_next_version(tmp_pa
 
     storage = HookedStorage(tmp_path, after=lose_the_answer)
     pending = append(W1, 0, add("a"))
-    result = VersionedLog(storage, TABLE, sleep=no_sleep).commit(pending)
+    result = VersionedLogWriter(storage, TABLE, sleep=no_sleep).commit(pending)
     assert (result.status, result.version) == ("committed", 0)
     assert storage.creates == [commit_name(0), commit_name(0)]  # retried at 0, never tried at 1
     assert log_versions(storage) == [0]
     assert storage.read_bytes(commit_name(0)) == encode_commit(pending.at(0, TABLE))
-    assert VersionedLog(storage, TABLE).commit(append(W1, 1)).version == 1
+    assert VersionedLogWriter(storage, TABLE).commit(append(W1, 1)).version == 1
 
 
 def test_an_answer_that_stays_unknown_raises_state_unknown_and_the_replay_settles_it(tmp_path: Path) -> None:
@@ -549,10 +552,12 @@ def test_an_answer_that_stays_unknown_raises_state_unknown_and_the_replay_settle
     storage = HookedStorage(tmp_path, after=lose_every_answer)
     pending = append(W1, 0, add("a"))
     with pytest.raises(CommitStateUnknownError, match="may have been applied") as unknown:
-        VersionedLog(storage, TABLE, retry=RetryPolicy(create_attempts=3), sleep=no_sleep).commit(pending)
+        VersionedLogWriter(storage, TABLE, retry=RetryPolicy(create_attempts=3), sleep=no_sleep).commit(
+            pending
+        )
     assert isinstance(unknown.value, CommitError)  # existing `except CommitError` callers still catch it
     assert storage.creates == [commit_name(0)] * 3 and log_versions(storage) == [0]
-    replay = VersionedLog(LocalStorage(str(tmp_path)), TABLE).commit(append(W1, 0, add("a-again")))
+    replay = VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE).commit(append(W1, 0, add("a-again")))
     assert (replay.status, replay.version) == ("replayed", 0)  # the replay finds it committed
 
 
@@ -566,7 +571,7 @@ def test_a_refused_create_is_a_plain_failure_unless_an_earlier_try_may_have_land
         raise errors.pop(0)
 
     storage = HookedStorage(tmp_path, before=fail)
-    log = VersionedLog(storage, TABLE, sleep=no_sleep)
+    log = VersionedLogWriter(storage, TABLE, sleep=no_sleep)
     expected = PermissionError if first_error is PermissionError else CommitStateUnknownError
     with pytest.raises(expected):
         log.commit(append(W1, 0, add("a")))
@@ -578,26 +583,26 @@ def test_a_create_that_failed_moves_on_only_once_another_commit_is_seen_at_its_v
 ) -> None:
     def rival_wins_then_our_request_fails(name: str, data: bytes) -> None:
         if name == commit_name(0) and not log_versions(storage):
-            VersionedLog(LocalStorage(str(tmp_path)), TABLE).commit(append(W2, 0, add("theirs")))
+            VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE).commit(append(W2, 0, add("theirs")))
             raise ConnectionError("our request never arrived")
 
     storage = HookedStorage(tmp_path, before=rival_wins_then_our_request_fails)
     pending = append(W1, 0, add("ours"), allow_other_queries=True)
-    result = VersionedLog(storage, TABLE, sleep=no_sleep).commit(pending)
+    result = VersionedLogWriter(storage, TABLE, sleep=no_sleep).commit(pending)
     # 0: failed, retried at 0 with the same bytes: another commit's there (definitive); then 1.
     assert storage.creates == [commit_name(0), commit_name(0), commit_name(1)]
     assert (result.status, result.version, result.lost_races) == ("committed", 1, 1)
-    ours = VersionedLog(storage, TABLE).read_commit(1)
+    ours = VersionedLogWriter(storage, TABLE).read_commit(1)
     assert ours is not None and ours.header.token == pending.token and ours.header.read_version == 0
 
 
 def test_a_twin_that_commits_the_batch_first_makes_a_lost_race(tmp_path: Path) -> None:
     def twin_commits_first(name: str, data: bytes) -> None:
         if not log_versions(storage):
-            VersionedLog(LocalStorage(str(tmp_path)), TABLE).commit(append(W1, 0, add("twin")))
+            VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE).commit(append(W1, 0, add("twin")))
 
     storage = HookedStorage(tmp_path, before=twin_commits_first)
-    result = VersionedLog(storage, TABLE, sleep=no_sleep).commit(append(W1, 0, add("ours")))
+    result = VersionedLogWriter(storage, TABLE, sleep=no_sleep).commit(append(W1, 0, add("ours")))
     assert (result.status, result.version, result.lost_races) == ("lost_race", 0, 1)
     assert log_versions(storage) == [0] and storage.creates == [commit_name(0)]
 
@@ -605,10 +610,12 @@ def test_a_twin_that_commits_the_batch_first_makes_a_lost_race(tmp_path: Path) -
 def test_too_many_lost_races_is_a_conflict_and_commits_nothing(tmp_path: Path) -> None:
     def another_writer_wins(name: str, data: bytes) -> None:
         batch = len(log_versions(storage))
-        VersionedLog(LocalStorage(str(tmp_path)), TABLE).commit(append(W2, batch, add(f"theirs-{batch}")))
+        VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE).commit(
+            append(W2, batch, add(f"theirs-{batch}"))
+        )
 
     storage = HookedStorage(tmp_path, before=another_writer_wins)
-    log = VersionedLog(storage, TABLE, retry=RetryPolicy(max_lost_races=3), sleep=no_sleep)
+    log = VersionedLogWriter(storage, TABLE, retry=RetryPolicy(max_lost_races=3), sleep=no_sleep)
     with pytest.raises(CommitConflictError, match="lost 3 versions in a row"):
         log.commit(append(W1, 0, allow_other_queries=True))
     assert log_versions(storage) == [0, 1, 2] and set(log.open().writers) == {W2}
@@ -621,7 +628,7 @@ def test_eight_writers_append_at_once_each_batch_once_in_a_contiguous_log(tmp_pa
     start_together = threading.Barrier(len(writers), timeout=60)
 
     def write(writer: str) -> list[tuple[str, int]]:
-        log = VersionedLog(storage, TABLE)
+        log = VersionedLogWriter(storage, TABLE)
         outcomes: list[tuple[str, int]] = []
         state = None
         for batch in range(batches):
@@ -640,7 +647,7 @@ def test_eight_writers_append_at_once_each_batch_once_in_a_contiguous_log(tmp_pa
     assert Counter(status for status, _ in outcomes) == {"committed": 80, "replayed": 80}
     assert sum(lost for _, lost in outcomes) > 0  # the writers did race for versions
     assert log_versions(storage) == list(range(80))  # contiguous, nothing else
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     commits = [log.read_commit(v) for v in range(80)]
     batches_committed = Counter((c.header.writer.id, c.header.writer.batch) for c in commits)  # type: ignore[union-attr]
     assert batches_committed == {(w, b): 1 for w in writers for b in range(batches)}
@@ -652,23 +659,23 @@ def test_eight_writers_append_at_once_each_batch_once_in_a_contiguous_log(tmp_pa
 
 def test_a_commit_of_another_table_is_corrupt(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    ours = VersionedLog(storage, TABLE)
+    ours = VersionedLogWriter(storage, TABLE)
     kept = ours.commit(append(W1, 0)).state
     # The lake is deleted and recreated (another table id) under the writer.
     storage.delete(commit_name(0))
-    VersionedLog(storage, OTHER_TABLE).commit(append(W2, 0))
-    VersionedLog(storage, OTHER_TABLE).commit(append(W2, 1))
+    VersionedLogWriter(storage, OTHER_TABLE).commit(append(W2, 0))
+    VersionedLogWriter(storage, OTHER_TABLE).commit(append(W2, 1))
     for read in (ours.open, lambda: ours.read_header(1), lambda: ours.commit(append(W1, 1), state=kept)):
         with pytest.raises(CorruptFileError, match=f"belongs to table {OTHER_TABLE}.*writes table {TABLE}"):
             read()
     with pytest.raises(CorruptFileError, match="the log was replaced"):  # same table id, another commit
-        VersionedLog(storage, OTHER_TABLE).refresh(TableState(OTHER_TABLE, 0, "0" * 32, 0.0))
+        VersionedLogWriter(storage, OTHER_TABLE).refresh(TableState(OTHER_TABLE, 0, "0" * 32, 0.0))
     assert log_versions(storage) == [0, 1]
 
 
 def test_a_log_missing_its_first_versions_is_refused_without_checkpoints(tmp_path: Path) -> None:
     storage = LocalStorage(str(tmp_path))
-    log = VersionedLog(storage, TABLE)
+    log = VersionedLogWriter(storage, TABLE)
     for batch in range(3):
         log.commit(append(W1, batch))
     storage.delete(commit_name(0))
@@ -686,7 +693,7 @@ def test_derived_work_runs_after_the_commit_point_and_its_failure_does_not_undo_
         seen.append((commit.version, state.version))
         raise OSError("disk full")
 
-    log = VersionedLog(LocalStorage(str(tmp_path)), TABLE, after_commit=checkpoint)
+    log = VersionedLogWriter(LocalStorage(str(tmp_path)), TABLE, after_commit=checkpoint)
     assert log.commit(append(W1, 0)).status == "committed"
     assert log.commit(append(W1, 0)).status == "replayed"  # no commit point, no derived work
     assert seen == [(0, 0)] and "derived work after version 0" in caplog.text

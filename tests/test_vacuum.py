@@ -20,11 +20,11 @@ from live import LiveWriter, kill_when_ready
 from test_compact import WRITER, build, ids, whole_blocks
 
 from lakesink.cli import main
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import compact, sweep, vacuum, verify
 from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.v3.commits import PendingCommit
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import parse_data_file
 
 LOG = os.path.join("_lakesink", "log")
@@ -52,7 +52,7 @@ def compacted_lake(path: str) -> tuple[set[str], float]:
     return replaced, between
 
 
-def append(path: str, vlog: VersionedLog, batch: int, start: int) -> None:
+def append(path: str, vlog: VersionedLogWriter, batch: int, start: int) -> None:
     adds = [
         v3_file(vlog.storage, v3_name(WRITER, batch, p), start + 50 * p, 50, batch=batch, partition=p)
         for p in range(2)

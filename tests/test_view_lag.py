@@ -7,7 +7,7 @@ to the lake's version, however far behind it is; ``vacuum`` never deletes a file
 lists; ``lakesink verify`` fails on a view that lists a gone file or is behind a version vacuum
 removed, and ``lakesink sync-views`` repairs it.
 
-The kill is simulated by committing through a ``VersionedLog`` without the views' hook (what
+The kill is simulated by committing through a ``VersionedLogWriter`` without the views' hook (what
 the lake holds after a writer died between its create and its ``after_commit``); a view that
 cannot be written at all, by a store that refuses writes under the views' folders. Spark-free:
 the Delta view is read by deltalake and polars in a subprocess (``test_delta_view.oracle``), the
@@ -27,6 +27,7 @@ from test_reader_v3 import W1, Writer, ids
 from test_spark_view import live, viewed_log
 
 from lakesink.cli import main
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.maintenance import compact as compact_lake
 from lakesink.maintenance import vacuum, verify
 from lakesink.maintenance.vacuum import DAY
@@ -41,7 +42,6 @@ from lakesink.views.spark_metadata_view import (
 )
 from lakesink_reader import read_committed
 from lakesink_reader.format.v3.logfiles import commit_name
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import Storage
 from lakesink_reader.storage.local import LocalStorage
 
@@ -75,10 +75,10 @@ def restart(storage: Storage, table_id: str) -> None:
     spark_metadata_view.forget(storage, table_id)
 
 
-def plain(storage: Storage, table_id: str) -> VersionedLog:
+def plain(storage: Storage, table_id: str) -> VersionedLogWriter:
     """The lake's log without the views' hook: a commit through it is a writer killed after its
     lake commit, before its view update."""
-    return VersionedLog(storage, table_id, checkpoint_interval=INTERVAL)
+    return VersionedLogWriter(storage, table_id, checkpoint_interval=INTERVAL)
 
 
 def spark_reads(storage: Storage) -> dict[str, int]:

@@ -31,11 +31,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from lakesink.commit.observer import Observer, notify
+from lakesink.commit.versions import AfterCommit, CommitResult, VersionedLogWriter
 from lakesink_reader.errors import CommitRefusedError, CommitStateUnknownError, quietly
 from lakesink_reader.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
 from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import AfterCommit, CommitResult, VersionedLog
 from lakesink_reader.storage import Storage
 
 log = logging.getLogger(__name__)
@@ -89,7 +89,7 @@ class BatchCommitter:
         self.run = run
         self.allow_other_queries = allow_other_queries
         # table.json's interval: every writer (and vacuum) checkpoints at the same versions.
-        self.log = VersionedLog(
+        self.log = VersionedLogWriter(
             storage,
             table_id,
             checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL,

@@ -11,7 +11,7 @@ One run is one op with a token T (docs/design/format-v3.md, section 10):
 3. each bin is rewritten by one ``FileWriter`` (staged, then published as
    ``c<T>-<seq>-<attempt>.parquet``): rows in input order, stats recomputed from the new footer;
 4. one ``compact`` commit (removes = inputs, adds = outputs) at the next version through
-   ``VersionedLog``, whose conflict rule refuses it when a commit after B removed an input or
+   ``VersionedLogWriter``, whose conflict rule refuses it when a commit after B removed an input or
    abandoned T (CommitConflictError): T then deletes its own outputs.
 
 Until that commit the outputs are published files no version lists: ``read_committed`` never
@@ -45,6 +45,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from lakesink.commit.files import FileWriter, WriteOptions
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import (
     CommitConflictError,
@@ -283,7 +284,7 @@ def compact(
     return report
 
 
-def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
+def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLogWriter]:
     """The metadata and versioned log of a format-3 epoch-mode lake, for a maintenance command
     that commits (``open_epoch_log``'s checks), with the views' hook: compaction and vacuum
     update the views the lake has (bringing them up), never start one."""
@@ -291,7 +292,7 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLog]:
 
     metadata, plain = open_epoch_log(storage, what)
     view = maintenance_views(storage, plain.table_id, metadata)
-    return metadata, VersionedLog(
+    return metadata, VersionedLogWriter(
         storage, plain.table_id, checkpoint_interval=plain.checkpoint_interval, after_commit=view
     )
 
@@ -466,7 +467,7 @@ class _Lease:
 
 def settle_ops(
     storage: Storage,
-    vlog: VersionedLog,
+    vlog: VersionedLogWriter,
     state: TableState,
     *,
     older_than: float,

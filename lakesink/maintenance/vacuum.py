@@ -17,7 +17,7 @@ One run (docs/design/format-v3.md, section 11), with ``delete=True``:
 4. the hint is made to name C_R, then the log entries below C_R go, in ascending version order
    (a checkpoint's small part before its file list, so no checkpoint ever names a missing list;
    the commit last), stopping at the first delete that fails: what is deleted of the log is a
-   prefix, which committers rely on (``VersionedLog._base_stands``); then the file lists no
+   prefix, which committers rely on (``VersionedLogWriter._base_stands``); then the file lists no
    small part references at versions whose small part exists.
 
 Every step is idempotent and none needs the previous run's memory: a kill -9 anywhere and a
@@ -190,7 +190,7 @@ def vacuum(
             except (OSError, LakeSinkError) as exc:
                 # Stop here: what is deleted of the log must stay a prefix (a committer proves its
                 # create did not land in the deleted part by its base commit still being there,
-                # VersionedLog._base_stands). The next run starts from the checkpoint and goes on.
+                # VersionedLogWriter._base_stands). The next run starts from the checkpoint and goes on.
                 log.warning("could not remove %s (%s): the log's truncation stops here", name, exc)
                 report.failed.append((name, str(exc)))
                 break

@@ -1,6 +1,6 @@
 """Writing and checking the Delta view of a format-3 epoch lake (``lakesink.views.delta``).
 
-After each lake commit, :class:`DeltaView` (a ``VersionedLog`` ``after_commit`` hook) creates
+After each lake commit, :class:`DeltaView` (a ``VersionedLogWriter`` ``after_commit`` hook) creates
 ``_delta_log/<v:020d>.json`` create-if-absent: one PUT per commit. The same bytes already there
 mean done; other bytes mean a foreign writer touched the view: the view is then left alone
 (a marker, :data:`STOP_FILE`, tells every process so) until ``lakesink delta-sync`` finds it

@@ -17,13 +17,14 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from lakesink.commit.versions import AfterCommit
 from lakesink.views import delta_view, spark_metadata_view
 from lakesink.views.delta_view import DeltaView
 from lakesink.views.spark_metadata_view import SparkView
 from lakesink_reader.format.table import TableMetadata
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import AfterCommit, VersionedLog
+from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage.base import Storage
 
 log = logging.getLogger(__name__)

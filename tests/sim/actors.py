@@ -192,14 +192,14 @@ def continuer(env: Env, old: WriterPlan, *, stop: bool) -> Callable[[Actor], Any
     a zombie), read its offsets from the lake (``lakesink offsets``) and start a new query with
     ``continue_writer`` from them. Nothing is started when the lake does not know ``old`` yet
     (there is nothing to continue: the old query is kept) or holds all of its stream."""
-    from lakesink_reader.format.v3.vlog import VersionedLog
+    from lakesink.commit.versions import VersionedLogWriter
 
     def body(actor: Actor) -> str:
         if old.finished or (old.abandoned and not old.refused):
             return f"{old.id[:8]} needs no continuation"
         if stop and old.actor is not None and not old.actor.done:
             old.actor.killed = True  # the user stops the old query (its next call raises)
-        state = VersionedLog(env.client(actor), env.table_id, checkpoint_interval=env.interval).open()
+        state = VersionedLogWriter(env.client(actor), env.table_id, checkpoint_interval=env.interval).open()
         target = old
         while target.continues is not None and target.id not in state.writers:
             # A refused continuation never reached the log: continue what it meant to.

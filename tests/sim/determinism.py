@@ -7,10 +7,10 @@ process (the pytest wrapper runs the simulation as a subprocess):
 - ``time.time`` reads the world's clock (with the running actor's skew); ``time.sleep`` is a
   scheduling point that advances it;
 - ``uuid.uuid4`` (table ids, commit tokens, attempt ids, op tokens) draws from the seed;
-- ``VersionedLog``'s backoff: its default ``sleep`` (bound when the class was defined, so the
+- ``VersionedLogWriter``'s backoff: its default ``sleep`` (bound when the class was defined, so the
   ``time.sleep`` patch does not reach it) and its jitter RNG (``random.Random()`` seeded from
   the OS) come from the world;
-- ``parallel`` (``lakesink_reader.format.v3.vlog``), which reads headers and commits in a
+- ``parallel`` (``lakesink_reader.format.v3.logfiles``), which reads headers and commits in a
   ThreadPoolExecutor, runs sequentially: a thread the scheduler does not control would call
   the store outside any actor. Patched in every module that imported it, in this process only:
   a library switch (say, the storage declaring how many reads it wants at once) would be a
@@ -58,6 +58,7 @@ def install(world: World) -> None:
     import random
 
     # Import everything that binds `parallel` by name before replacing it.
+    import lakesink.commit.versions as versions
     import lakesink.maintenance.sweep
     import lakesink.maintenance.upgrade
     import lakesink.maintenance.vacuum
@@ -65,7 +66,8 @@ def install(world: World) -> None:
     import lakesink.views.delta_view
     import lakesink.views.spark_metadata_view  # noqa: F401
     import lakesink_reader.format.v3.checkpoint
-    import lakesink_reader.format.v3.vlog as vlog
+    import lakesink_reader.format.v3.logfiles as logfiles
+    import lakesink_reader.format.v3.vlog
     import lakesink_reader.lake
     import lakesink_reader.v3  # noqa: F401
 
@@ -95,11 +97,11 @@ def install(world: World) -> None:
     time.time = now
     time.sleep = sleep
     uuid.uuid4 = uuid4
-    defaults = vlog.VersionedLog.__init__.__kwdefaults__
+    defaults = versions.VersionedLogWriter.__init__.__kwdefaults__
     assert defaults is not None and "sleep" in defaults
     defaults["sleep"] = sleep
-    vlog.random = types.SimpleNamespace(Random=jitter_rng)  # type: ignore[assignment]
-    original = vlog.parallel
+    versions.random = types.SimpleNamespace(Random=jitter_rng)  # type: ignore[assignment]
+    original = logfiles.parallel
     for module in list(sys.modules.values()):
         if module is not None and getattr(module, "parallel", None) is original:
             module.parallel = sequential  # type: ignore[attr-defined]
