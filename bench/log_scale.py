@@ -118,14 +118,13 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
     import pyarrow.parquet as pq
     from inputs import input_schema
 
+    from lakesink.commit.checkpoints import LIST_ROW_GROUP_ROWS, RowGroups
     from lakesink_reader.format.table import ensure_table
     from lakesink_reader.format.v3.checkpoint import (
         LAST_CHECKPOINT,
-        LIST_ROW_GROUP_ROWS,
         LIST_SCHEMA,
         Checkpoint,
         _list_table,
-        _RowGroups,
         checkpoint_name,
         encode_checkpoint,
         file_list_name,
@@ -154,7 +153,7 @@ def build_lake(root: Path, commits: int, files_per_commit: int, interval: int) -
         ThreadPoolExecutor(4) as pool,
     ):
         writes: list[Future[int]] = []
-        groups = _RowGroups(writer, LIST_ROW_GROUP_ROWS)
+        groups = RowGroups(writer, LIST_ROW_GROUP_ROWS)
         pending_rows: list[Any] = []
         for v in range(commits):
             adds = synthetic_files(v, files_per_commit, tag)
@@ -280,7 +279,7 @@ CHILDREN = {
     """,
     "checkpoint": """
         t = time.perf_counter()
-        from lakesink_reader.format.v3.checkpoint import write_checkpoint
+        from lakesink.commit.checkpoints import write_checkpoint
         from lakesink_reader.storage import open_storage
         storage = open_storage(ARGS["root"])
         after_import = rss()

@@ -14,6 +14,8 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from lakesink.commit import checkpoints
+from lakesink.commit.checkpoints import write_checkpoint
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.v3 import checkpoint as cp
@@ -26,7 +28,6 @@ from lakesink_reader.format.v3.checkpoint import (
     live_files_table,
     parse_file_list_name,
     read_checkpoint,
-    write_checkpoint,
 )
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name
@@ -175,7 +176,7 @@ def listed_files(storage: LocalStorage, checkpoint: Checkpoint) -> list[Any]:
 def test_a_checkpoint_list_is_the_folds_live_files_sorted_in_row_groups(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(cp, "LIST_ROW_GROUP_ROWS", 50)  # many row groups: the merge crosses them
+    monkeypatch.setattr(checkpoints, "LIST_ROW_GROUP_ROWS", 50)  # many row groups: the merge crosses them
     storage = LocalStorage(str(tmp_path))
     log = VersionedLogWriter(storage, TABLE, checkpoint_interval=10)
     live = build(log, 35, 12, compact_every=4)

@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from lakesink.commit.checkpoints import write_checkpoint
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitError,
@@ -43,13 +44,7 @@ from lakesink_reader.errors import (
     CorruptFileError,
     StorageError,
 )
-from lakesink_reader.format.v3.checkpoint import (
-    Checkpoint,
-    checkpoint_name,
-    due_checkpoint,
-    read_hint,
-    write_checkpoint,
-)
+from lakesink_reader.format.v3.checkpoint import Checkpoint, checkpoint_name, due_checkpoint, read_hint
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, PendingCommit, encode_commit
 from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, commit_name, parallel
 from lakesink_reader.format.v3.state import Decision, TableState, check_commit, removed_paths

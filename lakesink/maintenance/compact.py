@@ -307,11 +307,11 @@ def stream_live_files(
     path): one row group of the checkpoint's list plus the changes after it in memory. Returns
     the number of live files."""
     from lakesink_reader.format.v3.checkpoint import (
-        _derive,
-        _usable_base,
+        derive_changes,
         iter_file_list,
         merge_file_list,
         open_file_list,
+        usable_base,
     )
 
     start = snap.checkpoint
@@ -321,8 +321,8 @@ def stream_live_files(
             opened, base = open_file_list(storage, start), start
         except CorruptFileError as exc:
             log.warning("not reading from checkpoint %d: %s", start.version, exc)
-            base, opened = _usable_base(storage, vlog.table_id, start.version, vlog.checkpoint_interval)
-    _, changes = _derive(storage, base, vlog.table_id, snap.version, vlog.read_commit)
+            base, opened = usable_base(storage, vlog.table_id, start.version, vlog.checkpoint_interval)
+    _, changes = derive_changes(storage, base, vlog.table_id, snap.version, vlog.read_commit)
     batches = iter_file_list(storage, base, opened=opened) if base is not None else iter(())
     files, _, _ = merge_file_list(batches, changes, emit, where=f"{storage.url} at version {snap.version}")
     return files

@@ -34,16 +34,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lakesink.commit.checkpoints import LIST_ROW_GROUP_ROWS, advance_hint
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CommitConflictError, CorruptFileError
 from lakesink_reader.format.log import UPGRADE_FENCE_PREFIX, EpochLog, EpochRecord
 from lakesink_reader.format.table import probe_store, read_table_metadata
 from lakesink_reader.format.v3.checkpoint import (
-    LIST_ROW_GROUP_ROWS,
     LIST_SCHEMA,
     Changes,
     Checkpoint,
-    advance_hint,
     checkpoint_name,
     encode_checkpoint,
     file_list_name,

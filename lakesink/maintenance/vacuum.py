@@ -278,9 +278,9 @@ def _truncation(
     (None, []) when there is no such checkpoint (``target`` below N: the log is kept whole)."""
     import pyarrow.compute as pc
 
+    from lakesink.commit.checkpoints import advance_hint, write_checkpoint
     from lakesink_reader.format.v3.checkpoint import (
         LAST_CHECKPOINT,
-        advance_hint,
         due_checkpoint,
         iter_file_list,
         listed_log,
@@ -288,7 +288,6 @@ def _truncation(
         parse_file_list_name,
         read_checkpoint,
         read_hint,
-        write_checkpoint,
     )
 
     interval = vlog.checkpoint_interval
