@@ -1,6 +1,6 @@
 """lakesink: an exactly-once Parquet file-lake sink for Spark Structured Streaming.
 
-The layers, each a sub-package (README "Development" draws the tree):
+The layers, each a sub-package (docs/guide/development.md draws the tree):
 
 - the lake contract of docs/FORMAT.md (``lakesink_reader.format``) and the storage backends
   behind one small seam (``lakesink_reader.storage``) are the lakesink-reader distribution's,

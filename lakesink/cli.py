@@ -9,7 +9,6 @@ lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16
 lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
 lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
 lakesink sync-views PATH [--only all|delta|spark] [--check] [--storage-option k=v ...] [--json]
-lakesink delta-sync PATH [--storage-option k=v ...] [--json]        (sync-views --only delta)
 lakesink --version
 """
 
@@ -169,22 +168,21 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"  Spark view (_spark_metadata/, derived): {report.spark_view}")
         if report.problems:
             print(
-                "what to do: README, 'lakesink verify and repairing a lake' (restore the files, or "
-                "read around them with read_committed(..., on_error='skip'))",
+                "what to do: docs/guide/maintenance.md, 'lakesink verify and repairing a lake' (restore "
+                "the files, or read around them with read_committed(..., on_error='skip'))",
                 file=sys.stderr,
             )
     return 0 if report.ok else 1
 
 
 def _sync_views(args: argparse.Namespace) -> int:
-    """``sync-views`` (and ``delta-sync``: the Delta view only)."""
+    """``sync-views``: the Delta view, the Spark view, or both (``--only``)."""
     from lakesink.views.delta_view import delta_sync
     from lakesink.views.spark_metadata_view import spark_sync
     from lakesink_reader.storage import open_storage
 
     storage = open_storage(args.path, parse_storage_options(args.storage_option))
-    only = getattr(args, "only", None) or "delta"
-    write = not getattr(args, "check", False)
+    only, write = args.only, not args.check
     docs: dict[str, Any] = {}
     ok = True
     if only in ("all", "delta"):
@@ -205,8 +203,7 @@ def _sync_views(args: argparse.Namespace) -> int:
             print(f"  lake version {spark.lake_version}, view version {spark.view_version} (batch "
                   f"{spark.batch}), {len(spark.written)} version(s) written")  # fmt: skip
     if args.json:
-        legacy = args.command == "delta-sync"  # its report alone, as before sync-views
-        print(json.dumps(docs["delta"] if legacy else docs, indent=2))
+        print(json.dumps(docs, indent=2))
     return 0 if ok else 1
 
 
@@ -475,7 +472,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Print the source offsets at the end of a writer's last committed batch (format-3 lakes): "
             "with one source, that source's offset JSON -- for Kafka, the startingOffsets a new query "
             "continues from. To restart a query whose checkpoint is lost, start it with these "
-            "offsets and continue_writer=<the writer> (README, 'Restart from the lake')."
+            "offsets and continue_writer=<the writer> (docs/guide/kafka.md, 'Restart from the lake')."
         ),
     )
     offsets.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
@@ -502,22 +499,6 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(views)
     views.add_argument("--json", action="store_true", help="print the reports as JSON")
     views.set_defaults(run=_sync_views)
-
-    sync = commands.add_parser(
-        "delta-sync",
-        help="format 3: write the Delta commits missing from the lake's Delta view (sync-views --only delta)",
-        description=(
-            "Write every Delta commit missing from the Delta view of a format-3 epoch lake, from its "
-            "oldest retained version (lakes written before the view, or without it, or whose view was "
-            "deleted), and check the ones there: `lakesink sync-views --only delta`. The view is derived "
-            "from the lake's own log, never the truth. Exit 1 when the view holds commits lakesink did "
-            "not write, or cannot be built."
-        ),
-    )
-    sync.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
-    _storage_option_argument(sync)
-    sync.add_argument("--json", action="store_true", help="print the report as JSON")
-    sync.set_defaults(run=_sync_views, only="delta")
 
     state = commands.add_parser(
         "status",

@@ -278,7 +278,7 @@ def test_delta_sync_writes_the_view_of_a_lake_written_without_it(lake: str, caps
     # A compaction continues a view only when there is one: it starts none.
     compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
     assert not storage.list("_delta_log")
-    assert main(["delta-sync", lake]) == 0
+    assert main(["sync-views", "--only", "delta", lake]) == 0
     assert "8 commit(s) written" in capsys.readouterr().out
     metadata = read_table_metadata(storage)
     for version in range(8):

@@ -213,7 +213,8 @@ class BatchCommitter:
                 f"run replays it with {_canonical(pending.source_offsets)}: the query's checkpoint lost "
                 "its offset log but kept its id, so its batches are not the ones the lake holds. "
                 "Nothing of it is committed. Restart from the lake: a new checkpoint, the source "
-                "started at `lakesink offsets`, and continue_writer (README, 'Restart from the lake')"
+                "started at `lakesink offsets`, and continue_writer (docs/guide/kafka.md, 'Restart from "
+                "the lake')"
             )
 
     def _commit_of(self, batch: int, result: CommitResult) -> CommitHeader | None:

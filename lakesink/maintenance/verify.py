@@ -4,7 +4,8 @@ A lake damaged by something outside the fault model (a file deleted by hand or b
 lifecycle rule, a disk error, a bug in an older lakesink) makes ``read_committed`` fail for the
 whole table. This names every committed file that is missing or unreadable, so an operator
 can restore it (from a backup, or from a bucket's earlier object version) or decide to read
-around it (``read_committed(..., on_error="skip")``). README's "Repairing a lake" says more.
+around it (``read_committed(..., on_error="skip")``). docs/guide/maintenance.md ("lakesink
+verify and repairing a lake") says more.
 """
 
 from __future__ import annotations

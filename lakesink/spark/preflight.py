@@ -94,7 +94,7 @@ def check_worker_python(spark: SparkSession) -> None:
                 f"Spark will start its Python workers with {executable!r} from each executor's PATH; "
                 "if that Python has no lakesink and pyarrow, every task fails with 'No module named ...'. "
                 "Set spark.pyspark.python (or PYSPARK_PYTHON) to the executors' Python that has them "
-                "(README, 'Running on a cluster').",
+                "(docs/guide/clusters.md).",
                 RuntimeWarning,
             )
         return
@@ -380,7 +380,7 @@ def check_foreach_partitioning(plan: Any) -> None:
     fix = (
         'repartition the stream by the Kafka partition before the writer -- df.repartition(n, "topic", '
         '"partition"), with the same n at every restart -- or write in epoch mode (format("lakesink") '
-        "or lakesink.write_stream), which needs nothing of the kind (README, 'Kafka')"
+        "or lakesink.write_stream), which needs nothing of the kind (docs/guide/kafka.md)"
     )
     if reach == "kafka":
         raise ValueError(

@@ -37,7 +37,7 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     On a Spark Connect session (``SparkSession.builder.remote(...)``, ``spark.api.mode=connect``)
     the data source is registered on the server and writes are checked from the client (the
     lake where the client can reach it); the workers' Python and their warm-up are the
-    server's (README, "Spark Connect").
+    server's (docs/guide/connect.md).
 
     With ``warm_up`` (the default), the Python workers a lakesink query runs on the driver are
     started in the background, once per Spark application, so that the first query's first

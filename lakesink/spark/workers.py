@@ -1,4 +1,4 @@
-"""What lakesink does about the cost of Spark's Python workers (docs: README, "Performance").
+"""What lakesink does about the cost of Spark's Python workers (docs/guide/performance.md).
 
 PySpark reuses a Python worker process for many tasks, and after every task its daemon runs a
 full ``gc.collect()`` (pyspark/daemon.py). A full collection walks every object the process

@@ -4,7 +4,7 @@ Lake version ``v`` maps to ``_delta_log/<v:020d>.json`` (docs/design/format-v3.m
 derived by :func:`delta_commit`, a pure function of table.json and the lake commit: any process
 re-derives the same bytes, so a create-if-absent that finds other bytes there has found a
 foreign writer. The view is derived, never the truth: the lake's own log decides what is
-committed, and a view can always be rebuilt from it (``lakesink delta-sync``).
+committed, and a view can always be rebuilt from it (``lakesink sync-views``).
 
 What a commit holds (JSON lines, keys sorted, no spaces):
 

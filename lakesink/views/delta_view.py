@@ -3,7 +3,7 @@
 After each lake commit, :class:`DeltaView` (a ``VersionedLogWriter`` ``after_commit`` hook) creates
 ``_delta_log/<v:020d>.json`` create-if-absent: one PUT per commit. The same bytes already there
 mean done; other bytes mean a foreign writer touched the view: the view is then left alone
-(a marker, :data:`STOP_FILE`, tells every process so) until ``lakesink delta-sync`` finds it
+(a marker, :data:`STOP_FILE`, tells every process so) until ``lakesink sync-views`` finds it
 whole again, and ``lakesink status``/``verify`` report it. Nothing here ever raises into a
 commit, nor touches the lake's own log.
 
@@ -113,7 +113,7 @@ class DeltaView:
         except Exception:
             log.warning(
                 "updating the Delta view of %s at version %d failed; the lake commit stands, and the "
-                "next commit or `lakesink delta-sync` writes it",
+                "next commit or `lakesink sync-views` writes it",
                 self.storage.url,
                 commit.version,
                 exc_info=True,
@@ -218,7 +218,7 @@ class DeltaView:
         except Exception:
             log.warning(
                 "writing the Delta view checkpoint of %s at version %d failed; Delta readers read the "
-                "commits instead, and `lakesink delta-sync` writes it",
+                "commits instead, and `lakesink sync-views` writes it",
                 self.storage.url,
                 version,
                 exc_info=True,
@@ -253,7 +253,7 @@ class DeltaView:
             f"version {commit.version} of the view holds bytes lakesink did not derive (a foreign writer)"
         )
         log.warning(
-            "%s/%s: %s; the view is no longer updated (the lake is unaffected). `lakesink delta-sync` "
+            "%s/%s: %s; the view is no longer updated (the lake is unaffected). `lakesink sync-views` "
             "resumes it once the view is removed or repaired",
             self.storage.url,
             delta_commit_name(commit.version),
@@ -680,14 +680,14 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
         report.detail = (
             f"version(s) {report.foreign[:10]} of the view hold bytes lakesink did not derive: a foreign "
             "writer touched it; writers no longer update it (remove `_delta_log/` and run "
-            "`lakesink delta-sync` to rebuild it; the lake is unaffected)"
+            "`lakesink sync-views` to rebuild it; the lake is unaffected)"
         )
         if write:
             _STOP.mark(storage, report.foreign[0], report.detail)
     elif report.missing:
         report.state = "behind"
         report.detail = (
-            f"{len(report.missing)} version(s) missing from {report.missing[0]}: run `lakesink delta-sync`"
+            f"{len(report.missing)} version(s) missing from {report.missing[0]}: run `lakesink sync-views`"
         )
     else:
         _sync_checkpoints(
@@ -765,7 +765,7 @@ def check_view(storage: Storage, metadata: TableMetadata, vlog: VersionedLog, la
     if existing is None:
         report.state = "behind" if storage.exists(delta_commit_name(0)) else "absent"
         if report.state == "behind":
-            report.detail = f"the view lacks lake version {latest}: run `lakesink delta-sync`"
+            report.detail = f"the view lacks lake version {latest}: run `lakesink sync-views`"
         return report
     commit = vlog.read_commit(latest)
     if commit is not None and delta_commit(metadata, commit) != existing:

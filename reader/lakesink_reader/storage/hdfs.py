@@ -365,8 +365,8 @@ def _note_replication_one(path: str) -> None:
     """Say once per process that files here have replication 1, which makes closing them slow.
 
     The client's ``complete`` usually reaches the NameNode before the only DataNode's block
-    report, is answered false, and hdfs-native tries again 500 ms later (README, HDFS). With two
-    replicas or more the last DataNode of the pipeline reports before the client hears back.
+    report, is answered false, and hdfs-native tries again 500 ms later (docs/guide/storage.md,
+    "HDFS"). With two replicas or more the last DataNode of the pipeline reports before the client hears back.
     """
     if not _REPLICATION_ONE_NOTED.is_set():
         _REPLICATION_ONE_NOTED.set()
