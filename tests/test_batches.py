@@ -27,6 +27,15 @@ class CountingStorage(LocalStorage):
     def __init__(self, root: str) -> None:
         super().__init__(root)
         self.reads = []
+        # The lake's table.json (the views read it: a lake without one is no lake).
+        import pyarrow as pa
+
+        from lakesink_reader.format.table import TableMetadata
+        from lakesink_reader.names import TABLE_FILE
+
+        schema = pa.schema([("id", pa.int64())])
+        metadata = TableMetadata(3, "epoch", schema, 0.0, TABLE, checkpoint_interval=10)
+        self.put_if_absent(TABLE_FILE, metadata.to_json())
 
     def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
         self.reads.append(name)

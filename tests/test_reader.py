@@ -251,7 +251,7 @@ def test_reading_beside_a_writer_that_publishes_staged_files_never_raises(lake: 
 def test_a_lake_created_while_the_reader_opens_it_is_read(tmp_path: Path) -> None:
     """A reader whose first read of table.json finds nothing, while a first writer creates the
     lake before its second look, reads the lake (it used to raise the first FileNotFoundError)."""
-    from lakesink_reader.lake import _read_table_json
+    from lakesink_reader.format.table import read_table_metadata
     from lakesink_reader.storage.local import LocalStorage
 
     lake = str(tmp_path / "lake")
@@ -271,6 +271,6 @@ def test_a_lake_created_while_the_reader_opens_it_is_read(tmp_path: Path) -> Non
                 foreach_lake(lake, epochs=1, partitions=1)
 
     storage = FirstWriterRacing(lake)
-    _doc, metadata = _read_table_json(storage)
+    metadata = read_table_metadata(storage)
     assert metadata.mode == "foreach" and storage.raced
     assert read_committed(lake).num_rows == 100

@@ -55,10 +55,10 @@ from lakesink_reader.errors import (
     LakeSinkError,
     quietly,
 )
+from lakesink_reader.format.opening import open_epoch_log
 from lakesink_reader.format.schemas import read_as, schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
-from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.names import (

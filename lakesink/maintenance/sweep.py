@@ -36,10 +36,10 @@ import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.log import EpochLog
+from lakesink_reader.format.opening import oldest_commit
 from lakesink_reader.format.partitions import partition_folders
 from lakesink_reader.format.table import probe_store, read_table_metadata
 from lakesink_reader.format.v3.logfiles import LOG_DIR, parallel
-from lakesink_reader.format.v3.opening import oldest_commit
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import (

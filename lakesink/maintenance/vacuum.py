@@ -243,8 +243,8 @@ def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cuto
     ``retain`` cannot make a fresh version look old, and so cannot move R past versions a
     reader may have pinned a moment ago: what decides is the store's clock against vacuum's,
     one pair that the 24 h floor covers, not every writer's."""
+    from lakesink_reader.format.opening import oldest_commit
     from lakesink_reader.format.v3.checkpoint import listed_log
-    from lakesink_reader.format.v3.opening import oldest_commit
 
     state = snap.state
     headers = {h.version: h for h in snap.headers}

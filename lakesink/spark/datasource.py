@@ -179,11 +179,9 @@ def stream_schemas(
     from lakesink_reader.format.schemas import encode_schema, file_schema, schema_at, schema_change
 
     storage = config.storage()
-    from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
     from lakesink_reader.format.v3.vlog import VersionedLog
 
-    interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
-    state = VersionedLog(storage, table.table_id or "", checkpoint_interval=interval).open()
+    state = VersionedLog(storage, table.table_id or "", checkpoint_interval=table.log_interval).open()
     lake = schema_at(table.schema, state.schema_at(state.version))
     changed = schema_change(
         lake,
@@ -203,7 +201,6 @@ def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) 
     nothing: a replay, which the driver skips whole. Read once per run: replays come first in
     a run, and a stale answer only costs a task its wasted write (the driver decides)."""
     from lakesink.spark import checkpoints
-    from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
     from lakesink_reader.format.v3.vlog import VersionedLog
 
     memo = run_memo(config.storage().url, run_token)
@@ -213,8 +210,7 @@ def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) 
         )
         if writer is None:
             return None
-        interval = table.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
-        state = VersionedLog(config.storage(), table.table_id, checkpoint_interval=interval).open()
+        state = VersionedLog(config.storage(), table.table_id, checkpoint_interval=table.log_interval).open()
         last = state.writers[writer].last_batch if writer in state.writers else -1
         memo.committed_through = (writer, last)
     return memo.committed_through[1] if memo.committed_through else None

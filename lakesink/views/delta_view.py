@@ -44,14 +44,14 @@ from lakesink.views.delta import (
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink_reader.format.v3.commits import Commit
-from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parallel
-from lakesink_reader.format.v3.opening import oldest_commit, open_epoch_log
+from lakesink_reader.format.v3.logfiles import parallel
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
-from lakesink_reader.names import META_DIR, TABLE_FILE
+from lakesink_reader.names import META_DIR
 from lakesink_reader.storage.base import Storage
 
 if TYPE_CHECKING:
@@ -272,12 +272,7 @@ KEEP_CHECKPOINTS = 2
 
 def table_interval(storage: Storage) -> int:
     """table.json's ``checkpoint_interval`` N (the lake's checkpoints, and the views' too)."""
-    try:
-        doc = jsondoc.loads(storage.read_bytes(TABLE_FILE))
-    except (OSError, ValueError):
-        return DEFAULT_CHECKPOINT_INTERVAL
-    interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
-    return interval if type(interval) is int and interval >= 1 else DEFAULT_CHECKPOINT_INTERVAL
+    return read_table_metadata(storage).log_interval
 
 
 def _ms(seconds: float) -> int:

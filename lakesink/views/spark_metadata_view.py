@@ -68,9 +68,9 @@ from lakesink.views.delta_view import added_times, live_at, remember_time, table
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.opening import open_epoch_log
 from lakesink_reader.format.table import probe_store
 from lakesink_reader.format.v3.commits import Commit
-from lakesink_reader.format.v3.opening import open_epoch_log
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import META_DIR, unsafe_name

@@ -27,12 +27,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, missing_extra
 from lakesink_reader.format.log import EpochInfo, EpochLog
 from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
 from lakesink_reader.format.schemas import fit_problems
-from lakesink_reader.format.table import TableMetadata, read_table_metadata
+from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.state import WriterState
 from lakesink_reader.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.names import FileState as FileState
@@ -111,13 +110,13 @@ class Lake:
     ) -> None:
         self.path = os.fspath(path)
         self._storage: Storage = open_storage(self.path, storage_options)
-        doc, self.metadata = _read_table_json(self._storage)
+        self.metadata = read_table_metadata(self._storage)  # the errors name the path
         self._fs, self._base = self._storage.arrow_filesystem()
         #: Format-3 epoch-mode lakes: the pinned snapshot of the versioned log.
         self._v3: LogView | None = None
         self._log: EpochLog | None = None
         if self.metadata.mode == "epoch" and self.metadata.format_version >= 3:
-            self._v3 = LogView(self._storage, self.metadata.table_id, doc, _where(self._storage))
+            self._v3 = LogView(self._storage, self.metadata, _where(self._storage))
         elif self.metadata.mode == "epoch":
             self._log = EpochLog(self._storage)
 
@@ -615,20 +614,6 @@ def _v3_order(f: LakeFile) -> tuple[int, int, str]:
 
 def _where(storage: Storage) -> str:
     return f"{storage.url.rstrip('/')}/{TABLE_FILE}"
-
-
-def _read_table_json(storage: Storage) -> tuple[dict[str, Any], TableMetadata]:
-    """table.json's document and metadata, read once (a v3 lake's has fields the metadata
-    does not keep: ``checkpoint_interval``, ``upgraded_from``)."""
-    try:
-        data = storage.read_bytes(TABLE_FILE, first_contact=True, limit=jsondoc.LIMIT)
-    except (FileNotFoundError, NotADirectoryError):
-        read_table_metadata(storage)  # raises the error that names the path...
-        # ...unless a first writer created the lake in between: it is there now.
-        data = storage.read_bytes(TABLE_FILE, first_contact=True, limit=jsondoc.LIMIT)
-    metadata = TableMetadata.from_json(data, _where(storage))
-    doc = jsondoc.loads(data)  # from_json parsed it: a JSON object
-    return (doc if isinstance(doc, dict) else {}), metadata
 
 
 def _check_columns(columns: Sequence[str] | None, schema: pa.Schema) -> None:

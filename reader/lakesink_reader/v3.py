@@ -8,7 +8,7 @@ computed against the pinned snapshot, so one ``Lake`` object answers about one s
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,12 +16,13 @@ import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.schemas import decode_schema
+from lakesink_reader.format.table import TableMetadata
 from lakesink_reader.format.v3.checkpoint import (
     live_files_table,
     oldest_listed_commit,
 )
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
-from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parallel
+from lakesink_reader.format.v3.logfiles import parallel
 from lakesink_reader.format.v3.state import TableState, WriterState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
@@ -68,25 +69,16 @@ class VersionInfo:
         )
 
 
-def checkpoint_interval(doc: Mapping[str, Any], where: str) -> int:
-    """table.json's ``checkpoint_interval`` (the default when absent)."""
-    value = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
-    if type(value) is not int or value < 1:
-        raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {value!r}")
-    return value
-
-
 class LogView:
     """A pinned snapshot of a format-3 lake's log, and what readers ask of it."""
 
-    def __init__(self, storage: Storage, table_id: str | None, doc: Mapping[str, Any], where: str) -> None:
+    def __init__(self, storage: Storage, metadata: TableMetadata, where: str) -> None:
+        table_id = metadata.table_id
         if not table_id:
             raise CorruptFileError(f"{where}: a format-3 lake's table.json must carry a table_id")
-        upgraded = doc.get("upgraded_from")
-        upgrade_version = upgraded.get("upgrade_version") if isinstance(upgraded, dict) else None
-        self._also = (upgrade_version,) if type(upgrade_version) is int and upgrade_version > 0 else ()
+        self._also = (metadata.upgrade_version,) if metadata.upgrade_version is not None else ()
         self.storage = storage
-        self.log = VersionedLog(storage, table_id, checkpoint_interval=checkpoint_interval(doc, where))
+        self.log = VersionedLog(storage, table_id, checkpoint_interval=metadata.log_interval)
         self.snapshot: Snapshot = self.log.snapshot(also=self._also)
         self._headers: dict[int, CommitHeader] = {h.version: h for h in self.snapshot.headers}
         self._schema: tuple[str, pa.Schema] | None = None  # the last decoded, by its text

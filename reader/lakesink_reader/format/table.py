@@ -27,6 +27,7 @@ from lakesink_reader.errors import (
     TableNotFoundError,
 )
 from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.names import (
     FORMAT_VERSION,
     READABLE_FORMAT_VERSION,
@@ -52,6 +53,11 @@ class TableMetadata:
     when the table is created, so that every writer checkpoints at the same versions; None:
     the default, 100). ``partition_columns``: format 3, the columns whose values name the
     folders files are in (``lakesink_reader.format.partitions``; empty: files in the root).
+    ``upgrade_version``: format 3 upgraded from format 1/2, the version of the upgrade's commit
+    (``upgraded_from``; only read here: ``lakesink upgrade`` writes it).
+
+    Parsed once, by :meth:`from_json`, for everyone (writers, maintenance, views, readers): the
+    one reading of table.json (``read_table_metadata``), whose checks are the only ones.
     """
 
     format_version: int
@@ -62,6 +68,12 @@ class TableMetadata:
     owner_query: str | None = None
     checkpoint_interval: int | None = None
     partition_columns: tuple[str, ...] = ()
+    upgrade_version: int | None = None
+
+    @property
+    def log_interval(self) -> int:
+        """The versioned log's checkpoint interval: table.json's, else the default (100)."""
+        return self.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
 
     @classmethod
     def new(
@@ -152,6 +164,8 @@ class TableMetadata:
             partition_columns = check_partition_columns(schema, columns, "the table")
         except (TypeError, ValueError) as exc:
             raise CorruptFileError(f"{where}: partition_columns: {exc}") from exc
+        upgraded = doc.get("upgraded_from")
+        upgrade_version = upgraded.get("upgrade_version") if isinstance(upgraded, dict) else None
         return cls(
             version,
             mode,
@@ -161,6 +175,7 @@ class TableMetadata:
             str(owner) if owner is not None else None,
             interval,
             partition_columns,
+            upgrade_version if type(upgrade_version) is int and upgrade_version > 0 else None,
         )
 
 
@@ -204,6 +219,11 @@ def read_table_metadata(storage: Storage, *, first_contact: bool = True) -> Tabl
         return found
     if not storage.root_exists():
         raise TableNotFoundError(f"no lake at {storage.url!r}: the path does not exist")
+    # The folder is there: a first writer may have created the lake since the read above (its
+    # table.json comes with its folder). One more look before calling it no lake.
+    found = find_table(storage, first_contact=first_contact)
+    if found is not None:
+        return found
     raise NotALakeError(
         f"{storage.url!r} is not a lakesink table: {TABLE_FILE} is missing "
         "(nothing was ever committed here by lakesink)"

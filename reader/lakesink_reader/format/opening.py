@@ -7,13 +7,11 @@ the log it gets here; the views' own sync and check, which only read, use it as 
 
 from __future__ import annotations
 
-from lakesink_reader import jsondoc
-from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.errors import FormatVersionError
 from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.format.v3.checkpoint import listed_log, read_hint
-from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, parse_commit_name
+from lakesink_reader.format.v3.logfiles import parse_commit_name
 from lakesink_reader.format.v3.vlog import VersionedLog
-from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage.base import Storage
 
 
@@ -33,13 +31,7 @@ def open_epoch_log(storage: Storage, what: str) -> tuple[TableMetadata, Versione
             f"{what} needs an epoch-mode lake: {storage.url} is a {metadata.mode} lake, whose files are "
             "committed by their names, not by a log (docs/design/format-v3.md, section 14)"
         )
-    doc = jsondoc.loads(storage.read_bytes(TABLE_FILE))
-    interval = doc.get("checkpoint_interval", DEFAULT_CHECKPOINT_INTERVAL)
-    if type(interval) is not int or interval < 1:
-        raise CorruptFileError(
-            f"{storage.url}/{TABLE_FILE}: checkpoint_interval must be an int >= 1, got {interval!r}"
-        )
-    return metadata, VersionedLog(storage, metadata.table_id or "", checkpoint_interval=interval)
+    return metadata, VersionedLog(storage, metadata.table_id or "", checkpoint_interval=metadata.log_interval)
 
 
 def oldest_commit(storage: Storage, vlog: VersionedLog) -> int | None:
