@@ -7,9 +7,9 @@ Where each hook runs (pyspark 4.3):
   instance is then pickled to every other worker, so everything travels in ``config``.
 - ``streamWriter``: a driver worker, at each micro-batch, twice (for planning, and again in
   the commit worker): checks (or creates) the table, hands out the writer.
-- ``LakeStreamWriter.write``: executors, one task per partition: one ``FileWriter`` stages
-  the task's Arrow batches (no per-row Python objects) and publishes them under a name unique
-  to the attempt; the task returns a small picklable :class:`EpochCommitMessage`.
+- ``LakeStreamWriter.write``: executors, one task per partition: ``lakesink.commit.tasks``
+  stages the task's Arrow batches (no per-row Python objects) and publishes them under names
+  unique to the attempt; the task returns a small picklable :class:`EpochCommitMessage`.
 - ``commit`` / ``abort``: a driver worker (reused between epochs): a ``BatchCommitter``
   commits the batch as a version of the lake's log, or deletes what its tasks published.
 
@@ -21,7 +21,6 @@ lists it, for the workers that ``lakesink.spark.warmup`` starts early.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
 import uuid
@@ -33,9 +32,8 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 
 from lakesink.spark.runs import cursor_enabled, run_memo
 from lakesink.spark.workers import freeze_heap_once
-from lakesink_reader.errors import CommitError, quietly
+from lakesink_reader.errors import CommitError
 from lakesink_reader.format.log import CommittedFile
-from lakesink_reader.names import data_file_name, new_attempt_id, writer_file_name
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -54,6 +52,7 @@ HOOK_MODULES = (
     "pyarrow",
     "lakesink.config",
     "lakesink.commit",
+    "lakesink.commit.tasks",
     "lakesink_reader.format.table",
     "lakesink.spark.rows",
 )
@@ -245,10 +244,11 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
     # pyspark annotates the Arrow variant with its parent's Iterator[Row] signature, hence the ignore.
     def write(self, iterator: Iterator[pa.RecordBatch]) -> EpochCommitMessage:  # type: ignore[override]
-        """Stage and publish this task's batches as one Parquet file; report it to the driver."""
+        """Stage and publish this task's batches (``lakesink.commit.tasks``); report them to the driver."""
         from pyspark import TaskContext
 
-        from lakesink.commit import FileWriter
+        from lakesink.commit.tasks import write_task
+        from lakesink_reader.format.v3.commits import writer_tag
 
         freeze_heap_once()
         ctx = TaskContext.get()
@@ -256,96 +256,29 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             raise RuntimeError("LakeStreamWriter.write must run inside a Spark task")
         partition, epoch = ctx.partitionId(), batch_id(ctx)
         query_id = ctx.getLocalProperty("sql.streaming.queryId")
-        storage = self.config.storage()
         # A replay of a committed epoch writes nothing: the driver will skip it whole (it told
         # the tasks how far the log holds this query: ``committed_through``).
         if self.committed_through is not None and epoch <= self.committed_through:
             for _ in iterator:
                 pass
             return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
-        if self.partition_columns:
-            return self._write_partitioned(iterator, storage, partition, epoch, query_id)
-        if query_id:
-            from lakesink_reader.format.v3.commits import writer_tag
-
-            name = writer_file_name(writer_tag(query_id), epoch, partition, new_attempt_id())
-        else:
-            name = data_file_name(partition, epoch, new_attempt_id())
-        writer = FileWriter(
-            storage,
-            name,
+        files = write_task(
+            self.config.storage(),
             self.schema,
-            self.config.write,
-            observer=self.config.observer,
-            epoch=epoch,
+            iterator,
+            tag=writer_tag(query_id) if query_id else None,
+            batch=epoch,
             partition=partition,
+            options=self.config.write,
+            observer=self.config.observer,
+            partition_columns=self.partition_columns,
         )
-        try:
-            for batch in iterator:
-                writer.write(batch)
-        except BaseException:
-            writer.discard()
-            raise
-        published = writer.publish()
-        if published is None:
-            return EpochCommitMessage(partition, epoch, query_id, ())
-        if not published.won:  # names carry a fresh attempt id: a taken name is a bug, not a race
-            raise CommitError(f"{storage.url}/{name} already existed when this task published it")
         return EpochCommitMessage(
             partition,
             epoch,
             query_id,
-            (CommittedFile(name, partition, epoch, published.rows, published.size),),
-            stats=(published.stats,),
-        )
-
-    def _write_partitioned(
-        self,
-        iterator: Iterator[pa.RecordBatch],
-        storage: Any,
-        partition: int,
-        epoch: int,
-        query_id: str | None,
-    ) -> EpochCommitMessage:
-        """A task of a partitioned lake: a file per partition folder it meets (format 3)."""
-        from lakesink.commit.partitioned import PartitionedWriter
-        from lakesink_reader.format.v3.commits import writer_tag
-
-        if not query_id:
-            raise CommitError(f"{storage.url}: a task of a partitioned lake got no streaming query id")
-        tag = writer_tag(query_id)
-        writer = PartitionedWriter(
-            storage,
-            self.schema,
-            self.partition_columns,
-            lambda: writer_file_name(tag, epoch, partition, new_attempt_id()),
-            self.config.write,
-            observer=self.config.observer,
-            epoch=epoch,
-            partition=partition,
-        )
-        try:
-            for batch in iterator:
-                writer.write(batch)
-            files = writer.publish()
-        except BaseException:
-            writer.discard()
-            for done in writer.published:  # published, never committed: this attempt's garbage
-                name = done.published.name
-                quietly(functools.partial(storage.delete, name), f"delete {name}")
-            raise
-        lost = [f.published.name for f in files if not f.published.won]
-        if lost:  # names carry a fresh attempt id: a taken name is a bug, not a race
-            raise CommitError(f"{storage.url}: {lost} already existed when this task published them")
-        return EpochCommitMessage(
-            partition,
-            epoch,
-            query_id,
-            tuple(
-                CommittedFile(f.published.name, partition, epoch, f.published.rows, f.published.size)
-                for f in files
-            ),
-            stats=tuple(f.published.stats for f in files),
+            tuple(CommittedFile(f.name, partition, epoch, f.rows, f.size) for f in files),
+            stats=tuple(f.stats for f in files),
         )
 
     # Driver ------------------------------------------------------------------------------
@@ -455,9 +388,8 @@ def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
     know yet (the continuing query's first batch). The commit checks it again, against the
     state it commits on. ``table`` is a format-3 lake (``ensure_table`` refuses older ones).
     """
+    from lakesink.commit import continuation as rules
     from lakesink.spark import checkpoints
-    from lakesink_reader.format.v3.commits import PendingCommit
-    from lakesink_reader.format.v3.state import check_append
     from lakesink_reader.format.v3.vlog import VersionedLog
 
     if not config.checkpoint_location:
@@ -468,43 +400,25 @@ def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
     if writer is None:
         return  # Spark writes metadata before planning batch 0: nothing to judge yet
     state = VersionedLog(config.storage(), table.table_id or "").open()
-    continues = continuation(config, state, writer)
-    if continues is None:
-        return
-    check_append(
-        state, PendingCommit.append(writer_id=writer, batch=0, run=uuid.uuid4().hex, continues=continues)
-    )
+    rules.check_continuation(state, writer, continuation(config, state, writer))
 
 
 def continuation(config: SinkConfig, state: Any, writer: str) -> Any:
-    """The ``Continuation`` this writer's first commit carries; None when it continues no one.
-
-    None also once the writer is in the log (a restart of the continuing query). Raises
-    CommitRefusedError naming the writers when ``continue_writer`` names none of them.
-    """
+    """The ``Continuation`` this writer's first commit carries (``lakesink.commit.continuation``),
+    its starting offsets read from Spark's checkpoint."""
+    from lakesink.commit.continuation import continuation_of
     from lakesink.spark import checkpoints
-    from lakesink_reader.errors import CommitRefusedError
-    from lakesink_reader.format.v3.commits import Continuation
-    from lakesink_reader.format.v3.state import offsets_check_kind
 
-    name = config.sink.continue_writer
-    if not name or writer in state.writers:
-        return None
-    old = state.writer(name)
-    if old is None:
-        known = ", ".join(w.describe() for w in state.writers.values()) or "none"
-        raise CommitRefusedError(
-            f"continue_writer={name!r} is not a writer of the lake at {config.path} (its writers: {known})"
+    def start_offsets() -> Any:
+        assert config.checkpoint_location is not None
+        checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+        sources = checkpoints.batch_end_offsets(checkpoint, 0)
+        start, _ = checkpoints.continuation_start(
+            checkpoint, config.sink.continue_offsets, len(sources) if sources is not None else None
         )
-    assert config.checkpoint_location is not None
-    checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
-    sources = checkpoints.batch_end_offsets(checkpoint, 0)
-    start, _ = checkpoints.continuation_start(
-        checkpoint, config.sink.continue_offsets, len(sources) if sources is not None else None
-    )
-    return Continuation(
-        old.id, old.last_batch, old.last_version, start, offsets_check_kind(old.offsets, start)
-    )
+        return start
+
+    return continuation_of(state, writer, config.sink.continue_writer, start_offsets, config.path)
 
 
 def batch_id(ctx: Any) -> int:
