@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
@@ -16,12 +17,26 @@ __all__ = ["Sealed", "StagedEntry", "StagedFile", "Storage", "StoredFile", "open
 _S3_SCHEMES = ("s3", "s3a")
 
 
-#: S3 storages of this process, so that Spark's reused Python workers build a boto3 client once
-#: (about 0.2 CPU-s, mostly parsing botocore's service model) rather than once per task and per
-#: commit. Keyed by everything a client is made of: the URL, the options, the AWS environment.
-_S3_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Storage] = {}
-_S3_CACHE_LOCK = threading.Lock()
-_HDFS_CACHE: dict[tuple[str, str, tuple[tuple[str, str], ...]], Storage] = {}
+#: S3 and HDFS storages of this process, so that Spark's reused Python workers build a client
+#: once (boto3: about 0.2 CPU-s, mostly parsing botocore's service model; HDFS: a NameNode
+#: connection) rather than once per task and per commit. Keyed by everything a client is made
+#: of: the URL, the options, the environment (AWS_*, HADOOP_*); only time is saved (a storage
+#: holds no fact about its lake); the :data:`MAX_STORAGES` used last are kept.
+_CacheKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
+_CACHE: OrderedDict[_CacheKey, Storage] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+MAX_STORAGES = 32
+
+
+def _cached(key: _CacheKey, make: Callable[[], Storage]) -> Storage:
+    with _CACHE_LOCK:
+        storage = _CACHE.get(key)
+        if storage is None:
+            storage = _CACHE[key] = make()
+            while len(_CACHE) > MAX_STORAGES:
+                _CACHE.popitem(last=False)
+        _CACHE.move_to_end(key)
+        return storage
 
 
 def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
@@ -35,12 +50,7 @@ def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
 
     options = json.dumps(check_storage_options(storage_options, url), sort_keys=True, default=repr)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
-    key = (url, options, environment)
-    with _S3_CACHE_LOCK:
-        storage = _S3_CACHE.get(key)
-        if storage is None:
-            storage = _S3_CACHE[key] = S3Storage(url, storage_options)
-        return storage
+    return _cached(("s3", url, options, environment), lambda: S3Storage(url, storage_options))
 
 
 def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
@@ -56,12 +66,7 @@ def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storag
 
     options = json.dumps(hdfs_settings(storage_options, url), sort_keys=True)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HADOOP_")))
-    key = (url, options, environment)
-    with _S3_CACHE_LOCK:
-        storage = _HDFS_CACHE.get(key)
-        if storage is None:
-            storage = _HDFS_CACHE[key] = HdfsStorage(url, storage_options)
-        return storage
+    return _cached(("hdfs", url, options, environment), lambda: HdfsStorage(url, storage_options))
 
 
 def _local_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
