@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(PY))
 export PYSPARK_DRIVER_PYTHON := $(abspath $(PY))
 export SPARK_LOCAL_IP := 127.0.0.1
 export PYTHONUNBUFFERED := 1
-MODE ?= foreach
+MODE ?= epoch
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
@@ -20,7 +20,7 @@ help: ## list the targets and the variables they take
 	@echo "targets:"
 	@grep -E '^[a-z0-9-]+:.*##' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 	@echo "variables:"
-	@echo "  MODE=foreach|epoch     writer mode of the run* demos (default: foreach)"
+	@echo "  MODE=foreach|epoch     writer mode of the run* demos (default: epoch, the mode to choose)"
 	@echo "  PYTEST_ARGS='...'      extra pytest arguments for test, chaos, cluster (e.g. -k reader -x)"
 	@echo "  BENCH_ARGS='...'       extra arguments of bench/run.py (e.g. --rows 2000000 --repeats 1)"
 	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"

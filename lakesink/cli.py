@@ -264,11 +264,18 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
-    from lakesink.maintenance.vacuum import vacuum
+    from lakesink.maintenance.vacuum import RETAIN_FLOOR, vacuum
 
+    retain = parse_duration(args.retain)
+    if retain < RETAIN_FLOOR and not args.force:  # said as a CLI user gives it (not force=True)
+        raise ValueError(
+            f"--retain {args.retain} is below the safety floor of 24h: readers of older versions and "
+            "writers whose clocks run late could find their files gone. Add --force if that is what "
+            "you want"
+        )
     report = vacuum(
         args.path,
-        retain=parse_duration(args.retain),
+        retain=retain,
         delete=args.delete,
         force=args.force,
         storage_options=parse_storage_options(args.storage_option),
@@ -333,8 +340,10 @@ def _status(args: argparse.Namespace) -> int:
     print(f"{found.path}: format {found.format_version}, {found.mode} mode, table {found.table_id}")
     print(f"  latest {unit}: {'-' if found.version is None else found.version} at {when(found.committed_at)}")
     rows = "?" if found.rows is None else f"{found.rows:,}"
+    # (compact joins two or more small files of a folder: one alone is nothing to do)
+    joins = " (lakesink compact joins them)" if found.small_files > 1 else ""
     print(f"  live: {found.files} file(s), {rows} row(s), {found.bytes or 0:,} bytes; "
-          f"{found.small_files} under 64 MiB (lakesink compact joins them)")  # fmt: skip
+          f"{found.small_files} under 64 MiB{joins}")  # fmt: skip
     for w in found.writers:
         lineage = (f", continues {w.continues}" if w.continues else "") + (
             f", retired: continued by {w.continued_by}" if w.continued_by else ""
@@ -438,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
             "task keeps a file staged); a published file whose epoch has no record yet is never removed."
         ),
     )
-    orphans.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
+    orphans.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     orphans.add_argument(
         "--older-than",
         metavar="AGE",
@@ -459,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Parquet file of the table's schema. Read-only. Exit status 1 names each problem."
         ),
     )
-    check.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
+    check.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     check.add_argument("--deep", action="store_true", help="read every row, not only each file's footer")
     _storage_option_argument(check)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -526,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
             "know them, their lease is older than --abandon-older-than) and removes their files."
         ),
     )
-    comp.add_argument("path", help="table root: local path, file:// or s3://bucket/prefix")
+    comp.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     comp.add_argument(
         "--target-file-size", default="128MB", metavar="SIZE", help="output size (default 128MB)"
     )
@@ -591,7 +600,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        return int(args.run(args))
+        status = int(args.run(args))
+        sys.stdout.flush()  # here, where a reader gone away is handled (not at the interpreter's exit)
+        return status
+    except BrokenPipeError:
+        # Whoever read our output went away (`lakesink status PATH | head -3`): not an error to
+        # report. Point stdout at /dev/null so that the interpreter's last flush stays quiet.
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
     except (ValueError, TypeError, OSError, LakeSinkError) as exc:
         print(f"lakesink {args.command}: error: {exc}", file=sys.stderr)
         return 2

@@ -199,9 +199,10 @@ class SinkConfig:
         opts = {k.lower(): v for k, v in options.items()}
         unknown = sorted(set(opts) - set(KNOWN_OPTIONS))
         if unknown:
-            raise ValueError(
-                f'unknown option(s) {unknown} for format("lakesink"); known: {list(KNOWN_OPTIONS)}'
-            )
+            # The options a user sets: not Spark's own (path, checkpointLocation, queryName), nor
+            # the ones write_stream sets for its keywords (observer).
+            settable = sorted({STORAGE_OPTIONS_KEY, *OPTION_TYPES})
+            raise ValueError(f'unknown option(s) {unknown} for format("lakesink"); its options: {settable}')
         path = opts.get("path")
         if not path:
             raise ValueError('format("lakesink") needs the table path: .option("path", ...) or .start(path)')

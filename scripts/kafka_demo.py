@@ -51,10 +51,12 @@ def produce(bootstrap: str, records: int, rate: int, done: list[int]) -> None:
         producer.close(30)
 
 
-def job(broker: KafkaBroker, mode: str, log: Path, *extra: str) -> subprocess.Popen[bytes]:
+def job(
+    broker: KafkaBroker, mode: str, log: Path, *extra: str, start: str = "earliest"
+) -> subprocess.Popen[bytes]:
     cmd = [
         sys.executable, str(JOB), "--source", "kafka", "--bootstrap", broker.bootstrap, "--topic", TOPIC,
-        "--starting-offsets", "earliest", "--max-offsets-per-trigger", "2000", "--trigger-seconds", "1",
+        "--starting-offsets", start, "--max-offsets-per-trigger", "2000", "--trigger-seconds", "1",
         "--mode", mode, "--lake", str(DEMO / "kafka-lake"), "--checkpoint", str(DEMO / "kafka-checkpoint"),
         "--fail-once-after-rows", "300", *extra,
     ]  # fmt: skip
@@ -144,11 +146,11 @@ def main() -> int:
                 capture_output=True, text=True, check=True,
             ).stdout.strip()  # fmt: skip
             print(f"deleted the checkpoint; `lakesink offsets demo/kafka-lake` prints {offsets}", flush=True)
-            restart += ("--starting-offsets", "lake")
         where = "the lake's offsets" if args.from_lake else "its checkpoint"
         print(f"produced {done[0] if done else '?'} records; restarting the job from {where} "
               "(availableNow: it stops when it has caught up)", flush=True)  # fmt: skip
-        running = job(broker, args.mode, DEMO / "kafka-run-2.log", *restart)
+        start = "lake" if args.from_lake else "earliest"
+        running = job(broker, args.mode, DEMO / "kafka-run-2.log", *restart, start=start)
         if running.wait(300) != 0:
             print(f"the restarted job failed ({running.returncode}): see demo/kafka-run-2.log")
             return 1

@@ -85,6 +85,11 @@ def test_options_of_the_wrong_type_are_named() -> None:
     with pytest.raises(ValueError, match=r"compression_level 0 is out of gzip's range 1\.\.9"):
         SinkConfig.from_options({"path": "/tmp/lake", "compression": "gzip", "compression_level": "0"})
     assert WriteOptions(compression="snappy").compression_level == 1  # ignored by codecs without levels
+    # A typo lists the options a user sets, not Spark's own nor write_stream's internal ones.
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['compresion'\]") as typo:
+        SinkConfig.from_options({"path": "/tmp/lake", "compresion": "zstd"})
+    assert "'compression'" in str(typo.value)
+    assert not any(k in str(typo.value) for k in ("'path'", "checkpointlocation", "queryname", "'observer'"))
 
 
 FULL_DISK = textwrap.dedent(

@@ -44,6 +44,27 @@ def test_a_format_3_lake_shows_its_writers_offsets_and_files(
     assert main(["status", lake, "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["rows"] == 70 and len(doc["writers"]) == 2
+    assert "7 under 64 MiB (lakesink compact joins them)" in out
+
+
+def test_status_piped_into_head_ends_quietly(lake: str) -> None:
+    """`lakesink status PATH | head -1`: the reader goes away before lakesink writes (here: at
+    once, so that the write always meets a closed pipe); no "Broken pipe" error follows."""
+    import subprocess
+    import sys
+
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=5), W1)
+    for batch in range(3):
+        writer.append(batch * 100)
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "lakesink.cli", "status", lake],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert cli.stdout is not None
+    cli.stdout.close()  # the reader is gone before the first line
+    _, err = cli.communicate(timeout=60)
+    assert "Broken pipe" not in err and "error" not in err.lower(), err
 
 
 def test_format_2_lakes_show_epochs_and_files(tmp_path: str) -> None:
