@@ -103,3 +103,35 @@ class ConnectServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def main() -> int:
+    """``python -m devtools.connect``: a Spark Connect server in the foreground until Ctrl-C (or
+    SIGTERM); clients connect with ``SparkSession.builder.remote(URL)`` (docs/guide/connect.md)."""
+    import tempfile
+
+    from devtools.procs import install_signal_handlers
+
+    install_signal_handlers()
+    workdir = Path(tempfile.mkdtemp(prefix="lakesink-connect-"))
+    began = time.monotonic()
+    server = ConnectServer(workdir).start()
+    print(
+        f"Spark Connect server {server.url} (pid {server.process.pid if server.process else '?'}, log "
+        f"{server.log}) ready in {time.monotonic() - began:.1f} s; "
+        f'SparkSession.builder.remote("{server.url}").getOrCreate() reaches it; Ctrl-C stops it',
+        flush=True,
+    )
+    try:
+        while server.process is not None and server.process.running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -266,3 +266,39 @@ def topic_records(
         return found
     finally:
         consumer.close()
+
+
+def main() -> int:
+    """``python -m devtools.kafka``: a broker in the foreground until Ctrl-C (or SIGTERM), for
+    the manual restart-from-the-lake steps of docs/guide/kafka.md. Needs ``make kafka-jars``."""
+    import sys
+    import tempfile
+
+    from devtools.procs import install_signal_handlers
+
+    install_signal_handlers()
+    workdir = Path(tempfile.mkdtemp(prefix="lakesink-kafka-"))
+    try:
+        broker = KafkaBroker(workdir).start()
+    except KafkaJarsMissing as exc:
+        print(f"{exc}", file=sys.stderr)
+        return 2
+    print(
+        f"Kafka broker {broker.bootstrap} (pid {broker.process.pid if broker.process else '?'}, data "
+        f"{workdir}) ready in {broker.started_in:.1f} s, RSS {broker.rss_bytes() / 2**20:.0f} MiB; "
+        "Ctrl-C stops it",
+        flush=True,
+    )
+    try:
+        while broker.process is not None and broker.process.running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
