@@ -260,8 +260,10 @@ def test_without_the_option_a_second_query_is_refused_and_nothing_is_lost(
     add_input(tmp_path / "a", 0)
     add_input(tmp_path / "b", 1000)
     assert run(spark, tmp_path / "a", lake, tmp_path / "chk-a").exception() is None
-    with pytest.raises(OtherQueryError, match="allow_other_queries=True"):
+    with pytest.raises(OtherQueryError, match="allow_other_queries=True") as refused:
         run(spark, tmp_path / "b", lake, tmp_path / "chk-b")
+    # ... and the way out of a lost checkpoint too (issue 35): continue the writer from the lake.
+    assert f"`lakesink offsets {lake}`" in str(refused.value) and "continue_writer" in str(refused.value)
     # A second query on a format-2 lake is refused, allowed or not: the lake needs its upgrade.
     v2_lake = format2_query(tmp_path / "v2").lake
     with pytest.raises(FormatVersionError, match=f"`lakesink upgrade {v2_lake}`"):

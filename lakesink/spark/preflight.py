@@ -261,9 +261,12 @@ def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:
     named = "; ".join(w.describe() for w in writers)
     raise OtherQueryError(
         f"the lake at {url} is written by streaming query {named}, and {query.describe()}. A new "
-        "checkpoint re-reads its input from the start: every row would be written again. Restart from "
-        "the original checkpoint location, or write to a new lake path; if this query writes different "
-        "rows, pass allow_other_queries=True."
+        "checkpoint re-reads its input from the start: every row would be written again. The way out "
+        "depends on why the checkpoint is new: restart from the original checkpoint location if you "
+        f"have it; if it is lost, continue the old writer from the lake (`lakesink offsets {url}` gives "
+        "the offsets to start the source at, then continue_writer=<its id>: docs/guide/kafka.md, "
+        "'Restart from the lake'); if this query writes different rows beside it, pass "
+        "allow_other_queries=True; or write to a new lake path."
     )
 
 
