@@ -341,7 +341,7 @@ def _status(args: argparse.Namespace) -> int:
     print(f"  latest {unit}: {'-' if found.version is None else found.version} at {when(found.committed_at)}")
     rows = "?" if found.rows is None else f"{found.rows:,}"
     # (compact joins two or more small files of a folder: one alone is nothing to do)
-    joins = " (lakesink compact joins them)" if found.small_files > 1 else ""
+    joins = " (lakesink compact joins them)" if (found.small_files or 0) > 1 else ""
     print(f"  live: {found.files} file(s), {rows} row(s), {found.bytes or 0:,} bytes; "
           f"{found.small_files} under 64 MiB{joins}")  # fmt: skip
     for w in found.writers:

@@ -225,6 +225,14 @@ def test_a_partitioned_lake_reads_the_same_in_every_reader(spark: Any, day_label
     spark_rows = sorted((r["id"], r["label"], r["day"]) for r in frame.collect())
     assert spark_rows == expected
     assert frame.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
+    # lakesink's own Spark reader, through the log: the same rows, and at an older version.
+    ours = spark.read.format("lakesink").load(lake)
+    assert sorted((r["id"], r["label"], r["day"]) for r in ours.collect()) == expected
+    assert ours.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
+    older = spark.read.format("lakesink").option("versionAsOf", 0).load(lake)
+    assert sorted(r["id"] for r in older.collect()) == sorted(
+        read_committed(lake, as_of_version=0).column("id").to_pylist()
+    )
 
     # deltalake, polars and DuckDB, through the Delta view: the same ids, at each version.
     seen = oracle(lake, [None, 0, 1])

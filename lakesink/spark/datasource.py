@@ -21,6 +21,7 @@ lists it, for the workers that ``lakesink.spark.warmup`` starts early.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import uuid
@@ -82,10 +83,13 @@ class EpochCommitMessage(WriterCommitMessage):
 
 
 class LakeSinkDataSource(DataSource):
-    """The ``lakesink`` data source: ``df.writeStream.format("lakesink").option("path", p)``.
+    """The ``lakesink`` data source: ``df.writeStream.format("lakesink").option("path", p)``,
+    and ``spark.read.format("lakesink").load(p)`` (``lakesink.spark.reading``).
 
-    Options are the keywords of :func:`lakesink.write_stream` (``lakesink.config`` lists
-    them); unknown ones are refused by name.
+    A write's options are the keywords of :func:`lakesink.write_stream` (``lakesink.config``
+    lists them), a read's those of ``lakesink.spark.reading``; unknown ones are refused by name
+    when Spark first asks for a writer or a reader (one class serves both: Spark looks a Python
+    source up by its name).
     """
 
     @classmethod
@@ -93,16 +97,39 @@ class LakeSinkDataSource(DataSource):
         return SOURCE_NAME
 
     def __init__(self, options: dict[str, str]) -> None:
-        from lakesink.config import SinkConfig
-
         super().__init__(options)
-        self.config = SinkConfig.from_options(options)
         # One token per instance: Spark creates it once per query start and unpickles it for
         # every epoch commit, so the token names this run of the query.
         self.run_token = uuid.uuid4().hex
 
+    @functools.cached_property
+    def config(self) -> SinkConfig:
+        """A write's options, parsed (on the instance: it travels with it to every worker)."""
+        from lakesink.config import SinkConfig
+
+        return SinkConfig.from_options(self.options)
+
+    @functools.cached_property
+    def read_plan(self) -> Any:
+        """A read's options, parsed, and the version and files it reads, pinned."""
+        from lakesink.spark.reading import plan_read
+
+        return plan_read(self.options)
+
     def __repr__(self) -> str:
-        return f"LakeSinkDataSource({self.config.path!r})"
+        path = next((v for k, v in self.options.items() if k.lower() == "path"), None)
+        return f"LakeSinkDataSource({path!r})"
+
+    def schema(self) -> Any:
+        """A read's schema: the lake's (Spark asks for it when the read names none)."""
+        from pyspark.sql.pandas.types import from_arrow_schema
+
+        return from_arrow_schema(self.read_plan.schema)
+
+    def reader(self, schema: Any) -> Any:
+        from lakesink.spark.reading import LakeBatchReader
+
+        return LakeBatchReader(self.read_plan)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
         """Driver side: check (or create) the table metadata, then hand out the writer."""

@@ -422,44 +422,8 @@ class Lake:
         return self._dataset_of(readable)
 
     def _dataset_of(self, files: Sequence[LakeFile]) -> ds.Dataset:
-        # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
-        # (0.4 s), and opening a lake or listing its files needs neither.
-        import pyarrow.dataset as ds
-
-        for f in files:
-            # pyarrow follows links: a committed name that is a link on local disk is refused
-            # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
-            self._storage.refuse_link(self._relative(f))
-        columns = self.metadata.partition_columns
-        if not columns:
-            paths = [self._arrow_path(f) for f in files]
-            return ds.dataset(paths, schema=self.schema, format="parquet", filesystem=self._fs)
-        # A partitioned lake: each file's partition values come from its folders (the log lists
-        # the path); as a fragment's partition expression they fill the columns and let a
-        # filter on them skip the file unopened.
-        parquet = ds.ParquetFileFormat()
-        fragments = [
-            parquet.make_fragment(
-                self._arrow_path(f), self._fs, partition_expression=self._partition_expression(f.name)
-            )
-            for f in files
-        ]
-        return ds.FileSystemDataset(fragments, self.schema, parquet, self._fs)
-
-    def _partition_expression(self, name: str) -> ds.Expression:
-        import pyarrow.compute as pc
-
-        columns = self.metadata.partition_columns
-        try:
-            values = typed_values(partition_texts(name, columns), self.schema)
-        except (ValueError, pa.ArrowInvalid) as exc:
-            raise CorruptFileError(f"{self._path(name)}: not in the lake's partition folders: {exc}") from exc
-        expression = None
-        for column, value in values.items():
-            term = pc.field(column).is_null() if not value.is_valid else pc.field(column) == value
-            expression = term if expression is None else expression & term
-        assert expression is not None  # a partitioned lake has at least one partition column
-        return expression
+        names = [self._relative(f) for f in files]
+        return dataset_of(self._storage, self.schema, self.metadata.partition_columns, names)
 
     def _readable(self, files: Sequence[LakeFile]) -> tuple[list[LakeFile], list[SkippedFile]]:
         """Committed files, plus the other files whose footer and schema are fine."""
@@ -606,6 +570,56 @@ class Lake:
             on_error=on_error,
         )
         return table.to_pandas()
+
+
+def dataset_of(
+    storage: Storage, schema: pa.Schema, partition_columns: Sequence[str], names: Sequence[str]
+) -> ds.Dataset:
+    """A ``pyarrow.dataset.Dataset`` of the data files ``names`` (relative to the lake at
+    ``storage``) read as ``schema``: what ``Lake`` reads, and what a Spark task of
+    ``spark.read.format("lakesink")`` reads of its share of a version's files."""
+    # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
+    # (0.4 s), and opening a lake or listing its files needs neither.
+    import pyarrow.dataset as ds
+
+    fs, base = storage.arrow_filesystem()
+    for name in names:
+        # pyarrow follows links: a committed name that is a link on local disk is refused
+        # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
+        storage.refuse_link(name)
+    paths = [f"{base.rstrip('/')}/{name}" for name in names]
+    if not partition_columns:
+        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
+    # A partitioned lake: each file's partition values come from its folders (the log lists
+    # the path); as a fragment's partition expression they fill the columns and let a filter
+    # on them skip the file unopened.
+    parquet = ds.ParquetFileFormat()
+    fragments = [
+        parquet.make_fragment(
+            path, fs, partition_expression=_partition_expression(storage, schema, partition_columns, name)
+        )
+        for name, path in zip(names, paths, strict=True)
+    ]
+    return ds.FileSystemDataset(fragments, schema, parquet, fs)
+
+
+def _partition_expression(
+    storage: Storage, schema: pa.Schema, columns: Sequence[str], name: str
+) -> ds.Expression:
+    import pyarrow.compute as pc
+
+    try:
+        values = typed_values(partition_texts(name, tuple(columns)), schema)
+    except (ValueError, pa.ArrowInvalid) as exc:
+        raise CorruptFileError(
+            f"{storage.url.rstrip('/')}/{name}: not in the lake's partition folders: {exc}"
+        ) from exc
+    expression = None
+    for column, value in values.items():
+        term = pc.field(column).is_null() if not value.is_valid else pc.field(column) == value
+        expression = term if expression is None else expression & term
+    assert expression is not None  # a partitioned lake has at least one partition column
+    return expression
 
 
 def _v3_order(f: LakeFile) -> tuple[int, int, str]:

@@ -1,0 +1,165 @@
+"""``spark.read.format("lakesink").load(path)``: a batch read of a lake's committed rows, at its
+latest version or, with ``versionAsOf`` / ``timestampAsOf`` as Delta users write them, at an
+older one (format 3; a format-1/2 lake reads its committed epochs, latest only).
+
+The driver opens the lake once (``lakesink_reader.Lake``) and pins the version: every task reads
+its share of that version's files, never another's, however the lake moves meanwhile. A task
+reads its files with pyarrow (``lakesink_reader.lake.dataset_of``: the partition columns come
+from the folders, as every reader gets them) and hands Spark Arrow batches, no Python rows.
+Filters Spark pushes on partition columns skip the files whose folders cannot match.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink_reader.lake import Lake
+
+#: The options of a batch read (lower case, as Spark passes them).
+READ_OPTIONS = ("path", "storage_options", "versionasof", "timestampasof")
+#: Bytes of files per task: Spark's own file sources split at 128 MiB.
+TASK_BYTES = 128 << 20
+
+
+@dataclass(frozen=True)
+class ReadPlan:
+    """What the driver decided: the lake, the pinned version (None: a format-1/2 lake's latest
+    committed epochs), its schema and files (relative names and sizes)."""
+
+    path: str
+    storage_options: Mapping[str, Any]
+    version: int | None
+    schema: pa.Schema
+    partition_columns: tuple[str, ...]
+    files: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class FilesPartition(InputPartition):  # type: ignore[misc]
+    """One task's files (relative names)."""
+
+    names: tuple[str, ...]
+
+
+def plan_read(options: Mapping[str, str]) -> ReadPlan:
+    """Parse a batch read's options and pin what it reads; errors name the option and the way out."""
+    from lakesink_reader.lake import Lake
+
+    opts = {k.lower(): v for k, v in options.items()}
+    unknown = sorted(set(opts) - set(READ_OPTIONS))
+    if unknown:
+        raise ValueError(
+            f'unknown option(s) {unknown} for spark.read.format("lakesink"); its options: '
+            "['path', 'storage_options', 'versionAsOf', 'timestampAsOf']"
+        )
+    path = opts.get("path")
+    if not path:
+        raise ValueError('spark.read.format("lakesink") needs the lake\'s path: .load(path)')
+    storage_options: dict[str, Any] = (
+        json.loads(opts["storage_options"]) if opts.get("storage_options") else {}
+    )
+    if "versionasof" in opts and "timestampasof" in opts:
+        raise ValueError("versionAsOf and timestampAsOf select the same thing: give one of them")
+    lake = Lake(path, storage_options)
+    version = lake.version
+    if "versionasof" in opts:
+        version = _version_option(opts["versionasof"])
+    elif "timestampasof" in opts:
+        version = _version_at(lake, opts["timestampasof"])
+    if version is not None and lake.metadata.format_version < 3:
+        raise ValueError(
+            f"versionAsOf/timestampAsOf need a lake of format 3, and {path} is of format "
+            f"{lake.metadata.format_version}: convert it with `lakesink upgrade {path}`"
+        )
+    files = lake.files(as_of_version=version) if version is not None else lake.files()
+    return ReadPlan(
+        path,
+        storage_options,
+        version,
+        lake.schema,
+        lake.metadata.partition_columns,
+        tuple((f.name, f.size or 0) for f in files),  # committed files: their names are relative
+    )
+
+
+def _version_option(text: str) -> int:
+    try:
+        version = int(text)
+    except ValueError:
+        version = -1
+    if version < 0:
+        raise ValueError(f"versionAsOf must be a version number >= 0, got {text!r}")
+    return version
+
+
+def _version_at(lake: Lake, text: str) -> int:
+    """The newest version committed at or before ``text`` (ISO 8601; UTC when it names no zone)."""
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"timestampAsOf must be an ISO 8601 time such as '2026-11-27 10:00:00' or "
+            f"'2026-11-27T10:00:00+01:00', got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    # In milliseconds, as Delta's commit timestamps: a time printed from a commit's own time
+    # (microseconds at most) selects that commit, whatever the float rounding.
+    millis = int(when.timestamp() * 1000)
+    versions = lake.versions()
+    before = [v.version for v in versions if int(v.committed_at * 1000) <= millis]
+    if not before:
+        oldest = min(versions, key=lambda v: v.version, default=None)
+        since = (
+            "it has no version yet"
+            if oldest is None
+            else f"its oldest retained version, {oldest.version}, was committed at "
+            f"{dt.datetime.fromtimestamp(oldest.committed_at, dt.UTC).isoformat(timespec='seconds')}"
+        )
+        raise ValueError(f"{lake.path} has no version committed at or before {text!r}: {since}")
+    return max(before)
+
+
+def task_partitions(files: Sequence[tuple[str, int]], task_bytes: int = TASK_BYTES) -> list[FilesPartition]:
+    """The files in tasks of about ``task_bytes`` each (a larger file is a task alone)."""
+    tasks: list[FilesPartition] = []
+    names: list[str] = []
+    size = 0
+    for name, bytes_ in files:
+        if names and size + bytes_ > task_bytes:
+            tasks.append(FilesPartition(tuple(names)))
+            names, size = [], 0
+        names.append(name)
+        size += bytes_
+    if names:
+        tasks.append(FilesPartition(tuple(names)))
+    return tasks
+
+
+class LakeBatchReader(DataSourceReader):  # type: ignore[misc]
+    """Reads a pinned version's files, a task's share at a time."""
+
+    def __init__(self, plan: ReadPlan) -> None:
+        self.plan = plan
+
+    def partitions(self) -> Sequence[InputPartition]:
+        return task_partitions(self.plan.files)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        from lakesink_reader.lake import dataset_of
+        from lakesink_reader.storage import open_storage
+
+        assert isinstance(partition, FilesPartition)
+        plan = self.plan
+        storage = open_storage(plan.path, plan.storage_options)
+        dataset = dataset_of(storage, plan.schema, plan.partition_columns, partition.names)
+        yield from dataset.to_batches()

@@ -1,0 +1,73 @@
+"""``spark.read.format("lakesink").load(path)``: a batch read of the committed rows, at the latest
+version or an older one (``versionAsOf``, ``timestampAsOf``). The partitioned case is in
+test_partitions.py; S3 and HDFS lakes are read through the same ``open_storage``."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+from typing import Any
+
+import pytest
+from lakes import v3_table
+from test_reader_v3 import W1, Writer
+
+import lakesink
+from lakesink.commit.versions import VersionedLogWriter
+from lakesink_reader import Lake, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def ids(frame: Any) -> list[int]:
+    return sorted(r["id"] for r in frame.select("id").collect())
+
+
+def committed(lake: str, **selector: Any) -> list[int]:
+    return sorted(read_committed(lake, **selector).column("id").to_pylist())
+
+
+def test_a_batch_read_returns_the_committed_rows_at_the_latest_and_an_older_version(
+    spark: Any, lake: str
+) -> None:
+    lakesink.register(spark)
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=3), W1)
+    for batch in range(5):
+        writer.append(batch * 100)
+    # A stray published file no version lists: no log-aware reader reads it.
+    with open(
+        os.path.join(lake, "w0000000000000000-b000000000009-p00000-ffffffffffffffff.parquet"), "wb"
+    ) as f:
+        f.write(b"not even parquet")
+    read = spark.read.format("lakesink")
+    assert ids(read.load(lake)) == committed(lake) and len(committed(lake)) == 100
+    assert ids(read.option("versionAsOf", 2).load(lake)) == committed(lake, as_of_version=2)
+    # timestampAsOf: the newest version committed at or before it (UTC when it names no zone).
+    versions = Lake(lake).versions()
+    at = dt.datetime.fromtimestamp(versions[3].committed_at, dt.UTC).replace(tzinfo=None).isoformat()
+    assert ids(spark.read.format("lakesink").option("timestampAsOf", at).load(lake)) == committed(
+        lake, as_of_version=3
+    )
+    frame = spark.read.format("lakesink").load(lake)
+    assert frame.schema.names == Lake(lake).schema.names
+    assert frame.where("id >= 400").count() == 20  # batch 4: ids 400..419
+
+
+def test_bad_read_options_are_refused_naming_the_way_out(spark: Any, lake: str) -> None:
+    lakesink.register(spark)
+    storage, table_id = v3_table(lake)
+    Writer(VersionedLogWriter(storage, table_id), W1).append(0)
+    cases = [
+        ({"versionAsOf": "7"}, "as_of_version=7 is beyond the newest version"),
+        ({"versionAsOf": "-1"}, "versionAsOf must be a version number >= 0"),
+        ({"timestampAsOf": "yesterday"}, "timestampAsOf must be an ISO 8601 time"),
+        ({"timestampAsOf": "2001-01-01"}, "no version committed at or before '2001-01-01'"),
+        ({"versionAsOf": "0", "timestampAsOf": "2001-01-01"}, "give one of them"),
+        ({"versionasof": "0", "mergeSchema": "true"}, r"unknown option\(s\) \['mergeschema'\]"),
+    ]
+    for options, complaint in cases:
+        with pytest.raises(Exception, match=complaint):
+            spark.read.format("lakesink").options(**options).load(lake).collect()
+    with pytest.raises(Exception, match=r"not a lakesink table|no lake at"):
+        spark.read.format("lakesink").load(os.path.join(lake, "nowhere")).collect()
