@@ -110,7 +110,7 @@ def main() -> int:
     SIGTERM); clients connect with ``SparkSession.builder.remote(URL)`` (docs/guide/connect.md)."""
     import tempfile
 
-    from devtools.procs import install_signal_handlers
+    from devtools.procs import install_signal_handlers, serve_in_foreground
 
     install_signal_handlers()
     workdir = Path(tempfile.mkdtemp(prefix="lakesink-connect-"))
@@ -122,14 +122,7 @@ def main() -> int:
         f'SparkSession.builder.remote("{server.url}").getOrCreate() reaches it; Ctrl-C stops it',
         flush=True,
     )
-    try:
-        while server.process is not None and server.process.running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
-        server.stop()
+    serve_in_foreground(lambda: server.process is not None and server.process.running(), server.stop)
     return 0
 
 

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from devtools.procs import Started, adopt, install_signal_handlers, stop, wait_for_log
+from devtools.procs import Started, adopt, install_signal_handlers, serve_in_foreground, stop, wait_for_log
 
 ROOT = Path(__file__).resolve().parent.parent
 HDFS_DIR = ROOT / "java" / "hdfs"
@@ -219,13 +219,7 @@ def main() -> int:
     print(f"MiniDFSCluster {server.url} (web UI http://127.0.0.1:{server.http_port}, pid {server.pid}) "
           f"ready in {server.started_in:.1f} s, RSS {server.rss_bytes() / 2**20:.0f} MiB; Ctrl-C stops it",
           flush=True)  # fmt: skip
-    try:
-        while server.process.running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        stop_hdfs(server)
+    serve_in_foreground(server.process.running, lambda: stop_hdfs(server))
     return 0
 
 

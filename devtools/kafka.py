@@ -274,7 +274,7 @@ def main() -> int:
     import sys
     import tempfile
 
-    from devtools.procs import install_signal_handlers
+    from devtools.procs import install_signal_handlers, serve_in_foreground
 
     install_signal_handlers()
     workdir = Path(tempfile.mkdtemp(prefix="lakesink-kafka-"))
@@ -289,14 +289,7 @@ def main() -> int:
         "Ctrl-C stops it",
         flush=True,
     )
-    try:
-        while broker.process is not None and broker.process.running():
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
-        broker.stop()
+    serve_in_foreground(lambda: broker.process is not None and broker.process.running(), broker.stop)
     return 0
 
 

@@ -273,3 +273,16 @@ def wait_for_log(started: Started, pattern: str, timeout: float) -> re.Match[str
         f"{started.name} (pid {started.pid}) did not log /{pattern}/ within {timeout:.0f}s; "
         f"its log {started.log} ends:\n{started.tail()}"
     )
+
+
+def serve_in_foreground(running: Callable[[], bool], stop: Callable[[], None]) -> None:
+    """``python -m devtools.<server>``: wait while ``running()``, until Ctrl-C (or SIGTERM, through
+    :func:`install_signal_handlers`), then ``stop()`` -- which a second Ctrl-C cannot cut short."""
+    try:
+        while running():
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        stop()
