@@ -252,6 +252,13 @@ def test_two_queries_on_an_s3_lake(spark: Any, s3: Any, tmp_path: Path) -> None:
         sorted(read_committed(lake, storage_options=s3.storage_options).column("id").to_pylist()) == expected
     )
     assert len(Lake(lake, storage_options=s3.storage_options).writers()) == 2
+    # Spark's batch read of the S3 lake, through lakesink (storage options as one JSON option).
+    frame = (
+        spark.read.format("lakesink")
+        .option("storage_options", json.dumps(dict(s3.storage_options)))
+        .load(lake)
+    )
+    assert sorted(r["id"] for r in frame.select("id").collect()) == expected
 
 
 def test_without_the_option_a_second_query_is_refused_and_nothing_is_lost(
