@@ -395,6 +395,9 @@ def test_a_partitioned_lake_on_a_store(spark: Any, tmp_path: Path, store: str, r
     assert query.exception() is None
     expected = expected_rows(2)
     assert rows_of(read_committed(lake, storage_options=options)) == expected
+    # Spark's batch read through lakesink, on the store (storage options as one JSON option).
+    frame = spark.read.format("lakesink").option("storage_options", json.dumps(options)).load(lake)
+    assert sorted((r["id"], r["label"], r["day"]) for r in frame.collect()) == expected
     wanted = (pc.field("day") == datetime.date(2026, 11, 23)) & pc.field("label").is_null()
     assert rows_of(read_committed(lake, storage_options=options, filter=wanted)) == [
         r for r in expected if r[2].day == 23 and r[1] is None
