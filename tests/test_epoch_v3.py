@@ -182,6 +182,29 @@ def test_an_old_checkpoint_over_a_recreated_lake_is_refused(spark: Any, tmp_path
     assert committed(lake)[0] == list(range(5000, 5100))  # nothing of the old writer's batch 2
 
 
+def test_an_old_checkpoint_over_a_deleted_or_empty_recreated_lake_is_refused_at_start(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    """Issue 35: refused at start() in one line, before any task writes, not at the first commit."""
+    from lakesink_reader.errors import CommitRefusedError
+    from lakesink_reader.format.table import ensure_table
+
+    for i in range(2):
+        add_input(tmp_path / "in", i)
+    assert run(spark, tmp_path / "in", lake, tmp_path / "chk").exception() is None
+    shutil.rmtree(lake)
+    add_input(tmp_path / "in", 2)
+    with pytest.raises(CommitRefusedError, match=r"committed batches 0\.\.1 .* does not exist") as deleted:
+        run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert "\n" not in str(deleted.value) and "new checkpoint location" in str(deleted.value)
+    assert not os.path.exists(lake)  # nothing written
+    schema = pa.schema([("id", pa.int64()), ("label", pa.string())])
+    ensure_table(open_storage(lake), schema, "epoch")  # recreated: a table.json, no writer yet
+    with pytest.raises(CommitRefusedError, match="holds no batch of it"):
+        run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert not [n for n in os.listdir(lake) if n.endswith(".parquet")]
+
+
 # Several writers -------------------------------------------------------------------------------
 
 

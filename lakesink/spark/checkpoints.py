@@ -53,6 +53,17 @@ def query_id(checkpoint: Storage) -> str | None:
         return None
 
 
+def last_committed_batch(checkpoint: Storage) -> int | None:
+    """The newest batch Spark's commit log (``commits/``) holds; None when it holds none or
+    cannot be listed."""
+    try:
+        names = [f.name.rsplit("/", 1)[-1] for f in checkpoint.list("commits")]
+    except Exception:  # absent or unreadable: nothing to judge by
+        log.debug("no commit log in %s", checkpoint.url, exc_info=True)
+        return None
+    return max((int(n) for n in names if n.isdigit()), default=None)
+
+
 def batch_end_offsets(checkpoint: Storage, batch: int) -> list[Any] | None:
     """The sources' offsets at the end of ``batch`` (one entry per source), or None."""
     try:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pyarrow as pa
 
-from lakesink_reader.errors import OtherQueryError, WorkerPythonError
+from lakesink_reader.errors import CommitRefusedError, OtherQueryError, WorkerPythonError
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.table import (
     check_compatible,
@@ -240,6 +240,7 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     existing = find_table(storage)
     if existing is None:
         check_partition_columns(schema, config.sink.partition_by or (), "the stream")
+        _check_checkpoint_has_its_lake(config, storage.url, None, query)
         return
     if existing.mode != "epoch":
         check_compatible(existing, schema, "epoch", storage.url)
@@ -248,9 +249,39 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
 
     stream_schema_change(config, existing, schema)  # against the log's schema, which evolves
     check_partitioning(existing, config.sink.partition_by, storage.url)
-    if not query.known or config.sink.allow_other_queries or config.sink.continue_writer:
+    if not query.known or config.sink.continue_writer:
         return  # a continuation is judged on its offsets, when the first batch is planned
-    _check_writers(storage.url, VersionedLog(storage, existing.table_id or "").open(), query)
+    state = VersionedLog(storage, existing.table_id or "").open()
+    _check_checkpoint_has_its_lake(config, storage.url, state, query)
+    if not config.sink.allow_other_queries:
+        _check_writers(storage.url, state, query)
+
+
+def _check_checkpoint_has_its_lake(
+    config: SinkConfig, url: str, state: TableState | None, query: QueryIdentity
+) -> None:
+    """Refuse a checkpoint that has committed batches of a query the lake does not know: the
+    lake it wrote was deleted (and maybe recreated) since. Its first commit would be refused
+    (a writer's first batch above 0), after its tasks wrote their files; here nothing is."""
+    if query.query_id is None or query.checkpoint is None or config.sink.continue_writer:
+        return
+    if state is not None and query.query_id in state.writers:
+        return
+    from lakesink.spark import checkpoints
+
+    last = checkpoints.last_committed_batch(
+        checkpoints.open_checkpoint(query.checkpoint, config.storage_options)
+    )
+    if last is None:
+        return  # the query committed nothing yet: it starts at batch 0, as a new writer does
+    where = "does not exist" if state is None else "holds no batch of it"
+    raise CommitRefusedError(
+        f"the checkpoint {query.checkpoint} has committed batches 0..{last} of streaming query "
+        f"{query.query_id}, but the lake at {url} {where}: the lake was deleted (or recreated) since "
+        f"that query wrote it, and restarting would write its batches from {last + 1} on, without "
+        "the rows before. Start the query with a new checkpoint location (it reads its input from the "
+        "start into this lake), or point it at the lake it wrote."
+    )
 
 
 def _check_writers(url: str, state: TableState, query: QueryIdentity) -> None:
