@@ -71,7 +71,10 @@ TARGETS = {
 #: only), and make test kills tasks mid-write in test_cluster.py (epoch/S3 -- the S3 multipart
 #: staging -- and foreach/HDFS: the sink holding staged data) and test_crash.py.
 BOUNDED = {
-    ("epoch", "local"): ("after_publish", "after_record"),
+    # One kill on local disk since session 7 (make test's budget: the suite was at 20:51):
+    # after_publish is aimed at on HDFS below (the same step, another store) and on every
+    # backend by make chaos.
+    ("epoch", "local"): ("after_record",),
     # after_record is aimed at on local disk only: the restart skips the recorded batch on what
     # the log says, read through the same storage calls as before_record's restart makes here
     # (make chaos aims at it on S3 too).

@@ -16,8 +16,6 @@ import lakesink
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink_reader import Lake, read_committed
 
-pytestmark = pytest.mark.spark
-
 
 def ids(frame: Any) -> list[int]:
     return sorted(r["id"] for r in frame.select("id").collect())
@@ -27,6 +25,7 @@ def committed(lake: str, **selector: Any) -> list[int]:
     return sorted(read_committed(lake, **selector).column("id").to_pylist())
 
 
+@pytest.mark.spark
 def test_a_batch_read_returns_the_committed_rows_at_the_latest_and_an_older_version(
     spark: Any, lake: str
 ) -> None:
@@ -54,8 +53,11 @@ def test_a_batch_read_returns_the_committed_rows_at_the_latest_and_an_older_vers
     assert frame.where("id >= 400").count() == 20  # batch 4: ids 400..419
 
 
-def test_bad_read_options_are_refused_naming_the_way_out(spark: Any, lake: str) -> None:
-    lakesink.register(spark)
+def test_bad_read_options_are_refused_naming_the_way_out(lake: str) -> None:
+    """What the driver decides (``plan_read``, which Spark calls for the schema) without Spark;
+    one refusal through Spark below shows how it reaches the user."""
+    from lakesink.spark.reading import plan_read
+
     storage, table_id = v3_table(lake)
     Writer(VersionedLogWriter(storage, table_id), W1).append(0)
     cases = [
@@ -65,9 +67,20 @@ def test_bad_read_options_are_refused_naming_the_way_out(spark: Any, lake: str) 
         ({"timestampAsOf": "2001-01-01"}, "no version committed at or before '2001-01-01'"),
         ({"versionAsOf": "0", "timestampAsOf": "2001-01-01"}, "give one of them"),
         ({"versionasof": "0", "mergeSchema": "true"}, r"unknown option\(s\) \['mergeschema'\]"),
+        ({"storage_options": "{not json"}, "storage_options must be a JSON object"),
     ]
     for options, complaint in cases:
         with pytest.raises(Exception, match=complaint):
-            spark.read.format("lakesink").options(**options).load(lake).collect()
+            plan_read({"path": lake, **options})
+    assert plan_read({"path": lake, "versionAsOf": "0"}).version == 0
     with pytest.raises(Exception, match=r"not a lakesink table|no lake at"):
-        spark.read.format("lakesink").load(os.path.join(lake, "nowhere")).collect()
+        plan_read({"path": os.path.join(lake, "nowhere")})
+
+
+@pytest.mark.spark
+def test_a_refused_read_reaches_the_spark_user_naming_the_option(spark: Any, lake: str) -> None:
+    lakesink.register(spark)
+    storage, table_id = v3_table(lake)
+    Writer(VersionedLogWriter(storage, table_id), W1).append(0)
+    with pytest.raises(Exception, match="versionAsOf must be a version number >= 0"):
+        spark.read.format("lakesink").option("versionAsOf", "-1").load(lake).collect()

@@ -64,9 +64,12 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
     path = opts.get("path")
     if not path:
         raise ValueError('spark.read.format("lakesink") needs the lake\'s path: .load(path)')
-    storage_options: dict[str, Any] = (
-        json.loads(opts["storage_options"]) if opts.get("storage_options") else {}
-    )
+    try:
+        storage_options = json.loads(opts.get("storage_options") or "{}")
+    except ValueError:
+        storage_options = None
+    if not isinstance(storage_options, dict):  # its value is not shown: it may hold a secret
+        raise ValueError("storage_options must be a JSON object of storage options")
     if "versionasof" in opts and "timestampasof" in opts:
         raise ValueError("versionAsOf and timestampAsOf select the same thing: give one of them")
     lake = Lake(path, storage_options)
