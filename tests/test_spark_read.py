@@ -77,6 +77,16 @@ def test_bad_read_options_are_refused_naming_the_way_out(lake: str) -> None:
         plan_read({"path": os.path.join(lake, "nowhere")})
 
 
+def test_a_lake_with_no_commit_yet_reads_empty(lake: str) -> None:
+    """A lake whose first writer created table.json and nothing more: no rows, no error (the
+    read used to pin version -1 and be refused as below the retained range)."""
+    from lakesink.spark.reading import plan_read
+
+    v3_table(lake)
+    plan = plan_read({"path": lake})
+    assert (plan.version, plan.files) == (-1, ())
+
+
 @pytest.mark.spark
 def test_a_refused_read_reaches_the_spark_user_naming_the_option(spark: Any, lake: str) -> None:
     lakesink.register(spark)

@@ -72,8 +72,8 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         raise ValueError("storage_options must be a JSON object of storage options")
     if "versionasof" in opts and "timestampasof" in opts:
         raise ValueError("versionAsOf and timestampAsOf select the same thing: give one of them")
-    lake = Lake(path, storage_options)
-    version = lake.version
+    lake = Lake(path, storage_options)  # pins the latest version: its files are those read
+    version: int | None = None
     if "versionasof" in opts:
         version = _version_option(opts["versionasof"])
     elif "timestampasof" in opts:
@@ -87,7 +87,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
     return ReadPlan(
         path,
         storage_options,
-        version,
+        lake.version if version is None else version,
         lake.schema,
         lake.metadata.partition_columns,
         tuple((f.name, f.size or 0) for f in files),  # committed files: their names are relative
