@@ -216,7 +216,7 @@ def lake_start(args: argparse.Namespace) -> None:
             f"--starting-offsets lake: {exc}; there are no offsets to continue from (start with earliest, "
             "latest or JSON offsets)"
         ) from None
-    if lake.mode != "epoch" or lake.metadata.format_version < 3:
+    if not lake.metadata.has_log:
         raise ValueError(
             f"--starting-offsets lake needs a format-3 epoch-mode lake, and {args.lake} is a format-"
             f"{lake.metadata.format_version} {lake.mode}-mode lake: it records no writers' offsets "

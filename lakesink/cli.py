@@ -336,7 +336,7 @@ def _status(args: argparse.Namespace) -> int:
             return "-"
         return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat(timespec="seconds")
 
-    unit = "version" if found.format_version >= 3 and found.mode == "epoch" else "epoch"
+    unit = "version" if found.has_log else "epoch"
     print(f"{found.path}: format {found.format_version}, {found.mode} mode, table {found.table_id}")
     print(f"  latest {unit}: {'-' if found.version is None else found.version} at {when(found.committed_at)}")
     rows = "?" if found.rows is None else f"{found.rows:,}"

@@ -63,6 +63,11 @@ class LakeStatus:
     #: ``foreign: ...``); None for lakes that have no view.
     spark_view: str | None = None
 
+    @property
+    def has_log(self) -> bool:
+        """A versioned log (format 3, epoch mode): ``version`` counts lake versions, not epochs."""
+        return self.mode == "epoch" and self.format_version >= 3
+
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -88,7 +93,7 @@ def status(
         "staged_bytes": sum(s.size or 0 for s in staged),
         "oldest_staged_age": max(ages) if ages else None,
     }
-    if metadata.format_version >= 3 and metadata.mode == "epoch":
+    if metadata.has_log:
         return _format3(storage, metadata.table_id or "", common)
     return _format2(path, storage_options, metadata.mode, common)
 

@@ -173,7 +173,7 @@ def sweep(
         probe_store(storage)  # a store that overwrites: refuse before touching anything
     now = time.time() if now is None else now
     report = SweepReport(storage.url, float(older_than), delete)
-    if metadata.format_version >= 3 and metadata.mode == "epoch":
+    if metadata.has_log:
         from lakesink.maintenance.compact import open_v3
 
         _, vlog = open_v3(storage, "the sweep")
@@ -250,7 +250,7 @@ def sweep(
 
     report.findings += _abandoned_probes(storage, now)
     report.findings.sort(key=lambda o: (-(o.age or 0.0), o.name))
-    if metadata.mode == "epoch" and read_table_metadata(storage).format_version >= 3:
+    if metadata.mode == "epoch" and read_table_metadata(storage).has_log:
         # `lakesink upgrade` reached its commit point since table.json was read, and format-3
         # writers may have committed files since, which no epoch record lists: this plan would
         # take them for orphans. Every listing above came before this read, so a table.json

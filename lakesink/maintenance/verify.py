@@ -74,7 +74,7 @@ def verify(
     metadata = read_table_metadata(storage)
     listing = {entry.name: entry.size for entry in storage.list("")}
     schema, evolves = metadata.schema, False
-    if metadata.mode == "epoch" and metadata.format_version >= 3:
+    if metadata.has_log:
         committed, schema = _live_files(storage, metadata.table_id or "")
         evolves = True  # files of an older schema that fits the lake's are the lake's
         # A partitioned lake's files are in their folders: list each folder the log names.
@@ -105,7 +105,7 @@ def verify(
             report.problems.append(Problem(f.name, f.epoch, problem))
         if progress is not None:
             progress(done, len(committed))
-    if metadata.format_version >= 3 and metadata.mode == "epoch":
+    if metadata.has_log:
         from lakesink.maintenance.compact import open_v3
         from lakesink.views.delta_view import delta_sync
         from lakesink.views.derived import DELTA, SPARK, view_problems

@@ -28,7 +28,7 @@ import logging
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakesink.config import SinkConfig
 from lakesink.spark import preflight
@@ -97,6 +97,17 @@ class PendingWrite:
 
 #: The attribute under which a DataStreamWriter keeps the LakeForeachWriter it was given.
 _FOREACH_ATTR = "_lakesink_foreach_writer"
+#: The attribute under which a DataStreamWriter that ``write_stream`` built keeps the SinkConfig
+#: its options were made from: the check at start() takes it instead of parsing them again.
+_CONFIG_ATTR = "_lakesink_config"
+_Writer = TypeVar("_Writer")
+
+
+def hand_config(writer: _Writer, config: SinkConfig) -> _Writer:
+    """Give ``writer`` (a DataStreamWriter whose options are ``config.to_options()``) the parsed
+    config, so that its start() checks the values ``write_stream`` parsed (one parse per door)."""
+    setattr(writer, _CONFIG_ATTR, config)
+    return writer
 
 
 def _remembered_foreach(foreach: Any) -> Any:
@@ -221,7 +232,7 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
             return start(self, path)
         if not pending.is_lakesink:
             return start(self, path)
-        check_stream(pending, path)
+        check_stream(pending, path, getattr(self, _CONFIG_ATTR, None))
         if pending.partitioning:
             self.option(PARTITION_BY_OPTION, partition_option(pending.partitioning, pending.options))
         with query_conf(pending.spark, STREAM_CONF):
@@ -238,17 +249,21 @@ def _may_be_lakesink(writer: Any) -> bool:
     return (_jvm_source(writer._jwrite) or "").lower() == SOURCE_NAME
 
 
-def check_stream(pending: PendingWrite, path: str | None) -> None:
-    """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing."""
+def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | None = None) -> None:
+    """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing.
+
+    ``config``: what ``write_stream`` parsed its keywords into (the writer's options are made from
+    it); None for a ``format("lakesink")`` write, whose options are parsed here."""
     if not pending.connect:
         preflight.check_worker_python(pending.spark)
     _check_append(pending, 'format("lakesink")')
-    options = dict(pending.options)
-    if path is not None:
-        options["path"] = path
-    if pending.partitioning:
-        options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
-    config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
+    if config is None:
+        options = dict(pending.options)
+        if path is not None:
+            options["path"] = path
+        if pending.partitioning:
+            options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
+        config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
     query = _query_identity(pending, config.storage_options)
     _lake_check(pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query))
 

@@ -78,10 +78,11 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
         version = _version_option(opts["versionasof"])
     elif "timestampasof" in opts:
         version = _version_at(lake, opts["timestampasof"])
-    if version is not None and lake.metadata.format_version < 3:
+    if version is not None and not lake.metadata.has_log:
         raise ValueError(
-            f"versionAsOf/timestampAsOf need a lake of format 3, and {path} is of format "
-            f"{lake.metadata.format_version}: convert it with `lakesink upgrade {path}`"
+            f"versionAsOf/timestampAsOf need a versioned log (a format-3 epoch-mode lake), and {path} "
+            f"is a format-{lake.metadata.format_version} {lake.mode}-mode lake"
+            + (f": convert it with `lakesink upgrade {path}`" if lake.mode == "epoch" else "")
         )
     files = lake.files(as_of_version=version) if version is not None else lake.files()
     return ReadPlan(

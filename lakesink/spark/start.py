@@ -179,11 +179,11 @@ def write_stream(
         observer=observer,
         **options,
     )
-    # Fail before starting on a table of another schema, mode or query (register's start()
-    # checks it again, with the rest); a new table is created by the query's first epoch, so
-    # a query that never starts leaves no table behind.
+    # register's start() refuses a table of another schema, mode or query before the query
+    # starts, judging the config parsed here (handed on, not parsed again from the strings); a
+    # new table is created by the query's first epoch, so a query that never starts leaves none.
     register(df.sparkSession)
-    writer = df.writeStream.format(SOURCE_NAME).options(**config.to_options())
+    writer = guard.hand_config(df.writeStream.format(SOURCE_NAME).options(**config.to_options()), config)
     if trigger:
         writer = writer.trigger(**trigger)
     if query_name:

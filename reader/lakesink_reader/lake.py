@@ -115,7 +115,7 @@ class Lake:
         #: Format-3 epoch-mode lakes: the pinned snapshot of the versioned log.
         self._v3: LogView | None = None
         self._log: EpochLog | None = None
-        if self.metadata.mode == "epoch" and self.metadata.format_version >= 3:
+        if self.metadata.has_log:
             self._v3 = LogView(self._storage, self.metadata, _where(self._storage))
         elif self.metadata.mode == "epoch":
             self._log = EpochLog(self._storage)

@@ -71,6 +71,13 @@ class TableMetadata:
     upgrade_version: int | None = None
 
     @property
+    def has_log(self) -> bool:
+        """Whether a versioned log says what is committed: format 3 in epoch mode. Otherwise the
+        lake is a foreach lake (a file is committed by its published name) or a format-1/2 epoch
+        lake (per-epoch records, ``lakesink_reader.format.log``, read until it is upgraded)."""
+        return self.mode == "epoch" and self.format_version >= 3
+
+    @property
     def log_interval(self) -> int:
         """The versioned log's checkpoint interval: table.json's, else the default (100)."""
         return self.checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL
