@@ -23,6 +23,7 @@ import lakesink
 from lakesink import FormatVersionError, OtherQueryError
 from lakesink.maintenance import verify
 from lakesink_reader import Lake, read_committed
+from lakesink_reader.errors import CommitRefusedError
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.commits import writer_tag
 from lakesink_reader.format.v3.state import LiveFiles
@@ -347,17 +348,21 @@ def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
         return query
 
     before = sorted(os.listdir(lake))
-    overlap = continuing(250, "chk-overlap", '{"ev": {"0": 250}}')
-    assert "starts at 250, before 300 (an overlap" in str(overlap.exception())
-    gap = continuing(350, "chk-gap", '{"ev": {"0": 350}}')
-    assert "starts at 350, after 300 (a gap" in str(gap.exception())
-    assert sorted(os.listdir(lake)) == before  # refused before any task wrote a file
+    # Declared start offsets (continue_offsets) are judged at start(), in one line.
+    with pytest.raises(CommitRefusedError, match=r"starts at 250, before 300 \(an overlap"):
+        continuing(250, "chk-overlap", '{"ev": {"0": 250}}')
+    with pytest.raises(CommitRefusedError, match=r"starts at 350, after 300 \(a gap"):
+        continuing(350, "chk-gap", '{"ev": {"0": 350}}')
+    assert sorted(os.listdir(lake)) == before  # refused before the query started
     # Started where the lake says: every row once, and the old writer is retired.
     second = continuing(300, "chk-2", printed)
     assert second.exception() is None, second.exception()
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(500))
     writers = {w.id: w for w in Lake(lake).writers()}
     assert writers[first.id].continued_by == second.id and writers[second.id].continues == first.id
+    # A writer is continued once: a second continuation of it is refused at start().
+    with pytest.raises(CommitRefusedError, match=f"{first.id} was already continued by {second.id}"):
+        continuing(300, "chk-twice", printed)
     # The continuing query restarts from its own checkpoint like any other.
     limit.write_text("600")
     again = continuing(300, "chk-2", printed)

@@ -40,8 +40,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lakesink.commit.batches import BatchCommitter
+    from lakesink.commit.start import LakeAtStart
     from lakesink.config import SinkConfig
-    from lakesink_reader.format.table import TableMetadata
     from lakesink_reader.format.v3.commits import AddFile
 
 log = logging.getLogger(__name__)
@@ -141,18 +141,19 @@ class LakeSinkDataSource(DataSource):
         from lakesink.spark.rows import arrow_schema
 
         arrow = arrow_schema(schema)
-        table = checked_table(self.config, arrow, self.run_token)
+        start = run_start(self.config, arrow, self.run_token)
         # The tasks write the stream's columns as the lake declares them (types, nullability).
         files = run_memo(self.config.storage().url, self.run_token).file_schema or arrow
         if self.config.sink.continue_writer:
-            check_continuation(self.config, table)
+            check_continuation(self.config, start)
+        table = start.table
         return LakeStreamWriter(
             self.config,
             files,
             self.run_token,
             table.table_id,
             table.checkpoint_interval,
-            committed_through(self.config, table, self.run_token),
+            committed_through(self.config, start),
             table.partition_columns,
         )
 
@@ -164,82 +165,38 @@ class LakeSinkDataSource(DataSource):
         )
 
 
-def checked_table(config: SinkConfig, schema: pa.Schema, run_token: str) -> TableMetadata:
-    """``ensure_table`` once per run of the query in this Python worker, not once per micro-batch
-    (``lakesink.spark.runs``: keyed by the run, so a lake deleted and written again by a fresh
-    query in the same session gets its table metadata created again)."""
-    from lakesink_reader.format.table import ensure_table
+def run_start(config: SinkConfig, schema: pa.Schema, run_token: str) -> LakeAtStart:
+    """The lake as this run found it (``lakesink.commit.start``), read once per run of the query
+    in this Python worker, not once per micro-batch (``lakesink.spark.runs``: keyed by the run,
+    so a lake deleted and written again by a fresh query in the same session is read again)."""
+    from lakesink.commit.start import open_for_writing
 
     memo = run_memo(config.storage().url, run_token)
     key = schema.serialize().to_pybytes()
-    if memo.table is None or memo.table_schema != key:
-        # check_store: once per run, the store must still honour create-if-absent writes.
+    if memo.start is None or memo.table_schema != key:
         memo.table_schema = key
-        storage = config.storage()
-        memo.table = table = ensure_table(
-            storage,
+        memo.start = start = open_for_writing(
+            config.storage(),
             schema,
-            "epoch",
-            check_store=True,
             checkpoint_interval=config.sink.checkpoint_interval,
             partition_by=config.sink.partition_by,
-            check_schema=False,
         )
-        memo.schema_change, memo.file_schema = stream_schemas(config, table, schema)
-    return memo.table
+        memo.schema_change, memo.file_schema = start.stream_schemas(
+            schema, merge_schema=config.sink.merge_schema
+        )
+    return memo.start
 
 
-def stream_schema_change(config: SinkConfig, table: TableMetadata, stream: pa.Schema) -> str | None:
-    """The lake's new schema (encoded) that this stream brings, or None; SchemaMismatchError when
-    the stream does not fit the lake (the schema its log records, which evolves with
-    ``merge_schema``)."""
-    return stream_schemas(config, table, stream)[0]
-
-
-def stream_schemas(
-    config: SinkConfig, table: TableMetadata, stream: pa.Schema
-) -> tuple[str | None, pa.Schema]:
-    """:func:`stream_schema_change`, and the schema the stream's data files store: its columns
-    as the lake declares them once the change is made (types and nullability, so that engines
-    reading the files' own schemas answer as the log does: ``schemas.file_schema``)."""
-    from lakesink_reader.format.schemas import encode_schema, file_schema, schema_at, schema_change
-
-    storage = config.storage()
-    from lakesink_reader.format.v3.vlog import VersionedLog
-
-    state = VersionedLog(storage, table.table_id or "", checkpoint_interval=table.log_interval).open()
-    lake = schema_at(table.schema, state.schema_at(state.version))
-    changed = schema_change(
-        lake,
-        stream,
-        merge_schema=config.sink.merge_schema,
-        url=storage.url,
-        partition_columns=table.partition_columns,
-    )
-    if changed is None:
-        return None, file_schema(stream, lake)
-    return encode_schema(changed), file_schema(stream, changed)
-
-
-def committed_through(config: SinkConfig, table: TableMetadata, run_token: str) -> int | None:
-    """The last batch the log holds of this query (from its checkpoint's id) when the
-    run planned its first batch; None when unknown. Tasks of a batch at or below it write
-    nothing: a replay, which the driver skips whole. Read once per run: replays come first in
-    a run, and a stale answer only costs a task its wasted write (the driver decides)."""
+def committed_through(config: SinkConfig, start: LakeAtStart) -> int | None:
+    """The last batch the log held of this query (from its checkpoint's id) when the run
+    started; None when unknown (``LakeAtStart.last_batch``)."""
     from lakesink.spark import checkpoints
-    from lakesink_reader.format.v3.vlog import VersionedLog
 
-    memo = run_memo(config.storage().url, run_token)
-    if memo.committed_through is None and config.checkpoint_location and table.table_id:
-        writer = checkpoints.query_id(
-            checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
-        )
-        if writer is None:
-            return None
-        state = VersionedLog(config.storage(), table.table_id, checkpoint_interval=table.log_interval).open()
-        last = state.writers[writer].last_batch if writer in state.writers else -1
-        memo.committed_through = (writer, last)
-    return memo.committed_through[1] if memo.committed_through else None
+    if not config.checkpoint_location:
+        return None
+    checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+    writer = checkpoints.query_id(checkpoint)
+    return None if writer is None else start.last_batch(writer)
 
 
 class LakeStreamWriter(DataSourceStreamArrowWriter):
@@ -320,7 +277,15 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None
         continues = None
         if batch == 0:
-            continues = continuation(self.config, batches.log.open(), batches.writer_id)
+            from lakesink.commit.continuation import continuation_of
+
+            continues = continuation_of(
+                batches.log.open(),
+                batches.writer_id,
+                self.config.sink.continue_writer,
+                lambda: start_offsets(self.config),
+                self.config.path,
+            )
         result = batches.commit(
             batch,
             _adds(ours),
@@ -408,44 +373,37 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         )
 
 
-def check_continuation(config: SinkConfig, table: TableMetadata) -> None:
+def check_continuation(config: SinkConfig, start: LakeAtStart) -> None:
     """Refuse, before the first batch of a continuing query writes, a continuation that cannot be.
 
-    Run when the driver plans each micro-batch; it decides only for a writer the lake does not
-    know yet (the continuing query's first batch). The commit checks it again, against the
-    state it commits on. ``table`` is a format-3 lake (``ensure_table`` refuses older ones).
+    Run when the driver plans each micro-batch, against the lake as the run found it: it
+    decides only for a writer the lake did not know then (the continuing query's first batch),
+    now with the offsets Spark starts the sources at. The commit checks it again, against the
+    state it commits on.
     """
-    from lakesink.commit import continuation as rules
     from lakesink.spark import checkpoints
-    from lakesink_reader.format.v3.vlog import VersionedLog
 
     if not config.checkpoint_location:
         raise ValueError("continue_writer needs the query's checkpointLocation option")
     writer = checkpoints.query_id(
         checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
     )
-    if writer is None:
+    if writer is None or not config.sink.continue_writer:
         return  # Spark writes metadata before planning batch 0: nothing to judge yet
-    state = VersionedLog(config.storage(), table.table_id or "").open()
-    rules.check_continuation(state, writer, continuation(config, state, writer))
+    start.check_continuation(writer, config.sink.continue_writer, lambda: start_offsets(config))
 
 
-def continuation(config: SinkConfig, state: Any, writer: str) -> Any:
-    """The ``Continuation`` this writer's first commit carries (``lakesink.commit.continuation``),
-    its starting offsets read from Spark's checkpoint."""
-    from lakesink.commit.continuation import continuation_of
+def start_offsets(config: SinkConfig) -> Any:
+    """A continuing query's start offsets, from Spark's checkpoint (``continue_offsets`` must agree)."""
     from lakesink.spark import checkpoints
 
-    def start_offsets() -> Any:
-        assert config.checkpoint_location is not None
-        checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
-        sources = checkpoints.batch_end_offsets(checkpoint, 0)
-        start, _ = checkpoints.continuation_start(
-            checkpoint, config.sink.continue_offsets, len(sources) if sources is not None else None
-        )
-        return start
-
-    return continuation_of(state, writer, config.sink.continue_writer, start_offsets, config.path)
+    assert config.checkpoint_location is not None
+    checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
+    sources = checkpoints.batch_end_offsets(checkpoint, 0)
+    start, _ = checkpoints.continuation_start(
+        checkpoint, config.sink.continue_offsets, len(sources) if sources is not None else None
+    )
+    return start
 
 
 def batch_id(ctx: Any) -> int:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import pyarrow as pa
 
+from lakesink.commit.start import LakeAtStart
 from lakesink_reader.errors import CommitRefusedError, OtherQueryError, WorkerPythonError
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.table import (
@@ -40,7 +41,6 @@ from lakesink_reader.format.table import (
     find_table,
 )
 from lakesink_reader.format.v3.state import TableState
-from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
@@ -245,16 +245,34 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     if existing.mode != "epoch":
         check_compatible(existing, schema, "epoch", storage.url)
     check_writable_format(existing, storage.url)
-    from lakesink.spark.datasource import stream_schema_change
-
-    stream_schema_change(config, existing, schema)  # against the log's schema, which evolves
+    lake = LakeAtStart.read(storage, existing)  # the log, read once for every check below
+    lake.stream_schemas(schema, merge_schema=config.sink.merge_schema)  # the log's schema evolves
     check_partitioning(existing, config.sink.partition_by, storage.url)
-    if not query.known or config.sink.continue_writer:
-        return  # a continuation is judged on its offsets, when the first batch is planned
-    state = VersionedLog(storage, existing.table_id or "").open()
-    _check_checkpoint_has_its_lake(config, storage.url, state, query)
+    if config.sink.continue_writer:
+        _check_continuation(config, lake, query)
+        return
+    if not query.known:
+        return
+    _check_checkpoint_has_its_lake(config, storage.url, lake.state, query)
     if not config.sink.allow_other_queries:
-        _check_writers(storage.url, state, query)
+        _check_writers(storage.url, lake.state, query)
+
+
+def _check_continuation(config: SinkConfig, lake: LakeAtStart, query: QueryIdentity) -> None:
+    """Refuse a continuation the log would refuse: of a writer the lake does not have or that was
+    continued already, and -- when ``continue_offsets`` declares where the sources start -- one
+    that overlaps or leaves a gap. Without the declaration the offsets are known only when Spark
+    plans the first batch, and judged then (``datasource.check_continuation``)."""
+    from lakesink.spark.checkpoints import parse_declared_offsets
+
+    assert config.sink.continue_writer is not None
+    # A restart of the continuing query is in the log under its id: nothing left to judge. A new
+    # one has no id yet (Spark draws it at start()): judged as a writer the log does not know.
+    writer = query.query_id or f"new query at {query.checkpoint or 'a new checkpoint'}"
+    declared = parse_declared_offsets(config.sink.continue_offsets, None)
+    lake.check_continuation(
+        writer, config.sink.continue_writer, None if declared is None else (lambda: declared)
+    )
 
 
 def _check_checkpoint_has_its_lake(

@@ -2,10 +2,10 @@
 
 Spark builds a fresh ``LakeStreamWriter`` for every micro-batch (unpickled in a Python worker
 it reuses across batches and queries), so nothing the writer learns survives on the object:
-whether this run has checked its table and the store, whether it has swept what earlier runs
-left, and the log state its last commit folded (the design's *cursor*, docs/design/format-v3.md
-section 7). This module is the one place that keeps those, and it keeps them so that nothing
-can trip over them:
+whether this run has read its lake (the table checked with the store, the log's state),
+whether it has swept what earlier runs left, and the log state its last commit folded (the
+design's *cursor*, docs/design/format-v3.md section 7). This module is the one place that
+keeps those, and it keeps them so that nothing can trip over them:
 
 - **keyed by the run**: ``LakeSinkDataSource`` draws a random run token at each query start,
   and every memo is under it (with the lake's URL), so a second query, a restarted query, or a
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from lakesink_reader.format.table import TableMetadata
+    from lakesink.commit.start import LakeAtStart
     from lakesink_reader.format.v3.state import TableState
 
 #: Runs remembered per process: a driver worker serves a handful of queries at a time.
@@ -43,9 +43,9 @@ NO_CURSOR_ENV = "LAKESINK_NO_CURSOR"
 class RunMemo:
     """One run's memo on one lake: what its driver has done already."""
 
-    table: TableMetadata | None = None  # table.json as checked (with the store) at the run's start
-    table_schema: bytes = b""  # the writer's schema that table was checked for (serialized)
-    committed_through: tuple[str, int] | None = None  # format 3: (writer, its last batch) at the start
+    #: the lake as the run found it: table.json checked (with the store) and the log's state
+    start: LakeAtStart | None = None
+    table_schema: bytes = b""  # the writer's schema that start was read for (serialized)
     swept: bool = False  # the sweep after the run's first commit ran
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
