@@ -353,7 +353,17 @@ def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
         continuing(250, "chk-overlap", '{"ev": {"0": 250}}')
     with pytest.raises(CommitRefusedError, match=r"starts at 350, after 300 \(a gap"):
         continuing(350, "chk-gap", '{"ev": {"0": 350}}')
-    assert sorted(os.listdir(lake)) == before  # refused before the query started
+    # Undeclared, the offsets are known when Spark plans the first batch (this test source records
+    # none there): refused then, and the query's wait raises lakesink's error itself, with
+    # Spark's wrapping as its cause.
+    query = lakesink.write_stream(
+        replayed(spark, limit, 250), lake, checkpoint_location=str(tmp_path / "chk-late"),
+        trigger={"availableNow": True}, continue_writer=first.id,
+    )  # fmt: skip
+    with pytest.raises(CommitRefusedError, match="^writer .* the continuation names no start offsets") as refused:
+        query.awaitTermination(300)
+    assert "STREAM_FAILED" not in str(refused.value) and "STREAM_FAILED" in str(refused.value.__cause__)
+    assert sorted(os.listdir(lake)) == before  # refused before any task wrote a file
     # Started where the lake says: every row once, and the old writer is retired.
     second = continuing(300, "chk-2", printed)
     assert second.exception() is None, second.exception()

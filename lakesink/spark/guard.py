@@ -9,7 +9,8 @@ write -- ``format("lakesink")`` or ``foreach(LakeForeachWriter(...))``, and noth
 wrapper reads what the writer was told (:class:`PendingWrite`), refuses before anything starts
 what lakesink would refuse or ignore (``lakesink.spark.preflight`` checks the lake and the
 workers' Python), and starts the query with lakesink's per-query settings (``STREAM_CONF``
-below, applied only around ``start()``).
+below, applied only around ``start()``); the query it returns raises lakesink's own error when
+lakesink ends it (``lakesink.spark.failures``).
 
 Both of pyspark's APIs are covered. The classic one keeps a writer's settings in its JVM
 object, read by reflection (private fields; if they are not laid out as expected -- another
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakesink.config import SinkConfig
 from lakesink.spark import preflight
+from lakesink.spark.failures import raising_lakesink_errors
 from lakesink.spark.rows import arrow_schema
 from lakesink_reader.errors import StorageError
 
@@ -229,14 +231,14 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
             return start(self, path)
         if foreach_writer is not None:
             check_foreach_stream(pending, foreach_writer)
-            return start(self, path)
+            return raising_lakesink_errors(start(self, path))
         if not pending.is_lakesink:
             return start(self, path)
         check_stream(pending, path, getattr(self, _CONFIG_ATTR, None))
         if pending.partitioning:
             self.option(PARTITION_BY_OPTION, partition_option(pending.partitioning, pending.options))
         with query_conf(pending.spark, STREAM_CONF):
-            return start(self, path)
+            return raising_lakesink_errors(start(self, path))
 
     return checked
 
