@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import traceback
 from pathlib import Path
 from typing import Any
 
@@ -354,15 +355,17 @@ def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
     with pytest.raises(CommitRefusedError, match=r"starts at 350, after 300 \(a gap"):
         continuing(350, "chk-gap", '{"ev": {"0": 350}}')
     # Undeclared, the offsets are known when Spark plans the first batch (this test source records
-    # none there): refused then, and the query's wait raises lakesink's error itself, with
-    # Spark's wrapping as its cause.
+    # none there): refused then, and the query's wait raises lakesink's error itself (Spark's
+    # wrapping stays in query.exception()).
     query = lakesink.write_stream(
         replayed(spark, limit, 250), lake, checkpoint_location=str(tmp_path / "chk-late"),
         trigger={"availableNow": True}, continue_writer=first.id,
     )  # fmt: skip
     with pytest.raises(CommitRefusedError, match="^writer .* the continuation names no start offsets") as refused:
         query.awaitTermination(300)
-    assert "STREAM_FAILED" not in str(refused.value) and "STREAM_FAILED" in str(refused.value.__cause__)
+    assert refused.value.__cause__ is None and "PYTHON_DATA_SOURCE_ERROR" in str(query.exception())
+    shown = "".join(traceback.format_exception(refused.value))
+    assert "PYTHON_DATA_SOURCE_ERROR" not in shown and len(shown.splitlines()) < 12, shown
     assert sorted(os.listdir(lake)) == before  # refused before any task wrote a file
     # Started where the lake says: every row once, and the old writer is retired.
     second = continuing(300, "chk-2", printed)

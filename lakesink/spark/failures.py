@@ -6,8 +6,10 @@ and reaches the user inside Spark's wrapping: ``[STREAM_FAILED] Query [id = ...]
 with exception: [PYTHON_DATA_SOURCE_ERROR] ... Traceback (most recent call last): ...``, with
 lakesink's one line twenty lines down. The queries that ``start()`` returns for lakesink writes
 (``lakesink.spark.guard``) raise, from ``awaitTermination`` and ``processAllAvailable``, that
-lakesink error itself: its type one a caller can catch, its message first, and Spark's
-exception as its ``__cause__`` (the whole story, Python traceback included).
+lakesink error itself: its type one a caller can catch, and its message the first thing a
+traceback shows after the caller's own frames. Spark's exception (the whole story, the Python
+worker's traceback included) stays where pyspark keeps it, ``query.exception()``: chained as a
+cause it would be printed first, a hundred lines above lakesink's.
 """
 
 from __future__ import annotations
@@ -74,4 +76,5 @@ def _raising_class(base: Any) -> type:
 def _reraise(failure: Exception) -> None:
     error = lakesink_error(failure)
     if error is not None:
-        raise error from failure
+        error.add_note("(Spark's whole report of the failure, the Python trace included: query.exception())")
+        raise error from None
