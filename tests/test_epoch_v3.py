@@ -361,7 +361,8 @@ def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
         replayed(spark, limit, 250), lake, checkpoint_location=str(tmp_path / "chk-late"),
         trigger={"availableNow": True}, continue_writer=first.id,
     )  # fmt: skip
-    with pytest.raises(CommitRefusedError, match="^writer .* the continuation names no start offsets") as refused:
+    late = "^writer .* the continuation names no start offsets"
+    with pytest.raises(CommitRefusedError, match=late) as refused:
         query.awaitTermination(300)
     assert refused.value.__cause__ is None and "PYTHON_DATA_SOURCE_ERROR" in str(query.exception())
     shown = "".join(traceback.format_exception(refused.value))
