@@ -446,8 +446,8 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
     shutil.rmtree(chk)  # moved away (here: deleted)
     produce(kafka.bootstrap, topic, 300, 150)  # the topic moves on meanwhile
 
-    # 3. Continuations that do not start where the writer ended are refused before they write
-    #    (lakesink.write_stream, on the tests' session).
+    # 3. Continuations that do not start where the writer ended are refused at start(), in one
+    #    line (lakesink.write_stream, on the tests' session; the source's offsets are exact).
     before = lake_files(lake)
     cases = {
         "overlap": (
@@ -463,7 +463,7 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
     )
     for name, (_, complaint) in cases.items():
         error, files = refused[name]
-        assert complaint in error and "CommitRefusedError" in error, error
+        assert error.startswith("at start(): CommitRefusedError: ") and complaint in error, error
         assert files == before, f"the refused {name} changed the lake"
     assert [w.id for w in Lake(lake).writers()] == [old.id]
     timings.append(f"overlap and gap refused in {time.monotonic() - began:.1f} s")
@@ -511,9 +511,10 @@ def continuation_driver(
     spark: Any, bootstrap: str, topic: str, lake: str, workdir: str, writer: str, attempts: dict[str, str]
 ) -> Any:
     """Each attempt (name -> startingOffsets JSON) continues ``writer`` with a new checkpoint,
-    through ``lakesink.write_stream`` on ``spark``; returns, per attempt, the query's error and
-    the lake's files after it."""
+    through ``lakesink.write_stream`` on ``spark``; returns, per attempt, the query's error (or
+    start()'s refusal) and the lake's files after it."""
     import lakesink
+    from lakesink_reader.errors import CommitRefusedError
 
     result = {}
     for name, start in attempts.items():
@@ -523,10 +524,14 @@ def continuation_driver(
             .selectExpr("topic", "partition", "offset", "cast(key as string) key",
                         "cast(value as string) value", "timestamp")
         )  # fmt: skip
-        query = lakesink.write_stream(
-            df, lake, checkpoint_location=f"{workdir}/chk-{name}", trigger={"availableNow": True},
-            continue_writer=writer,
-        )  # fmt: skip
+        try:
+            query = lakesink.write_stream(
+                df, lake, checkpoint_location=f"{workdir}/chk-{name}", trigger={"availableNow": True},
+                continue_writer=writer,
+            )  # fmt: skip
+        except CommitRefusedError as refused:  # exact startingOffsets: judged before the query starts
+            result[name] = (f"at start(): {type(refused).__name__}: {refused}", lake_files(Path(lake)))
+            continue
         try:
             query.awaitTermination(240)
         except Exception:  # noqa: BLE001 - refused: query.exception() says how

@@ -267,7 +267,11 @@ def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | N
             options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
         config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
     query = _query_identity(pending, config.storage_options)
-    _lake_check(pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query))
+    plan = pending.plan
+    start = None if plan is None else lambda: preflight.kafka_start_offsets(plan())
+    _lake_check(
+        pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query, start)
+    )
 
 
 def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:

@@ -25,7 +25,7 @@ import shutil
 import subprocess
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -234,8 +234,16 @@ def query_identity(
 # The lake -----------------------------------------------------------------------------------
 
 
-def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentity) -> None:
-    """Refuse an epoch-mode start on a lake of another mode or schema, or written by another query."""
+def check_epoch_start(
+    config: SinkConfig,
+    schema: pa.Schema,
+    query: QueryIdentity,
+    source_start: Callable[[], list[Any] | None] | None = None,
+) -> None:
+    """Refuse an epoch-mode start on a lake of another mode or schema, or written by another query,
+    or a continuation the log would refuse. ``source_start``: where the stream's sources start
+    when that is known before the query starts (:func:`kafka_start_offsets`), read only for a
+    continuation."""
     storage = config.storage()
     existing = find_table(storage)
     if existing is None:
@@ -249,7 +257,7 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
     lake.stream_schemas(schema, merge_schema=config.sink.merge_schema)  # the log's schema evolves
     check_partitioning(existing, config.sink.partition_by, storage.url)
     if config.sink.continue_writer:
-        _check_continuation(config, lake, query)
+        _check_continuation(config, lake, query, source_start)
         return
     if not query.known:
         return
@@ -258,11 +266,19 @@ def check_epoch_start(config: SinkConfig, schema: pa.Schema, query: QueryIdentit
         _check_writers(storage.url, lake.state, query)
 
 
-def _check_continuation(config: SinkConfig, lake: LakeAtStart, query: QueryIdentity) -> None:
+def _check_continuation(
+    config: SinkConfig,
+    lake: LakeAtStart,
+    query: QueryIdentity,
+    source_start: Callable[[], list[Any] | None] | None,
+) -> None:
     """Refuse a continuation the log would refuse: of a writer the lake does not have or that was
-    continued already, and -- when ``continue_offsets`` declares where the sources start -- one
-    that overlaps or leaves a gap. Without the declaration the offsets are known only when Spark
-    plans the first batch, and judged then (``datasource.check_continuation``)."""
+    continued already, and -- when the start offsets are known now (the Kafka source's exact
+    ``startingOffsets``, or ``continue_offsets``) -- one that overlaps or leaves a gap. Otherwise
+    the offsets are known only when Spark plans the first batch, and judged then
+    (``datasource.check_continuation``)."""
+    import json
+
     from lakesink.spark.checkpoints import parse_declared_offsets
 
     assert config.sink.continue_writer is not None
@@ -270,9 +286,17 @@ def _check_continuation(config: SinkConfig, lake: LakeAtStart, query: QueryIdent
     # one has no id yet (Spark draws it at start()): judged as a writer the log does not know.
     writer = query.query_id or f"new query at {query.checkpoint or 'a new checkpoint'}"
     declared = parse_declared_offsets(config.sink.continue_offsets, None)
-    lake.check_continuation(
-        writer, config.sink.continue_writer, None if declared is None else (lambda: declared)
-    )
+    try:
+        planned = source_start() if source_start is not None else None
+    except Exception:  # noqa: BLE001 - another Spark's plan: judged at the first batch instead
+        planned = None
+    if planned is not None and declared is not None and planned != declared:
+        raise ValueError(
+            f"continue_offsets {json.dumps(declared)} differs from the offsets the source starts at, "
+            f"{json.dumps(planned)} (its startingOffsets): make them the same, or drop continue_offsets"
+        )
+    start = planned if planned is not None else declared
+    lake.check_continuation(writer, config.sink.continue_writer, None if start is None else (lambda: start))
 
 
 def _check_checkpoint_has_its_lake(
@@ -412,6 +436,39 @@ def kafka_partition_ids(plan: Any) -> _Reach:
     if "kafka" in found and name not in _FOLLOW_INPUT:
         return "unknown"  # e.g. a stream-static join: broadcast keeps the stream's partitions
     return next((r for r in ("kafka", "unknown", "fixed") if r in found), "none")  # type: ignore[return-value]
+
+
+def kafka_start_offsets(plan: Any) -> list[Any] | None:
+    """Where a stream starts when its one source is Spark's Kafka source told exact offsets
+    (``startingOffsets`` as JSON, every offset a number >= 0): one entry, as the lake records a
+    writer's offsets (``{topic: {partition: offset}}``). None otherwise: -1/-2 (latest,
+    earliest) are resolved by the source only when the query starts, and other sources record
+    their start then; a continuation is judged on those when the first batch is planned."""
+    import json
+
+    leaves = plan.collectLeaves()
+    streams = [
+        leaf
+        for leaf in (leaves.apply(i) for i in range(leaves.size()))
+        if str(leaf.getClass().getSimpleName()).startswith("StreamingRelation")
+    ]
+    if len(streams) != 1 or kafka_partition_ids(streams[0]) != "kafka":
+        return None
+    if str(streams[0].getClass().getSimpleName()) != "StreamingRelationV2":
+        return None
+    options = streams[0].extraOptions()  # case-insensitive
+    text = options.get("startingOffsets")
+    if text is None or options.get("startingOffsetsByTimestamp") is not None:
+        return None
+    try:
+        start = json.loads(str(text))
+    except ValueError:
+        return None  # "latest", "earliest"
+    exact = isinstance(start, dict) and all(
+        isinstance(parts, dict) and all(type(offset) is int and offset >= 0 for offset in parts.values())
+        for parts in start.values()
+    )
+    return [start] if exact else None
 
 
 def check_foreach_partitioning(plan: Any) -> None:
