@@ -33,6 +33,7 @@ attempts and of the foreach guard run on the tests' shared session, which has th
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -491,6 +492,77 @@ def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
     assert len(check_exactly_once(lake, kafka, topic)) == 480
     assert [w.id for w in Lake(lake).writers()] == [old.id, new.id]
     print("\n" + "; ".join(timings))
+
+
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+def test_the_guides_restart_from_the_lake_by_hand_on_python_m_devtools_kafka(
+    spark: Any, tmp_path: Path
+) -> None:
+    """docs/guide/kafka.md's "Restart from the lake" as a user does it by hand: a broker from
+    ``python -m devtools.kafka`` (the address it prints), a first query, the checkpoint deleted,
+    ``lakesink offsets`` and the writer's id, the query of step 3 as written; every record once,
+    and Ctrl-C stops the broker."""
+    import re
+
+    import lakesink
+    from lakesink_reader import Lake
+
+    server = subprocess.Popen(
+        [sys.executable, "-m", "devtools.kafka"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"},
+    )  # fmt: skip
+    try:
+        assert server.stdout is not None
+        banner = server.stdout.readline()
+        found = re.search(r"Kafka broker (127\.0\.0\.1:\d+) \(pid (\d+)", banner)
+        assert found, f"python -m devtools.kafka printed {banner!r}"
+        servers, broker_pid = found.group(1), int(found.group(2))
+        spark = kafka_session(spark)
+        topic = f"byhand-{uuid.uuid4().hex[:8]}"
+        create_topic(servers, topic, 3)
+        produce(servers, topic, 0, 300)
+        lake, chk = str(tmp_path / "events"), tmp_path / "chk"
+
+        def stream(starting_offsets: str) -> Any:
+            return (
+                spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
+                .option("subscribe", topic).option("startingOffsets", starting_offsets)
+                .option("maxOffsetsPerTrigger", 100).load()
+                .selectExpr("topic", "partition", "offset", "cast(value as string) value")
+            )  # fmt: skip
+
+        first = lakesink.write_stream(
+            stream("earliest"), lake, checkpoint_location=str(chk / "events"), trigger={"availableNow": True}
+        )
+        first.awaitTermination(120)
+        # Step 1: the checkpoint is lost; the topic moves on meanwhile.
+        shutil.rmtree(chk / "events")
+        produce(servers, topic, 300, 150)
+        # Step 2: where the lake says the writer ended, and the writer's id.
+        printed = printed_offsets(Path(lake))
+        assert printed == {topic: {"0": 100, "1": 100, "2": 100}}
+        (old,) = Lake(lake).writers()
+        # Step 3, as the guide writes it (with the test's topic and paths).
+        df = stream(json.dumps(printed))
+        second = lakesink.write_stream(df, lake, checkpoint_location=str(chk / "events-2"),
+                                       continue_writer=old.id, trigger={"availableNow": True})  # fmt: skip
+        second.awaitTermination(120)
+        got = lake_records(Path(lake))
+        truth = topic_records(servers, topic)
+        assert sorted((p, o) for p, o, _ in got) == sorted((p, o) for p, o, _ in truth) and len(got) == 450
+        writers = {w.id: w for w in Lake(lake).writers()}
+        assert writers[old.id].continued_by == second.id
+    finally:
+        server.send_signal(signal.SIGINT)  # Ctrl-C
+        try:
+            server.wait(60)
+        finally:
+            if server.poll() is None:
+                server.kill()
+    assert server.returncode == 0, server.stdout.read() if server.stdout else ""
+    with pytest.raises(ProcessLookupError):
+        os.kill(broker_pid, 0)  # Ctrl-C stopped the broker's JVM too
 
 
 def kafka_session(spark: Any) -> Any:
