@@ -184,6 +184,16 @@ HOLES = [
         (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
         "views",
     ),
+    # Seed 30060 of everything on (`--actors all`): a writer stopped between the Spark
+    # view's compact anchor 19 (version 0) and its batch; the floor rose, a sweep deleted version
+    # 0's files (it ignored the anchor), and the next writer filled it as hole 13 does: the view
+    # at batch 19 listed a deleted file. Maintenance now keeps what such an anchor names.
+    (
+        "15: an unfilled Spark anchor's files swept",
+        30060,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
+        "views",
+    ),
 ]
 
 

@@ -417,3 +417,42 @@ def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(l
     assert any(n.startswith("_spark_metadata/") for n in watched.seen)
     assert any(n.startswith("_delta_log/") for n in watched.seen)
     assert_every_reader_reads_the_lake(lake, storage)
+
+
+def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_written(lake: str) -> None:
+    """Simulation seed 30060: a writer that started the Spark view stopped (died, or stalled for
+    good) between the compact anchor of its first batch, naming lake version 0, and the batch.
+    The lake was then compacted and vacuumed (floor 3, the log not truncated) and swept, and the
+    next writer keeping the views filled that anchor as its writer would have (hole 13): a
+    compact of version 0, listing a file the sweep had deleted. An anchor whose batch is not
+    written is a promise that batch keeps: maintenance now spares the files of the version it
+    names (that writer, or the next, writes them into the view), and they go once the view is
+    above the floor."""
+    from lakesink.maintenance import sweep
+
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    writer = Writer(viewed_log(KilledAtCompact(lake), table_id), W1)
+    assert writer.append(0) == 0  # the hook's failure is logged, not raised
+    layout = read_layout(storage)
+    assert layout.anchors == {19: 0} and 19 not in layout.batches and layout.latest is None
+    promised = set(live(lake, 0))
+    writer.log = plain(storage, table_id)
+    for i in (1, 2):
+        assert writer.append(i * 100) == i
+    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    done = vacuum(LogDeletesFail(lake), retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 4 and done.retained_from == 3
+    assert storage.exists(commit_name(0))  # the log was not truncated: the anchor can be filled
+    sweep(lake, older_than=0, delete=True, check_store=False)  # a writer's sweep (the seed's)
+    restart(storage, table_id)
+    watched = Watched(lake)
+    writer.log = viewed_log(watched, table_id)  # a writer keeping the views commits
+    assert writer.append(900) == 5  # its hook fills batch 19 (version 0), then version 5 at 29
+    assert not watched.problems, watched.problems  # (batch 19 listed version 0's deleted files)
+    assert {o.name for o in done.kept} == promised and len(done.removed) == 4  # versions 1, 2's went
+    assert all("anchor" in o.reason and "version 0" in o.reason for o in done.kept), done.kept
+    assert {19: 0, 29: 5}.items() <= read_layout(storage).anchors.items()
+    sweep(lake, older_than=0, delete=True, check_store=False)  # the view is above the floor now
+    assert not any(os.path.exists(os.path.join(lake, name)) for name in promised)
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok

@@ -92,6 +92,9 @@ class LaggingView:
     view: str  # DELTA or SPARK
     version: int
     files: dict[str, int]
+    #: The Spark view's compact batch whose anchor names ``version`` and that is not written yet:
+    #: its readers do not read these files yet, its next update writes them (None: they read them).
+    anchor: int | None = None
 
 
 def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
@@ -114,6 +117,12 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
             continue
         if found is not None and found[0] < floor:
             out.append(LaggingView(view, found[0], found[1]))
+    # A compact anchor without its batch is kept as a promise: whoever reaches its id fills it
+    # with the version it names, even below the floor (taking it over instead races its writer:
+    # seed 2770). Its files must therefore outlive the anchor, or that fill lists deleted files
+    # (seed 30060). A failed read here raises: the maintenance then deletes nothing.
+    for anchor, version, files in spark_metadata_view.promised_files(storage, floor):
+        out.append(LaggingView(SPARK, version, files, anchor))
     return out
 
 
@@ -134,12 +143,20 @@ def files_lagging_views_list(storage: Storage, floor: int) -> dict[str, str]:
     ``vacuum``, which deletes only what no version from ``floor`` on lists)."""
     kept: dict[str, str] = {}
     for lag in lagging_views(storage, floor):
+        where, lists = (
+            (f"is at lake version {lag.version}", "still lists it")
+            if lag.anchor is None
+            else (
+                f"has an anchor of compact batch {lag.anchor} naming lake version {lag.version}",
+                "that batch will list it",
+            )
+        )
         for name in lag.files:
             kept.setdefault(
                 name,
-                f"the {lag.view} is at lake version {lag.version}, below the retained versions (from "
-                f"{floor}), and still lists it: kept until the view is brought up (`lakesink sync-views "
-                f"{storage.url}`, or the next commit)",
+                f"the {lag.view} {where}, below the retained versions (from {floor}), and {lists}: "
+                f"kept until the view is brought up (`lakesink sync-views {storage.url}`, or the next "
+                "commit)",
             )
     return kept
 

@@ -37,8 +37,9 @@ So the view (:class:`SparkView`, an ``after_commit`` hook):
   (``{"batch", "table_id", "version"}``), written before each compact batch; a batch after
   the newest such anchor at or below it holds ``anchor version + (id - anchor id)``. An anchor
   whose batch is not there (its writer died between the two) is finished by the next writer
-  that reaches its id -- the compact of the version it names -- or, when the lake vacuumed that
-  version, replaced.
+  that reaches its id -- the compact of the version it names, whose files ``vacuum`` and the
+  sweep keep until then (:func:`promised_files`) -- or, when the lake vacuumed that version
+  from its log, replaced.
 - create-if-absent, like the Delta view: a batch that adds is a pure function of the lake
   commit (equal bytes = done); a compact is compared by its files (paths and sizes: the times
   of files added in versions the lake vacuumed may differ between two derivations). Other
@@ -332,6 +333,38 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
     return version, files
 
 
+def promised_files(storage: Storage, floor: int) -> list[tuple[int, int, dict[str, int]]]:
+    """The compact anchors above the view's newest batch whose batch is not written yet and
+    that name a lake version below ``floor``: (batch id, version, that version's live files,
+    path -> size) each. Readers do not read these files yet, but the next writer to reach the
+    id writes that version's compact (what the anchor's writer, perhaps alive but slow, would
+    write; :func:`write_version`), so maintenance must keep them until then: the simulation's
+    seed 30060 swept them, and the fill that followed listed deleted files. A version the
+    lake's log no longer holds promises nothing: its anchor is taken over, not filled."""
+    layout = read_layout(storage)
+    top = layout.latest
+    pending = {
+        b: v
+        for b, v in layout.anchors.items()
+        if v < floor and b not in layout.batches and (top is None or b > top)
+    }
+    if not pending:
+        return []
+    _, vlog = open_epoch_log(storage, "the Spark view")
+    interval = table_interval(storage)
+    out: list[tuple[int, int, dict[str, int]]] = []
+    for b, v in sorted(pending.items()):
+        if vlog.read_commit(v) is None:
+            continue  # as in _fill: nobody can write it
+        try:
+            live = live_at(storage, vlog, v, interval, None)
+        except CorruptFileError:
+            continue
+        paths, sizes = live.column("path").to_pylist(), live.column("bytes").to_pylist()
+        out.append((b, v, {str(p): int(n or 0) for p, n in zip(paths, sizes, strict=True)}))
+    return out
+
+
 # The hook ----------------------------------------------------------------------------------------
 
 
@@ -497,7 +530,8 @@ def write_version(
         # Another version's anchor and no batch: a writer died between the two (or is writing
         # it). Waiting would wait forever on a dead writer, and skipping the id would leave the
         # two newest compacts 2K apart (Spark reads K from them): write what the anchor says --
-        # what that writer would write, if it is alive but slow -- even below ``floor``: taking
+        # what that writer would write, if it is alive but slow -- even below ``floor`` (its
+        # files are there: maintenance keeps what such an anchor names, seed 30060): taking
         # the id over instead races it (its compact would land under our anchor: simulation
         # seed 2770). The caller's version goes in the next compact id right after.
         if not _fill(storage, vlog, batch, there, interval, times):
