@@ -456,3 +456,36 @@ def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_wr
     assert not any(os.path.exists(os.path.join(lake, name)) for name in promised)
     assert_every_reader_reads_the_lake(lake, storage)
     assert verify(lake).ok
+
+
+class ViewReadsFail(LocalStorage):
+    """Local disk on which reading the views' file lists fails (EIO, a 503): the Delta log's
+    entries and the Spark view's batches (its anchors read)."""
+
+    def read_bytes(self, name: str, *, first_contact: bool = False, limit: int | None = None) -> bytes:
+        spark_batch = name.startswith("_spark_metadata/") and not name.startswith(
+            "_spark_metadata/_lakesink/"
+        )
+        if name.startswith("_delta_log/") or spark_batch:
+            raise OSError(f"{name}: read failed (test)")
+        return super().read_bytes(name, first_contact=first_contact, limit=limit)
+
+
+def test_a_failed_read_of_a_lagging_views_files_deletes_nothing(lake: str) -> None:
+    """Views behind a compaction, and a vacuum whose reads of the views fail: it cannot tell
+    which files they list, so it deletes none of them (it used to take the failed read for a
+    foreign view and keep nothing: Delta and Spark readers then met deleted files)."""
+    storage, table_id, _ = lagging_lake(lake)
+    refused = ViewsRefused(lake)  # the views stay at version 3
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    inputs = set(live(lake, 3))
+    restart(storage, table_id)
+    failing = ViewReadsFail(lake)
+    with pytest.raises(OSError, match="read failed"):
+        vacuum(failing, retain=0, delete=True, force=True, check_store=False)
+    assert all(os.path.exists(os.path.join(lake, name)) for name in inputs)
+    assert all(os.path.exists(os.path.join(lake, name)) for name in spark_reads(storage))
+    # Readable again: the vacuum keeps what the views list, or brings them up first.
+    restart(storage, table_id)
+    assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).ok
+    assert_every_reader_reads_the_lake(lake, storage)

@@ -21,6 +21,7 @@ from lakesink.commit.versions import AfterCommit
 from lakesink.views import delta_view, spark_metadata_view
 from lakesink.views.delta_view import DeltaView
 from lakesink.views.spark_metadata_view import SparkView
+from lakesink_reader.errors import StorageError
 from lakesink_reader.format.table import TableMetadata
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
@@ -110,6 +111,8 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
             continue
         try:
             found = listed(storage)
+        except (OSError, StorageError):
+            raise  # a failed read (EIO, a 503) says nothing of what the view lists: delete nothing
         except Exception:  # not lakesink's content: `verify` names it as foreign
             log.warning(
                 "the %s of %s cannot be read; nothing is kept for it", view, storage.url, exc_info=True
