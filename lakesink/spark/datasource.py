@@ -120,16 +120,49 @@ class LakeSinkDataSource(DataSource):
         path = next((v for k, v in self.options.items() if k.lower() == "path"), None)
         return f"LakeSinkDataSource({path!r})"
 
+    @functools.cached_property
+    def stream_options(self) -> Any:
+        """A streaming read's options, parsed (``lakesink.spark.streaming``)."""
+        from lakesink.spark.streaming import parse_stream_options
+
+        return parse_stream_options(self.options)
+
+    @functools.cached_property
+    def stream_schema(self) -> Any:
+        """A streaming read's schema: the lake's newest, when the query starts."""
+        from lakesink_reader.lake import Lake
+
+        return Lake(self.stream_options.path, self.stream_options.storage_options).schema
+
     def schema(self) -> Any:
         """A read's schema: the lake's (Spark asks for it when the read names none)."""
         from pyspark.sql.pandas.types import from_arrow_schema
 
+        from lakesink.spark.reading import READ_OPTIONS
+        from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS
+
+        given = {k.lower() for k in self.options}
+        if given & set(STREAM_ONLY):  # a stream's options
+            return from_arrow_schema(self.stream_schema)
+        unknown = sorted(given - set(READ_OPTIONS) - set(STREAM_OPTIONS))
+        if unknown:  # Spark does not say which read asks: name both doors' options
+            raise ValueError(
+                f'unknown option(s) {unknown} for reading format("lakesink"): spark.read takes path, '
+                "storage_options, versionAsOf, timestampAsOf; spark.readStream takes path, storage_options, "
+                "startingVersion, startingTimestamp, maxFilesPerTrigger, maxBytesPerTrigger"
+            )
         return from_arrow_schema(self.read_plan.schema)
 
     def reader(self, schema: Any) -> Any:
         from lakesink.spark.reading import LakeBatchReader
 
         return LakeBatchReader(self.read_plan)
+
+    def streamReader(self, schema: Any) -> Any:
+        """``spark.readStream.format("lakesink")``: the lake's versions as a stream."""
+        from lakesink.spark.streaming import LakeStreamReader
+
+        return LakeStreamReader(self.stream_options, self.stream_schema)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
         """Driver side: check (or create) the table metadata, then hand out the writer."""

@@ -1,0 +1,121 @@
+"""``spark.readStream.format("lakesink").load(path)``: a lake as a streaming source (issue 34).
+
+Lake A is written Spark-free (as a writer commits), streamed into lake B by a real query
+(``lakesink.write_stream``, ``availableNow``), and B is compared with ``read_committed(A)``:
+every row once, through compaction (its outputs are no new data), restarts from the
+checkpoint, limits that split a version, and the refusals that name the way out."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lakes import v3_table
+from test_reader_v3 import W1, Writer
+
+import lakesink
+from lakesink.commit.versions import VersionedLogWriter
+from lakesink.maintenance import compact, vacuum
+from lakesink_reader import Lake, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def ids(lake: str) -> list[int]:
+    return sorted(read_committed(lake).column("id").to_pylist())
+
+
+def lake_a(path: str, batches: int, *, first: int = 0, writer: Writer | None = None) -> Writer:
+    """Lake A: ``batches`` appends of 2 files x 10 ids each (ids first.. on)."""
+    if writer is None:
+        storage, table_id = v3_table(path, checkpoint_interval=3)
+        writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=3), W1)
+    for batch in range(batches):
+        writer.append(first + batch * 100)
+    return writer
+
+
+def follow(spark: Any, source: str, sink: str, checkpoint: Path, **options: Any) -> Any:
+    """Stream lake ``source`` into lake ``sink`` until it has read what ``source`` holds."""
+    reader = spark.readStream.format("lakesink")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    query = lakesink.write_stream(
+        reader.load(source), sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+    )
+    query.awaitTermination(180)
+    assert query.exception() is None, query.exception()
+    return query
+
+
+def batches_of(sink: str) -> int:
+    """The micro-batches the downstream query committed (its writer's batches)."""
+    (writer,) = Lake(sink).writers()
+    return writer.last_batch + 1
+
+
+def test_a_lake_streams_into_the_next_one_exactly_once_through_compaction_and_restarts(
+    spark: Any, tmp_path: Path
+) -> None:
+    lakesink.register(spark)
+    a, b, chk = str(tmp_path / "a"), str(tmp_path / "b"), tmp_path / "chk"
+    writer = lake_a(a, 3)
+    follow(spark, a, b, chk)
+    assert ids(b) == ids(a) == sorted(i + j for i in (0, 100, 200) for j in range(20))
+    # A compaction rewrites A's rows (no new data), then new appends: the restarted query reads
+    # the appends only.
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    lake_a(a, 2, first=300, writer=writer)
+    follow(spark, a, b, chk)
+    assert ids(b) == ids(a) and len(ids(b)) == 100
+    # Nothing new: a restart reads nothing and commits no rows.
+    follow(spark, a, b, chk)
+    assert ids(b) == ids(a) and len(ids(b)) == 100
+
+
+def test_limits_split_versions_and_a_new_query_starts_from_the_lake_as_it_is(
+    spark: Any, tmp_path: Path
+) -> None:
+    lakesink.register(spark)
+    a = str(tmp_path / "a")
+    writer = lake_a(a, 2)
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 2
+    # Vacuumed below the compaction: a new query reads the lake as it is at its oldest retained
+    # version (the compacted file), then each later version's appends.
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok
+    lake_a(a, 2, first=500, writer=writer)
+    one_file = str(tmp_path / "one-file")
+    follow(spark, a, one_file, tmp_path / "chk-1", maxFilesPerTrigger=1)
+    assert ids(one_file) == ids(a) and len(ids(a)) == 80
+    # One file a micro-batch: the compacted file, then the four files of two appends.
+    assert batches_of(one_file) == 5
+    # From a version on (the appends of versions 4..), and from the newest on (nothing yet).
+    from_version = str(tmp_path / "from-version")
+    follow(spark, a, from_version, tmp_path / "chk-2", startingVersion=4)
+    assert ids(from_version) == list(range(500, 520)) + list(range(600, 620))
+    latest = str(tmp_path / "latest")
+    follow(spark, a, latest, tmp_path / "chk-3", startingVersion="latest")
+    assert Lake(latest).files() == []
+    lake_a(a, 1, first=900, writer=writer)
+    follow(spark, a, latest, tmp_path / "chk-3", startingVersion="latest")
+    assert ids(latest) == list(range(900, 920))
+
+
+def test_a_vacuumed_version_and_bad_options_are_refused_naming_the_way_out(
+    spark: Any, tmp_path: Path
+) -> None:
+    lakesink.register(spark)
+    a = str(tmp_path / "a")
+    lake_a(a, 3)
+    with pytest.raises(Exception, match=r"unknown option.*startingversoin.*spark.readStream takes"):
+        follow(spark, a, str(tmp_path / "b"), tmp_path / "chk", startingVersoin=1)
+    with pytest.raises(Exception, match="maxFilesPerTrigger must be a whole number >= 1"):
+        follow(spark, a, str(tmp_path / "b"), tmp_path / "chk", maxFilesPerTrigger=0)
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok
+    with pytest.raises(Exception, match=r"needs version 1 .* vacuum removed.*startingVersion"):
+        follow(spark, a, str(tmp_path / "b"), tmp_path / "chk-v", startingVersion=1)
+    b = str(tmp_path / "b")
+    assert not os.path.exists(b) or Lake(b).files() == []  # refused before any row was written
