@@ -7,7 +7,13 @@ checkpoint, limits that split a version, and the refusals that name the way out.
 
 from __future__ import annotations
 
+import itertools
 import os
+import signal
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +125,98 @@ def test_a_vacuumed_version_and_bad_options_are_refused_naming_the_way_out(
         follow(spark, a, str(tmp_path / "b"), tmp_path / "chk-v", startingVersion=1)
     b = str(tmp_path / "b")
     assert not os.path.exists(b) or Lake(b).files() == []  # refused before any row was written
+
+
+FOLLOWER = Path(__file__).resolve().parent / "lake_follower.py"
+
+
+def follower(
+    source: str, sink: str, checkpoint: Path, log: Path, *, until_killed: bool
+) -> subprocess.Popen[bytes]:
+    """The downstream job (tests/lake_follower.py) in its own process group: killed whole."""
+    cmd = [sys.executable, str(FOLLOWER), "--source", source, "--sink", sink,
+           "--checkpoint", str(checkpoint), "--max-files", str(MAX_FILES)]  # fmt: skip
+    if until_killed:
+        cmd.append("--until-killed")
+    root = FOLLOWER.parent.parent
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), str(root / "reader"), str(FOLLOWER.parent)]),
+    }
+    with open(log, "ab") as out:
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+
+
+#: Files of lake A a downstream micro-batch may read (maxFilesPerTrigger).
+MAX_FILES = 3
+
+
+@pytest.mark.chaos
+@pytest.mark.long  # ~2 min (two driver starts): make chaos
+@pytest.mark.timeout(600)
+def test_the_downstream_killed_while_the_upstream_is_written_compacted_and_vacuumed_reads_every_row_once(
+    tmp_path: Path,
+) -> None:
+    """Lake A -> (a deterministic transform) -> lake B, the downstream driver killed -9 between
+    micro-batches or inside one, while A takes appends and compactions; vacuumed before the
+    downstream starts (it starts from A's compacted snapshot) and while it runs. B ends with
+    every row of A once, and no micro-batch read more than MAX_FILES of A's files."""
+    a, b, chk = str(tmp_path / "a"), str(tmp_path / "b"), tmp_path / "chk"
+    writer = lake_a(a, 4)
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 4
+    time.sleep(1.5)
+    assert vacuum(a, retain=1, delete=True, force=True, check_store=False).removed  # versions 0..3's files
+    appended = [4]
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def upstream() -> None:  # appends, a compaction every 4 of them, a vacuum every 8
+        try:
+            while not stop.is_set():
+                lake_a(a, 1, first=appended[0] * 100, writer=writer)
+                appended[0] += 1
+                if appended[0] % 4 == 0:
+                    compact(a, target_file_size=1 << 30, min_files=2, check_store=False)
+                if appended[0] % 8 == 0:
+                    assert vacuum(a, retain=120, delete=True, force=True, check_store=False).ok
+                time.sleep(0.4)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            failures.append(exc)
+
+    thread = threading.Thread(target=upstream, name="upstream", daemon=True)
+    thread.start()
+    log = tmp_path / "follower.log"
+    try:
+        run = follower(a, b, chk, log, until_killed=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline and run.poll() is None:
+            if os.path.exists(os.path.join(b, "_lakesink")) and Lake(b).writers() and batches_of(b) >= 3:
+                break
+            time.sleep(0.5)
+        assert run.poll() is None, log.read_text()[-3000:]
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(60)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures, failures
+    assert batches_of(b) >= 3 and len(ids(b)) < len(ids(a))  # killed with rows still to read
+    compact(a, target_file_size=1 << 30, min_files=2, check_store=False)
+    finish = follower(a, b, chk, log, until_killed=False)
+    assert finish.wait(240) == 0, log.read_text()[-3000:]
+    assert ids(b) == ids(a), "lake B does not hold every row of lake A once"
+    labels = read_committed(b, columns=["label"]).column("label").to_pylist()
+    assert all(label == label.upper() for label in labels)
+    # Admission: each downstream micro-batch (one commit of B, which records the source's end
+    # offset) read at most MAX_FILES of A's files: count them between consecutive offsets.
+    files_of = {v.version: v.add_files if v.kind == "append" else 0 for v in Lake(a).versions()}
+    files_of[4] = 1  # the stream's first version, read as a snapshot: the compacted file
+    ends = [(4, 0)] + [
+        (v.source_offsets[0]["version"], v.source_offsets[0]["index"])
+        for v in Lake(b).versions()
+        if v.kind == "append"
+    ]
+    read = [
+        sum(files_of.get(v, 0) for v in range(p[0], q[0])) - p[1] + q[1] for p, q in itertools.pairwise(ends)
+    ]
+    assert sum(read) == sum(files_of.values()) and max(read) <= MAX_FILES, read
