@@ -302,3 +302,36 @@ def test_a_v3_foreach_lake_reads_as_today(tmp_path: Path) -> None:
     opened = Lake(str(tmp_path / "fe"))
     assert opened.metadata.format_version == 3 and opened.version is None
     assert ids(opened.to_table()) == list(range(7))
+
+
+def test_changes_return_the_rows_appends_added_and_nothing_of_a_compaction(lake: str) -> None:
+    """``Lake.changes``: a job follows a lake without Spark by remembering one version."""
+    from lakesink.maintenance import compact as compact_lake
+    from lakesink.maintenance import vacuum
+
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=3), W1)
+    writer.append(0)
+    writer.append(100)
+    first = Lake(lake).changes()  # the lake as it is
+    assert ids(first.table) == list(range(20)) + list(range(100, 120)) and first.version == 1
+    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 2
+    writer.append(200)
+    opened = Lake(lake)
+    assert ids(opened.changes(since_version=first.version).table) == list(range(200, 220))
+    assert opened.changes(since_version=2).table.num_rows == 20  # the compaction added no rows
+    assert opened.changes(since_version=1, columns=["id"]).table.column_names == ["id"]
+    later = opened.changes(since_version=3)
+    assert later.table.num_rows == 0 and later.version == 3
+    writer.append(300)
+    assert opened.changes(since_version=3).table.num_rows == 0  # pinned until refresh()
+    opened.refresh()
+    assert ids(opened.changes(since_version=3).table) == list(range(300, 320))
+    # Vacuumed: the appends after version 1 are gone from the log; the lake as it is still reads.
+    assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).ok
+    vacuumed = Lake(lake)
+    with pytest.raises(ValueError, match=r"since_version=1: .*not all retained.*since_version=None"):
+        vacuumed.changes(since_version=1)
+    assert ids(vacuumed.changes().table) == ids(read_committed(lake))
+    with pytest.raises(ValueError, match="since_version must be a version >= -1"):
+        vacuumed.changes(since_version=-2)

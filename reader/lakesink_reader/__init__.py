@@ -27,6 +27,7 @@ from lakesink_reader.errors import (
 
 if TYPE_CHECKING:
     from lakesink_reader.lake import (
+        Changes,
         FileState,
         Isolation,
         Lake,
@@ -41,6 +42,7 @@ if TYPE_CHECKING:
 
 #: Public names imported on first use, and the module each comes from.
 _READER = (
+    "Changes",
     "FileState",
     "Isolation",
     "Lake",
@@ -54,6 +56,7 @@ _READER = (
 _LAZY = {**dict.fromkeys(_READER, "lakesink_reader.lake"), "VersionInfo": "lakesink_reader.v3"}
 
 __all__ = [
+    "Changes",
     "CorruptFileError",
     "FileState",
     "FormatVersionError",

@@ -98,6 +98,15 @@ class ReadResult:
     skipped: list[SkippedFile]
 
 
+@dataclass(frozen=True)
+class Changes:
+    """What :meth:`Lake.changes` read: the rows, and the version it read up to (the
+    ``since_version`` of the next call)."""
+
+    table: pa.Table
+    version: int
+
+
 class Lake:
     """A lakesink table at ``path`` (local path, ``file://`` or ``s3://``).
 
@@ -515,6 +524,38 @@ class Lake:
                 files = [f for f in files if f.path not in gone]
         table = self._dataset_of(files).to_table(columns=projection, filter=filter)
         return ReadResult(table, skipped)
+
+    def changes(
+        self,
+        since_version: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+        filter: ds.Expression | None = None,
+    ) -> Changes:
+        """The rows the lake's appends added after ``since_version``, up to the pinned version,
+        and that version: a job that follows a lake remembers one integer and asks again
+        (``refresh()`` first to see new versions). ``since_version=None``: the lake as it is
+        (every committed row). A compaction rewrites rows and adds none, so it is no change; nor
+        is a vacuum. Format-3 epoch-mode lakes; ValueError naming the retained versions when
+        ``since_version`` is below them (vacuumed: those versions' appends are gone).
+        """
+        view = self._view("Lake.changes()")
+        latest = view.version
+        if since_version is None:
+            return Changes(self.read(columns=columns, filter=filter).table, latest)
+        if isinstance(since_version, bool) or not isinstance(since_version, int) or since_version < -1:
+            raise ValueError(f"since_version must be a version >= -1 (or None), got {since_version!r}")
+        if since_version >= latest:
+            schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
+            return Changes(schema.empty_table(), latest)
+        if since_version + 1 < (oldest := view.oldest()):
+            raise ValueError(
+                f"since_version={since_version}: the appends after it are not all retained by {self.path} "
+                f"(vacuum kept versions {oldest}..{latest}); read the lake as it is (since_version=None) "
+                "and follow it from the version that returns"
+            )
+        read = self.read(columns=columns, filter=filter, versions=(since_version + 1, latest))
+        return Changes(read.table, latest)
 
     def to_table(
         self,
