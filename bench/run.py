@@ -62,6 +62,7 @@ import commit_latency  # noqa: E402
 import log_scale  # noqa: E402
 import readers  # noqa: E402
 import report  # noqa: E402
+import source  # noqa: E402
 import stores  # noqa: E402
 import throughput  # noqa: E402
 from inputs import ROWS_PER_FILE, ensure_input, link_subset  # noqa: E402
@@ -96,6 +97,7 @@ def plan(args: argparse.Namespace) -> list[str]:
         "small": not args.skip_small and args.small_epochs > 1,
         "wide": not args.skip_wide and not args.skip_s3 and args.wide_files > 0,
         "profile": not args.skip_profile and args.profile_rows > 0,
+        "source": not args.skip_source and {"epoch", "parquet"} <= set(sinks(args)),
         "reader": not args.skip_reader,
         "memory": not args.skip_memory and bool(args.memory_rows),
         "hdfs": "hdfs" in args.sinks.split(","),
@@ -169,6 +171,13 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
             results["foreach_profile"] = run_profile(args.profile_rows, work, bench_env(), args.rss_interval)
         except RunFailed as exc:
             failures["profile"] = str(exc)
+    if "source" in phases and (work / "out" / "epoch").exists() and (work / "out" / "parquet").exists():
+        progress.phase("source", "readStream.format('lakesink') vs readStream.parquet, into noop")
+        found = source.source_phase(
+            work / "out" / "epoch", work / "out" / "parquet", args.rows, args.repeats, work, progress.note
+        )
+        failures.update(found.pop("failures"))
+        results["source"] = found
     committed = next((work / "out" / s for s in ("epoch", "foreach") if (work / "out" / s).exists()), None)
     if "reader" in phases and committed is not None:
         progress.phase("reader", f"read_committed vs pyarrow.dataset over {committed.name}'s table")
@@ -334,6 +343,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--memory-sinks", default="epoch,foreach", help="writers of the one-partition runs")
     add("--skip-memory", action="store_true")
     add("--skip-reader", action="store_true")
+    add(
+        "--skip-source",
+        action="store_true",
+        help="no readStream.format('lakesink') vs readStream.parquet phase",
+    )
     add("--reader-files", type=int, default=10_000)
     add("--reader-epochs", type=int, default=10_000)
     add("--reader-repeats", type=int, default=7)
