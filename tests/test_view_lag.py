@@ -306,7 +306,9 @@ def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(
     for i in range(later):
         assert writer.append(100 * (i + 1)) == i + 1
     if vacuumed:  # the version the anchor names is gone: the id is taken over
-        done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+        # (A vacuum that reaches the Spark view fills the anchor before it truncates the log:
+        # seed 36381. This one does not, so the anchor's version goes first.)
+        done = vacuum(SparkViewRefused(lake), retain=0, delete=True, force=True, check_store=False)
         later = done.version
         assert plain(storage, table_id).read_commit(0) is None
     restart(storage, table_id)
@@ -389,6 +391,32 @@ class LogDeletesFail(LocalStorage):
         super().delete(name)
 
 
+class SparkViewRefused(LocalStorage):
+    """Local disk that refuses every write under ``_spark_metadata/``: maintenance that cannot
+    reach the Spark view leaves an anchor without its batch as it found it (else its bring-up of
+    the views fills it: simulation seed 36381)."""
+
+    def _refuse(self, name: str) -> None:
+        if name.startswith("_spark_metadata/"):
+            raise PermissionError(f"{name}: writes refused (test)")
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        self._refuse(name)
+        return super().put_if_absent(name, data)
+
+    def put(self, name: str, data: bytes) -> None:
+        self._refuse(name)
+        super().put(name, data)
+
+    def delete(self, name: str) -> None:
+        self._refuse(name)
+        super().delete(name)
+
+
+class SparkViewRefusedLogDeletesFail(SparkViewRefused, LogDeletesFail):
+    """Both: the Spark view's writes refused, and deleting a log entry fails."""
+
+
 def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(lake: str) -> None:
     """Simulation seed 211: a lake written without views is compacted and vacuumed (the retention
     floor committed, the log's truncation failed, the compaction's inputs deleted by a sweep);
@@ -422,12 +450,12 @@ def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(l
 def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_written(lake: str) -> None:
     """Simulation seed 30060: a writer that started the Spark view stopped (died, or stalled for
     good) between the compact anchor of its first batch, naming lake version 0, and the batch.
-    The lake was then compacted and vacuumed (floor 3, the log not truncated) and swept, and the
-    next writer keeping the views filled that anchor as its writer would have (hole 13): a
-    compact of version 0, listing a file the sweep had deleted. An anchor whose batch is not
-    written is a promise that batch keeps: maintenance now spares the files of the version it
-    names (that writer, or the next, writes them into the view), and they go once the view is
-    above the floor."""
+    The lake was then compacted and vacuumed (floor 3, the log not truncated; neither reached the
+    Spark view) and swept, and the next writer keeping the views filled that anchor as its writer
+    would have (hole 13): a compact of version 0, listing a file the sweep had deleted. An
+    anchor whose batch is not written is a promise that batch keeps: maintenance now spares the
+    files of the version it names (that writer, or the next, writes them into the view), and
+    they go once the view is above the floor."""
     from lakesink.maintenance import sweep
 
     storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
@@ -439,8 +467,11 @@ def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_wr
     writer.log = plain(storage, table_id)
     for i in (1, 2):
         assert writer.append(i * 100) == i
-    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
-    done = vacuum(LogDeletesFail(lake), retain=0, delete=True, force=True, check_store=False)
+    # Neither compaction nor vacuum reaches the Spark view here (else their bring-up fills the
+    # anchor: seed 36381); the promise then stands until a writer's commit.
+    refused = SparkViewRefusedLogDeletesFail(lake)
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
     assert done.version == 4 and done.retained_from == 3
     assert storage.exists(commit_name(0))  # the log was not truncated: the anchor can be filled
     sweep(lake, older_than=0, delete=True, check_store=False)  # a writer's sweep (the seed's)
