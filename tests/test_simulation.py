@@ -194,6 +194,15 @@ HOLES = [
         (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
         "views",
     ),
+    # Seed 36381 of everything on, on hole 15's fix: the unfilled anchor 19 (version 0) was the
+    # Spark view's only content. vacuum kept version 0's files for it, but its bring-up of the
+    # views took "no batch" for "no view" and never filled it: the final sweep kept them for good.
+    (
+        "16: an unfilled Spark anchor's keep never ends",
+        36381,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
+        "converges",
+    ),
 ]
 
 

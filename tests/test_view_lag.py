@@ -306,7 +306,9 @@ def test_a_compact_anchor_without_its_batch_does_not_block_the_spark_view(
     for i in range(later):
         assert writer.append(100 * (i + 1)) == i + 1
     if vacuumed:  # the version the anchor names is gone: the id is taken over
-        done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+        # (A vacuum that reaches the Spark view fills the anchor before it truncates the log:
+        # seed 36381. This one does not, so the anchor's version goes first.)
+        done = vacuum(SparkViewRefused(lake), retain=0, delete=True, force=True, check_store=False)
         later = done.version
         assert plain(storage, table_id).read_commit(0) is None
     restart(storage, table_id)
@@ -389,6 +391,32 @@ class LogDeletesFail(LocalStorage):
         super().delete(name)
 
 
+class SparkViewRefused(LocalStorage):
+    """Local disk that refuses every write under ``_spark_metadata/``: maintenance that cannot
+    reach the Spark view leaves an anchor without its batch as it found it (else its bring-up of
+    the views fills it: simulation seed 36381)."""
+
+    def _refuse(self, name: str) -> None:
+        if name.startswith("_spark_metadata/"):
+            raise PermissionError(f"{name}: writes refused (test)")
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        self._refuse(name)
+        return super().put_if_absent(name, data)
+
+    def put(self, name: str, data: bytes) -> None:
+        self._refuse(name)
+        super().put(name, data)
+
+    def delete(self, name: str) -> None:
+        self._refuse(name)
+        super().delete(name)
+
+
+class SparkViewRefusedLogDeletesFail(SparkViewRefused, LogDeletesFail):
+    """Both: the Spark view's writes refused, and deleting a log entry fails."""
+
+
 def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(lake: str) -> None:
     """Simulation seed 211: a lake written without views is compacted and vacuumed (the retention
     floor committed, the log's truncation failed, the compaction's inputs deleted by a sweep);
@@ -422,12 +450,12 @@ def test_a_late_writer_never_places_a_view_below_the_versions_the_lake_retains(l
 def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_written(lake: str) -> None:
     """Simulation seed 30060: a writer that started the Spark view stopped (died, or stalled for
     good) between the compact anchor of its first batch, naming lake version 0, and the batch.
-    The lake was then compacted and vacuumed (floor 3, the log not truncated) and swept, and the
-    next writer keeping the views filled that anchor as its writer would have (hole 13): a
-    compact of version 0, listing a file the sweep had deleted. An anchor whose batch is not
-    written is a promise that batch keeps: maintenance now spares the files of the version it
-    names (that writer, or the next, writes them into the view), and they go once the view is
-    above the floor."""
+    The lake was then compacted and vacuumed (floor 3, the log not truncated; neither reached the
+    Spark view) and swept, and the next writer keeping the views filled that anchor as its writer
+    would have (hole 13): a compact of version 0, listing a file the sweep had deleted. An
+    anchor whose batch is not written is a promise that batch keeps: maintenance now spares the
+    files of the version it names (that writer, or the next, writes them into the view), and
+    they go once the view is above the floor."""
     from lakesink.maintenance import sweep
 
     storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
@@ -439,8 +467,11 @@ def test_an_unfilled_spark_anchor_keeps_its_versions_files_until_its_batch_is_wr
     writer.log = plain(storage, table_id)
     for i in (1, 2):
         assert writer.append(i * 100) == i
-    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
-    done = vacuum(LogDeletesFail(lake), retain=0, delete=True, force=True, check_store=False)
+    # Neither compaction nor vacuum reaches the Spark view here (else their bring-up fills the
+    # anchor: seed 36381); the promise then stands until a writer's commit.
+    refused = SparkViewRefusedLogDeletesFail(lake)
+    assert compact_lake(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
     assert done.version == 4 and done.retained_from == 3
     assert storage.exists(commit_name(0))  # the log was not truncated: the anchor can be filled
     sweep(lake, older_than=0, delete=True, check_store=False)  # a writer's sweep (the seed's)
@@ -489,3 +520,72 @@ def test_a_failed_read_of_a_lagging_views_files_deletes_nothing(lake: str) -> No
     restart(storage, table_id)
     assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).ok
     assert_every_reader_reads_the_lake(lake, storage)
+
+
+class KilledAtCompact29(LocalStorage):
+    """Local disk where the process dies as it puts compact batch 29 of ``_spark_metadata/``."""
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        if name == batch_name(29):
+            raise OSError(f"{name}: the process died here (test)")
+        return super().put_if_absent(name, data)
+
+
+@pytest.mark.parametrize("first", ["vacuum", "sync-views", "a-vacuum-killed-after-the-fill"])
+def test_maintenance_fills_an_unfilled_spark_anchor_below_the_floor_and_converges(
+    lake: str, first: str
+) -> None:
+    """Simulation seed 36381: a lake written without views was compacted; then a writer keeping
+    the views started the Spark view in order from lake version 0 and stopped between the anchor
+    of compact batch 19 (version 0) and the batch. The view has no batch, only that anchor.
+    vacuum then raised the floor above version 0 and kept version 0's files for the anchor (hole
+    15), but its bring-up of the views ("update the views the lake has, never start one") took
+    "no batch" for "no view" and wrote nothing; the sweep kept them too, and no maintenance run
+    ever ended the keep. The anchor is a view the lake has: vacuum (as sync-views does) now fills
+    it with what its writer would write, puts the lake's version after it, and the files go. A
+    vacuum killed between the fill and its own compact keeps them (the view then lags at version
+    0), and the next run converges."""
+    from lakesink.maintenance import sweep
+
+    storage, table_id = v3_table(lake, checkpoint_interval=INTERVAL)
+    writer = Writer(plain(storage, table_id), W1)  # the views off
+    for i in range(3):
+        assert writer.append(i * 100) == i
+    assert compact_lake(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
+    promised = live(lake, 0)
+    writer.log = viewed_log(KilledAtCompact(lake), table_id)
+    assert writer.append(300) == 4  # its hook fills the view from version 0 and dies at batch 19
+    layout = read_layout(storage)
+    assert layout.anchors == {19: 0} and layout.latest is None
+    restart(storage, table_id)
+
+    def filled_as_promised() -> None:
+        # Batch 19 is what its writer would write, version 0's files: that writer, alive but
+        # slow, finds it there when it puts its own (put_if_absent, a compare by files), no Foreign.
+        assert read_layout(storage).anchors.get(19) == 0
+        listed = spark_metadata_view._files_of(storage.read_bytes(batch_name(19)), base_uri(storage))
+        assert listed == promised
+
+    if first == "sync-views":
+        assert main(["sync-views", lake]) == 0
+    # The floor (4) is below the first checkpoint (5): the first vacuum keeps the log whole, as
+    # in the seed (floor 3, interval 4), and the anchor names a version the lake can derive.
+    killed = first == "a-vacuum-killed-after-the-fill"
+    if killed:
+        killed_run = vacuum(KilledAtCompact29(lake), retain=0, delete=True, force=True, check_store=False)
+        assert killed_run.retained_from == 4 and {o.name for o in killed_run.kept} == set(promised)
+        assert all("at lake version 0" in o.reason for o in killed_run.kept), killed_run.kept
+        filled_as_promised()
+        assert spark_view_version(storage) == 0
+        restart(storage, table_id)
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.ok and done.retained_from == (5 if killed else 4)
+    assert not done.kept, done.kept  # (kept version 0's files for the anchor, every run)
+    assert not any(os.path.exists(os.path.join(lake, name)) for name in promised)
+    assert spark_view_version(storage) == done.version
+    if not killed:  # (else the fill came first, and this vacuum's compact at 39 cleaned 19 up)
+        filled_as_promised()
+    swept = sweep(lake, older_than=0, delete=True, check_store=False)
+    assert swept.ok and not swept.kept and not swept.findings, (swept.kept, swept.findings)
+    assert_every_reader_reads_the_lake(lake, storage)
+    assert verify(lake).ok

@@ -39,7 +39,8 @@ So the view (:class:`SparkView`, an ``after_commit`` hook):
   whose batch is not there (its writer died between the two) is finished by the next writer
   that reaches its id -- the compact of the version it names, whose files ``vacuum`` and the
   sweep keep until then (:func:`promised_files`) -- or, when the lake vacuumed that version
-  from its log, replaced.
+  from its log, replaced. Maintenance's update (compaction, vacuum) finishes it too, even when
+  it is all the view holds (:meth:`SparkView._promised`).
 - create-if-absent, like the Delta view: a batch that adds is a pure function of the lake
   commit (equal bytes = done); a compact is compared by its files (paths and sizes: the times
   of files added in versions the lake vacuumed may differ between two derivations). Other
@@ -391,8 +392,9 @@ class SparkView:
     """The ``after_commit`` hook that keeps a lake's ``_spark_metadata/`` up to date.
 
     ``create``: a writer with ``spark_metadata`` on may start the view; else (compaction,
-    vacuum) only a view that is there is updated. Either way a view that is behind is brought up
-    to the commit's version (in order when it is a few versions behind, else a jump to a compact).
+    vacuum) only a view that is there is updated (a fillable anchor of its first batch counts).
+    Either way a view that is behind is brought up to the commit's version (in order when it is
+    a few versions behind, else a jump to a compact).
     """
 
     def __init__(self, storage: Storage, table_id: str, *, create: bool) -> None:
@@ -471,7 +473,7 @@ class SparkView:
             k.position = (v, at) if at is not None else None
             return  # written already (by another process)
         first = 0 if top_version is None else top_version + 1
-        if top is None and not self.create:
+        if top is None and not self.create and not self._promised(vlog, layout):
             return  # no view to continue (the writers of this lake keep none)
         if v - first > GAP_FILL or first < floor or (top is None and vlog.read_header(0) is None):
             k.position = (v, write(commit, top, jump=True, state=state))  # far behind: jump
@@ -484,6 +486,22 @@ class SparkView:
                 return
             previous = write(older, previous, jump=bool(older.removes))
         k.position = (v, write(commit, previous, jump=bool(commit.removes), state=state))
+
+    def _promised(self, vlog: VersionedLog, layout: Layout) -> bool:
+        """Whether a view without a batch is one the lake has all the same: a writer keeping it
+        put the anchor of its first batch and stopped (died, or stalls) before the batch, and the
+        lake's log still holds the version that anchor names. Maintenance (``create`` off) then
+        brings that view up like any other: its update fills the anchor with what its writer
+        would write (:func:`write_version`) and puts the lake's version after it. Else nothing
+        but a writer's next commit or ``sync-views`` would, while ``vacuum`` and the sweep keep
+        that version's files for the anchor (:func:`promised_files`, seed 30060): below the
+        floor, for good -- the simulation's seed 36381, whose maintenance never converged. A
+        version the log no longer holds is not filled but taken over (as a writer does); that
+        is left to the view's writers, as is an anchor of another table (foreign)."""
+        if FIRST_BATCH not in layout.anchors:
+            return False  # (the common case, a lake without views: no read beyond the listing)
+        version = _unfilled(self.storage, vlog, FIRST_BATCH)
+        return version is not None and vlog.read_commit(version) is not None
 
     def _interval(self) -> int:
         if self.known.interval is None:
