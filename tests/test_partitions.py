@@ -398,6 +398,18 @@ def test_a_partitioned_lake_on_a_store(spark: Any, tmp_path: Path, store: str, r
     # Spark's batch read through lakesink, on the store (storage options as one JSON option).
     frame = spark.read.format("lakesink").option("storage_options", json.dumps(options)).load(lake)
     assert sorted((r["id"], r["label"], r["day"]) for r in frame.collect()) == expected
+    # And as a stream into a local lake (issue 34): the partition columns from the folders.
+    copy = str(tmp_path / "copy")
+    source_stream = (
+        spark.readStream.format("lakesink").option("storage_options", json.dumps(options))
+        .option("maxFilesPerTrigger", 2).load(lake)
+    )  # fmt: skip
+    followed = lakesink.write_stream(
+        source_stream, copy, checkpoint_location=str(tmp_path / "chk-copy"), trigger={"availableNow": True}
+    )
+    followed.awaitTermination(300)
+    assert followed.exception() is None, followed.exception()
+    assert rows_of(read_committed(copy)) == expected
     wanted = (pc.field("day") == datetime.date(2026, 11, 23)) & pc.field("label").is_null()
     assert rows_of(read_committed(lake, storage_options=options, filter=wanted)) == [
         r for r in expected if r[2].day == 23 and r[1] is None
