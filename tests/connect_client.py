@@ -87,6 +87,13 @@ def doors(url: str, work: str) -> dict[str, Any]:
     run(stream().writeStream.format("lakesink").option("checkpointLocation", chk)
         .trigger(availableNow=True).start(lake))  # fmt: skip
 
+    # 7. The lake's read doors: a batch read, and the lake as a stream into the next lake.
+    written, _ = path("write-stream")
+    seen["batch_read"] = sorted(r["id"] for r in spark.read.format("lakesink").load(written).collect())
+    lake, chk = path("lake-source")
+    source_stream = spark.readStream.format("lakesink").option("maxFilesPerTrigger", 1).load(written)
+    run(lakesink.write_stream(source_stream, lake, checkpoint_location=chk, trigger={"availableNow": True}))
+
     # Mistakes, each refused before anything starts.
     lake, chk = path("format-register")
     writer = lambda: stream().writeStream.format("lakesink").option("checkpointLocation", chk)  # noqa: E731

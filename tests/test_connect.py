@@ -82,6 +82,8 @@ def check_doors(work: Path, seen: dict[str, Any]) -> None:
     for name, mode in lakes.items():
         assert ids(work / name) == expected, name
         assert Lake(str(work / name)).mode == mode, name
+    assert seen["batch_read"] == expected  # spark.read.format("lakesink") from the client
+    assert ids(work / "lake-source") == expected  # spark.readStream.format("lakesink") from it
     assert Lake(str(work / "format-partitioned")).metadata.partition_columns == ("label",)
     folders = sorted(p.name for p in (work / "format-partitioned").glob("label=*"))
     assert folders == [f"label=r{i}" for i in range(7)]
