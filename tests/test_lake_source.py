@@ -220,3 +220,25 @@ def test_the_downstream_killed_while_the_upstream_is_written_compacted_and_vacuu
         sum(files_of.get(v, 0) for v in range(p[0], q[0])) - p[1] + q[1] for p, q in itertools.pairwise(ends)
     ]
     assert sum(read) == sum(files_of.values()) and max(read) <= MAX_FILES, read
+
+
+def test_a_schema_change_upstream_stops_the_stream_naming_the_columns(spark: Any, tmp_path: Path) -> None:
+    """A writer of A adds a column (merge_schema) after the stream took A's schema: the stream
+    stops naming the column and the way on, before it reads a row of the new version."""
+    import pyarrow as pa
+    from lakes import SCHEMA
+
+    from lakesink_reader.format.schemas import encode_schema
+
+    lakesink.register(spark)
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    writer = lake_a(a, 1)
+    stream = spark.readStream.format("lakesink").option("maxFilesPerTrigger", 5).load(a)  # A's schema now
+    writer.options["schema"] = encode_schema(pa.schema([*SCHEMA, pa.field("note", pa.string())]))
+    writer.append(100)
+    query = lakesink.write_stream(
+        stream, b, checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True}
+    )
+    with pytest.raises(Exception, match=r"column\(s\) \['note'\] are new or changed.*merge_schema=True"):
+        query.awaitTermination(120)
+    assert not os.path.exists(b) or Lake(b).files() == []
