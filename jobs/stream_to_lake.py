@@ -6,6 +6,8 @@
     python jobs/stream_to_lake.py --remote sc://127.0.0.1:15002 ...   # through Spark Connect
     python jobs/stream_to_lake.py --source kafka --bootstrap 127.0.0.1:9092 --topic events \
         --starting-offsets earliest --max-offsets-per-trigger 10000 --mode epoch ...
+    python jobs/stream_to_lake.py --source lake --input /data/lake/raw --mode epoch \
+        --max-files-per-trigger 100 --lake /data/lake/clean --checkpoint /data/chk/clean
 
 Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one
 line naming the cause (``--verbose`` prints Spark's whole error).
@@ -14,6 +16,7 @@ line naming the cause (``--verbose`` prints Spark's whole error).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -28,8 +31,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--lake", required=True, help="table root: local path, file:// or s3://bucket/prefix")
     p.add_argument("--checkpoint", required=True, help="Spark checkpoint location (local path)")
-    p.add_argument("--source", choices=("rate", "files", "kafka"), default="rate")
-    p.add_argument("--input", help="directory of input files (--source files)")
+    p.add_argument("--source", choices=("rate", "files", "kafka", "lake"), default="rate")
+    p.add_argument(
+        "--input",
+        help="directory of input files (--source files), or the upstream lake (--source lake: its "
+        "appends, exactly once; --storage-option applies to it too)",
+    )
     add_kafka_args(p)
     p.add_argument(
         "--input-format",
@@ -38,7 +45,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="files source: format of the input files (auto: from their extensions)",
     )
     p.add_argument("--rows-per-second", type=int, default=1000, help="rate source speed")
-    p.add_argument("--max-files-per-trigger", type=int, default=1, help="files source: files per epoch")
+    p.add_argument(
+        "--max-files-per-trigger", type=int, default=1, help="files and lake sources: files per epoch"
+    )
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--duration", type=float, help="stop after this many seconds")
     stop.add_argument("--available-now", action="store_true", help="process what is there, then stop")
@@ -71,8 +80,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="inject one failed task attempt: partition 0 raises after this many rows, once",
     )
     args = p.parse_args(argv)
-    if args.source == "files" and not args.input:
-        p.error("--source files needs --input DIR")
+    if args.source in ("files", "lake") and not args.input:
+        p.error(f"--source {args.source} needs --input {'DIR' if args.source == 'files' else 'LAKE'}")
     if args.source == "kafka":
         check_kafka_args(p, args)
     if args.continue_writer and args.source != "kafka":
@@ -351,6 +360,15 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
         )
     elif args.source == "kafka":
         df = kafka_stream(spark, args)
+    elif args.source == "lake":
+        # The upstream lake's appends (compactions are no new data), maxFilesPerTrigger files a
+        # micro-batch: docs/guide/reading.md, "A lake as a stream".
+        df = (
+            spark.readStream.format("lakesink")
+            .option("maxFilesPerTrigger", args.max_files_per_trigger)
+            .option("storage_options", json.dumps(args.storage_options))
+            .load(args.input)
+        )
     else:
         reader = spark.read.format(args.input_format)
         if args.input_format == "csv":

@@ -26,6 +26,7 @@ def run_job(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
     ("args", "complaint"),
     [
         (["--source", "files"], "--source files needs --input"),
+        (["--source", "lake"], "--source lake needs --input LAKE"),
         (["--rows-per-second", "0"], "--rows-per-second must be >= 1, got 0"),
         (["--duration", "5", "--available-now"], "not allowed with argument"),
         (["--storage-option", "novalue"], "--storage-option number 1 is not KEY=VALUE"),
@@ -58,6 +59,32 @@ def test_files_source_with_an_injected_failure(tmp_path: Path) -> None:
     logged = re.findall(r"epoch (\d+): rows=(\d+) files=(\d+) seconds=", out.stdout)
     assert [(int(e), int(r)) for e, r, _ in logged] == [(0, 1000), (1, 1000), (2, 1000)]
     assert all(int(f) == 2 for _, _, f in logged)
+
+
+@pytest.mark.spark
+def test_a_lake_is_the_source_of_the_next_job(tmp_path: Path) -> None:
+    """``--source lake``: an epoch-mode lake's appends (3 of 2 files, written as a writer
+    commits), every row once, 4 files a micro-batch."""
+    from lakes import v3_table
+    from test_reader_v3 import W1, Writer
+
+    from lakesink.commit.versions import VersionedLogWriter
+
+    raw = str(tmp_path / "raw")
+    storage, table_id = v3_table(raw)
+    writer = Writer(VersionedLogWriter(storage, table_id), W1)
+    for batch in range(3):
+        writer.append(batch * 100)
+    cleaned = str(tmp_path / "cleaned")
+    out = run_job(
+        "--source", "lake", "--input", raw, "--max-files-per-trigger", "4", "--available-now",
+        "--mode", "epoch", "--lake", cleaned, "--checkpoint", str(tmp_path / "chk"),
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert sorted(read_committed(cleaned).column("id").to_pylist()) == sorted(
+        read_committed(raw).column("id").to_pylist()
+    )
+    assert len(re.findall(r"epoch \d+: rows=", out.stdout)) == 2, out.stdout  # 6 files, 4 a micro-batch
 
 
 @pytest.mark.spark
