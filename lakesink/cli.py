@@ -36,11 +36,6 @@ def parse_duration(text: str) -> float:
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
-def parse_storage_options(pairs: Sequence[str]) -> dict[str, Any]:
-    """``--storage-option KEY=VALUE`` pairs as a nested dict (see ``lakesink_reader.storage.options``)."""
-    return parse_option_pairs(pairs)
-
-
 def _age(seconds: float | None) -> str:
     if seconds is None:
         return "?"
@@ -91,7 +86,7 @@ def _orphans(args: argparse.Namespace) -> int:
         args.path,
         older_than=older_than,
         delete=args.delete,
-        storage_options=parse_storage_options(args.storage_option),
+        storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "removing"),
     )
     if args.json:
@@ -145,7 +140,7 @@ def _verify(args: argparse.Namespace) -> int:
     report = verify(
         args.path,
         deep=args.deep,
-        storage_options=parse_storage_options(args.storage_option),
+        storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "checking"),
     )
     if args.json:
@@ -181,7 +176,7 @@ def _sync_views(args: argparse.Namespace) -> int:
     from lakesink.views.spark_metadata_view import spark_sync
     from lakesink_reader.storage import open_storage
 
-    storage = open_storage(args.path, parse_storage_options(args.storage_option))
+    storage = open_storage(args.path, parse_option_pairs(args.storage_option))
     only, write = args.only, not args.check
     docs: dict[str, Any] = {}
     ok = True
@@ -217,7 +212,7 @@ def _compact(args: argparse.Namespace) -> int:
         max_input=parse_size(args.max_input),
         dry_run=args.dry_run,
         abandon_older_than=parse_duration(args.abandon_older_than),
-        storage_options=parse_storage_options(args.storage_option),
+        storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "rewriting bins"),
     )
     if args.json:
@@ -278,7 +273,7 @@ def _vacuum(args: argparse.Namespace) -> int:
         retain=retain,
         delete=args.delete,
         force=args.force,
-        storage_options=parse_storage_options(args.storage_option),
+        storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "removing"),
     )
     if args.json:
@@ -326,7 +321,7 @@ def _status(args: argparse.Namespace) -> int:
 
     from lakesink.maintenance.status import status
 
-    found = status(args.path, storage_options=parse_storage_options(args.storage_option))
+    found = status(args.path, storage_options=parse_option_pairs(args.storage_option))
     if args.json:
         print(json.dumps(found.to_json(), indent=2, default=str))
         return 0
@@ -366,7 +361,7 @@ def _upgrade(args: argparse.Namespace) -> int:
     report = upgrade(
         args.path,
         check=args.check,
-        storage_options=parse_storage_options(args.storage_option),
+        storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "importing"),
     )
     if args.json:
@@ -404,7 +399,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 def _offsets(args: argparse.Namespace) -> int:
     from lakesink_reader import Lake
 
-    lake = Lake(args.path, storage_options=parse_storage_options(args.storage_option))
+    lake = Lake(args.path, storage_options=parse_option_pairs(args.storage_option))
     offsets = lake.offsets(args.writer)
     if offsets is None:
         print(

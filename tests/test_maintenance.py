@@ -20,13 +20,14 @@ from lakes import SCHEMA, foreach_lake, rows, v3_table, write_file
 from s3server import BUCKET, S3Server
 
 from lakesink import NotALakeError, TableNotFoundError
-from lakesink.cli import main, parse_duration, parse_storage_options
+from lakesink.cli import main, parse_duration
 from lakesink.commit import FileWriter, WriteOptions
 from lakesink.maintenance import sweep, verify
 from lakesink_reader.format.log import CommittedFile
 from lakesink_reader.format.table import ensure_table
 from lakesink_reader.names import data_file_name, staged_name
 from lakesink_reader.storage import Storage, open_storage
+from lakesink_reader.storage.options import parse_option_pairs
 from tests.sim.legacy import EpochCommitter, format2_table
 
 HOUR = 3600.0
@@ -284,7 +285,7 @@ def test_parse_duration_and_storage_options() -> None:
     assert [parse_duration(t) for t in ("90", "90s", "30m", "1h", "1.5d")] == [90, 90, 1800, 3600, 129600]
     with pytest.raises(ValueError, match="'1 hour'"):
         parse_duration("1 hour")
-    options = parse_storage_options(
+    options = parse_option_pairs(
         [
             "endpoint_url=http://127.0.0.1:9000",
             "secret=12345",
@@ -299,7 +300,7 @@ def test_parse_duration_and_storage_options() -> None:
         "part_size": 8388608,
     }
     with pytest.raises(ValueError, match="number 2 is not KEY=VALUE") as info:
-        parse_storage_options(["key=k", "secret:s3cr3t-value"])
+        parse_option_pairs(["key=k", "secret:s3cr3t-value"])
     assert "s3cr3t-value" not in str(info.value)  # a mistyped secret is not echoed
 
 

@@ -26,10 +26,10 @@ Delta cannot take every Arrow type at reader version 1: :func:`delta_schema` ref
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+from lakesink_reader import jsondoc
 from lakesink_reader.format.partitions import partition_texts
 from lakesink_reader.format.schemas import decode_schema
 from lakesink_reader.format.v3.commits import Commit
@@ -77,9 +77,9 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
     header = commit.header
     if metadata.table_id != header.table_id:
         raise ValueError(f"commit of table {header.table_id} derived with table.json of {metadata.table_id}")
-    schema_string = _canonical(delta_schema(metadata.schema))
+    schema_string = jsondoc.canonical(delta_schema(metadata.schema))
     if header.schema is not None:  # the commit changes the lake's schema: so does the view's
-        schema_string = _canonical(
+        schema_string = jsondoc.canonical(
             delta_schema(decode_schema(header.schema, f"lake version {header.version}"))
         )
     ms = _ms(header.committed_at)
@@ -113,9 +113,9 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
             "dataChange": data_change,
         }
         if a.stats is not None:
-            add["stats"] = _canonical(a.stats)
+            add["stats"] = jsondoc.canonical(a.stats)
         lines.append({"add": add})
-    return "".join(_canonical(line) + "\n" for line in lines).encode("utf-8")
+    return "".join(jsondoc.canonical(line) + "\n" for line in lines).encode("utf-8")
 
 
 def _partition_values(metadata: TableMetadata, path: str) -> dict[str, str | None]:
@@ -263,10 +263,6 @@ def _ms(seconds: float) -> int:
     return round(seconds * 1000)
 
 
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 # Checkpoints -----------------------------------------------------------------------------------
 
 #: The hint Delta readers read first: ``{"version": c, ...}`` of the newest checkpoint.
@@ -381,7 +377,7 @@ def delta_checkpoint(
             schema=schema,
         )
 
-    schema_string = _canonical(delta_schema(metadata.schema))
+    schema_string = jsondoc.canonical(delta_schema(metadata.schema))
     meta = _metadata_action(metadata, schema_string)
     meta_row = {
         **meta,
@@ -433,4 +429,4 @@ def delta_checkpoint(
 def last_checkpoint_doc(version: int, actions: int, adds: int, size: int) -> bytes:
     """``_delta_log/_last_checkpoint`` for the view checkpoint at ``version``."""
     doc = {"version": version, "size": actions, "numOfAddFiles": adds, "sizeInBytes": size}
-    return _canonical(doc).encode("utf-8")
+    return jsondoc.canonical(doc).encode("utf-8")

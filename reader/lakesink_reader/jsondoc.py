@@ -5,6 +5,9 @@ deep parses but then exhausts the stack of whatever walks it (encoding it again,
 pickling it to Spark). :func:`loads` refuses both, and documents larger than any lakesink
 writes, with a ValueError -- the error every caller already turns into ``CorruptFileError``
 naming the file (or, for a hint, into "ignore it"). docs/FORMAT.md, "Trust".
+
+:func:`canonical` is the other direction: the one JSON text lakesink writes of a value where
+the text itself is compared or stored (the log's stats, the Delta view's lines).
 """
 
 from __future__ import annotations
@@ -65,3 +68,8 @@ def depth(doc: Any, limit: int) -> int:
             return deepest
         stack.extend((child, level + 1) for child in children)
     return deepest
+
+
+def canonical(value: Any) -> str:
+    """The one JSON text of ``value``: keys sorted, no spaces, UTF-8 as is, no NaN."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)

@@ -592,14 +592,12 @@ def _list_table(files: Sequence[LiveFile]) -> pa.Table:
             "writer": pa.array([f.writer for f in files], pa.string()).dictionary_encode(),
             "batch": pa.array([f.batch for f in files], pa.int64()),
             "partition": pa.array([f.partition for f in files], pa.int32()),
-            "stats": pa.array([None if f.stats is None else _canonical(f.stats) for f in files], pa.string()),
+            "stats": pa.array(
+                [None if f.stats is None else jsondoc.canonical(f.stats) for f in files], pa.string()
+            ),
         },
         schema=LIST_SCHEMA,
     )
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 @dataclass
@@ -711,7 +709,7 @@ def derive_changes(
     changes = Changes.empty()
     for start in range(state.version + 1, version + 1, READ_BATCH):
         stop = min(start + READ_BATCH, version + 1)
-        for v, commit in zip(range(start, stop), _parallel(reader, range(start, stop)), strict=True):
+        for v, commit in zip(range(start, stop), parallel(reader, range(start, stop)), strict=True):
             if commit is None:
                 raise CorruptFileError(
                     f"{_url(storage, commit_name(v))} is missing: the live files at version {version} "
@@ -808,10 +806,6 @@ def plain_commit_reader(storage: Storage, table_id: str) -> Callable[[int], Comm
         return commit
 
     return read
-
-
-def _parallel(fn: Callable[[int], Commit | None], items: range) -> list[Commit | None]:
-    return parallel(fn, items)
 
 
 def _url(storage: Storage, name: str) -> str:

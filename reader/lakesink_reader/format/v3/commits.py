@@ -489,15 +489,10 @@ def _check_path(path: str) -> None:
 # Encoding -----------------------------------------------------------------------------------------
 
 
-def _canonical(value: Any) -> str:
-    """The one JSON text of ``value``: keys sorted, no spaces, UTF-8 as is, no NaN."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
 def _json_value(value: Any, what: str) -> Any:
     """``value`` as it will read back from JSON (tuples become lists); ValueError naming ``what``."""
     try:
-        return json.loads(_canonical(value))
+        return json.loads(jsondoc.canonical(value))
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} must be plain JSON (no NaN or infinity): {exc}") from exc
 
@@ -566,7 +561,7 @@ def encode_commit(commit: Commit) -> bytes:
         }
         for a in commit.adds
     ]
-    return "".join(_canonical(line) + "\n" for line in lines).encode("utf-8")
+    return "".join(jsondoc.canonical(line) + "\n" for line in lines).encode("utf-8")
 
 
 # Decoding -----------------------------------------------------------------------------------------
