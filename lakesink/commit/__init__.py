@@ -8,9 +8,14 @@
                published files committed
 
 ``files.FileWriter`` does the first four for one file, in both modes (``partitioned`` for a task
-that meets several partition folders); ``batches.BatchCommitter`` does the last for a whole
-batch. The Spark adapters (``lakesink.spark``) map Spark's hooks onto these and nothing else
-decides when data becomes visible.
+that meets several partition folders; ``tasks.write_task`` for an epoch-mode task's output);
+``batches.BatchCommitter`` does the last for a whole batch, through ``versions``
+(``VersionedLogWriter``: the commit at the next version, for writers and maintenance alike) and
+``checkpoints`` (writing the log's checkpoints). ``start`` is what a run reads of the lake once
+(the schema change, the last batch a replay skips to, the continuation), ``continuation`` the
+rules of continuing a writer; ``stats`` and ``observer`` serve the rest. The Spark adapters
+(``lakesink.spark``) map Spark's hooks onto these and nothing else decides when data becomes
+visible.
 """
 
 from lakesink.commit.batches import BatchCommitter
