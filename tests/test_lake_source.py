@@ -7,6 +7,7 @@ checkpoint, limits that split a version, and the refusals that name the way out.
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 import os
 import signal
@@ -242,3 +243,33 @@ def test_a_schema_change_upstream_stops_the_stream_naming_the_columns(spark: Any
     with pytest.raises(Exception, match=r"column\(s\) \['note'\] are new or changed.*merge_schema=True"):
         query.awaitTermination(120)
     assert not os.path.exists(b) or Lake(b).files() == []
+
+
+def test_the_sources_offsets_without_spark(tmp_path: Path) -> None:
+    """The driver's side alone (no query): startingTimestamp, maxBytesPerTrigger splitting a
+    version, and availableNow's cap at the version newest when it started."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+    from lakesink.spark.streaming import LakeStreamReader, parse_stream_options
+
+    a = str(tmp_path / "a")
+    writer = lake_a(a, 2)
+    lake = Lake(a)
+    second = lake.versions()[1]
+    stamp = dt.datetime.fromtimestamp(second.committed_at, dt.UTC).isoformat()
+    reader = LakeStreamReader(parse_stream_options({"path": a, "startingTimestamp": stamp}), lake.schema)
+    assert reader.initialOffset() == {"version": 1, "index": 0}  # the first version at or after it
+    size = max(f.size or 0 for f in lake.files())
+    reader = LakeStreamReader(parse_stream_options({"path": a, "maxBytesPerTrigger": str(size)}), lake.schema)
+    start = reader.initialOffset()
+    assert start == {"version": 0, "index": 0, "snapshot": True}
+    first = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert first == {"version": 0, "index": 1, "snapshot": True}  # one file: the limit splits version 0
+    assert [p.names for p in reader.partitions(start, first)] == [(lake.files(versions=(0, 0))[0].name,)]
+    reader.prepareForTriggerAvailableNow()
+    lake_a(a, 1, first=500, writer=writer)  # committed after availableNow started: not read
+    end = reader.latestOffset(first, ReadAllAvailable())
+    assert end == {"version": 2, "index": 0}
+    names = [n for p in reader.partitions(first, end) for n in p.names]
+    assert len(names) == 3 and all("-b000000000002-" not in n for n in names)
+    assert reader.latestOffset(end, ReadMaxBytes(size)) == end  # nothing more before the cap
