@@ -52,8 +52,11 @@ class ViewsRefused(LocalStorage):
     """Local disk that refuses every write under the views' folders (a view that cannot be
     brought up: a permission, a quota, an outage of that prefix)."""
 
+    #: The folders whose writes are refused.
+    refused: tuple[str, ...] = ("_delta_log/", "_spark_metadata/")
+
     def _refuse(self, name: str) -> None:
-        if name.startswith(("_delta_log/", "_spark_metadata/")):
+        if name.startswith(self.refused):
             raise PermissionError(f"{name}: writes refused (test)")
 
     def put_if_absent(self, name: str, data: bytes) -> bool:
@@ -391,26 +394,12 @@ class LogDeletesFail(LocalStorage):
         super().delete(name)
 
 
-class SparkViewRefused(LocalStorage):
+class SparkViewRefused(ViewsRefused):
     """Local disk that refuses every write under ``_spark_metadata/``: maintenance that cannot
     reach the Spark view leaves an anchor without its batch as it found it (else its bring-up of
     the views fills it: simulation seed 36381)."""
 
-    def _refuse(self, name: str) -> None:
-        if name.startswith("_spark_metadata/"):
-            raise PermissionError(f"{name}: writes refused (test)")
-
-    def put_if_absent(self, name: str, data: bytes) -> bool:
-        self._refuse(name)
-        return super().put_if_absent(name, data)
-
-    def put(self, name: str, data: bytes) -> None:
-        self._refuse(name)
-        super().put(name, data)
-
-    def delete(self, name: str) -> None:
-        self._refuse(name)
-        super().delete(name)
+    refused = ("_spark_metadata/",)
 
 
 class SparkViewRefusedLogDeletesFail(SparkViewRefused, LogDeletesFail):
