@@ -257,10 +257,12 @@ def test_the_sources_offsets_without_spark(tmp_path: Path) -> None:
     lake = Lake(a)
     second = lake.versions()[1]
     stamp = dt.datetime.fromtimestamp(second.committed_at, dt.UTC).isoformat()
-    reader = LakeStreamReader(parse_stream_options({"path": a, "startingTimestamp": stamp}), lake.schema)
+    reader = LakeStreamReader(parse_stream_options({"path": a, "startingTimestamp": stamp}), lake.schema, ())
     assert reader.initialOffset() == {"version": 1, "index": 0}  # the first version at or after it
     size = max(f.size or 0 for f in lake.files())
-    reader = LakeStreamReader(parse_stream_options({"path": a, "maxBytesPerTrigger": str(size)}), lake.schema)
+    reader = LakeStreamReader(
+        parse_stream_options({"path": a, "maxBytesPerTrigger": str(size)}), lake.schema, ()
+    )
     start = reader.initialOffset()
     assert start == {"version": 0, "index": 0, "snapshot": True}
     first = reader.latestOffset(start, reader.getDefaultReadLimit())

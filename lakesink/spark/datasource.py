@@ -128,11 +128,13 @@ class LakeSinkDataSource(DataSource):
         return parse_stream_options(self.options)
 
     @functools.cached_property
-    def stream_schema(self) -> Any:
-        """A streaming read's schema: the lake's newest, when the query starts."""
+    def stream_table(self) -> tuple[Any, tuple[str, ...]]:
+        """A streaming read's schema (the lake's newest, when the query starts) and its partition
+        columns, read once: the tasks get them with the reader."""
         from lakesink_reader.lake import Lake
 
-        return Lake(self.stream_options.path, self.stream_options.storage_options).schema
+        lake = Lake(self.stream_options.path, self.stream_options.storage_options)
+        return lake.schema, lake.metadata.partition_columns
 
     def schema(self) -> Any:
         """A read's schema: the lake's (Spark asks for it when the read names none)."""
@@ -143,7 +145,7 @@ class LakeSinkDataSource(DataSource):
 
         given = {k.lower() for k in self.options}
         if given & set(STREAM_ONLY):  # a stream's options
-            return from_arrow_schema(self.stream_schema)
+            return from_arrow_schema(self.stream_table[0])
         unknown = sorted(given - set(READ_OPTIONS) - set(STREAM_OPTIONS))
         if unknown:  # Spark does not say which read asks: name both doors' options
             raise ValueError(
@@ -162,7 +164,7 @@ class LakeSinkDataSource(DataSource):
         """``spark.readStream.format("lakesink")``: the lake's versions as a stream."""
         from lakesink.spark.streaming import LakeStreamReader
 
-        return LakeStreamReader(self.stream_options, self.stream_schema)
+        return LakeStreamReader(self.stream_options, *self.stream_table)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
         """Driver side: check (or create) the table metadata, then hand out the writer."""

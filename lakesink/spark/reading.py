@@ -61,15 +61,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
             f'unknown option(s) {unknown} for spark.read.format("lakesink"); its options: '
             "['path', 'storage_options', 'versionAsOf', 'timestampAsOf']"
         )
-    path = opts.get("path")
-    if not path:
-        raise ValueError('spark.read.format("lakesink") needs the lake\'s path: .load(path)')
-    try:
-        storage_options = json.loads(opts.get("storage_options") or "{}")
-    except ValueError:
-        storage_options = None
-    if not isinstance(storage_options, dict):  # its value is not shown: it may hold a secret
-        raise ValueError("storage_options must be a JSON object of storage options")
+    path, storage_options = lake_location(opts, 'spark.read.format("lakesink")')
     if "versionasof" in opts and "timestampasof" in opts:
         raise ValueError("versionAsOf and timestampAsOf select the same thing: give one of them")
     lake = Lake(path, storage_options)  # pins the latest version: its files are those read
@@ -95,6 +87,37 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
     )
 
 
+def lake_location(opts: Mapping[str, str], door: str) -> tuple[str, dict[str, Any]]:
+    """A read's lake: its path and storage options (a JSON object), from ``opts`` (lower-case
+    keys); ``door`` names the read in the errors."""
+    path = opts.get("path")
+    if not path:
+        raise ValueError(f"{door} needs the lake's path: .load(path)")
+    try:
+        storage_options = json.loads(opts.get("storage_options") or "{}")
+    except ValueError:
+        storage_options = None
+    if not isinstance(storage_options, dict):  # its value is not shown: it may hold a secret
+        raise ValueError("storage_options must be a JSON object of storage options")
+    return path, storage_options
+
+
+def option_millis(name: str, text: str) -> int:
+    """The time option ``name`` (ISO 8601; UTC when it names no zone) in milliseconds, as Delta's
+    commit timestamps: a time printed from a commit's own time (microseconds at most) selects
+    that commit, whatever the float rounding."""
+    try:
+        when = dt.datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise ValueError(
+            f"{name} must be an ISO 8601 time such as '2026-11-27 10:00:00' or "
+            f"'2026-11-27T10:00:00+01:00', got {text!r}"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
 def _version_option(text: str) -> int:
     try:
         version = int(text)
@@ -106,19 +129,8 @@ def _version_option(text: str) -> int:
 
 
 def _version_at(lake: Lake, text: str) -> int:
-    """The newest version committed at or before ``text`` (ISO 8601; UTC when it names no zone)."""
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"timestampAsOf must be an ISO 8601 time such as '2026-11-27 10:00:00' or "
-            f"'2026-11-27T10:00:00+01:00', got {text!r}"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    # In milliseconds, as Delta's commit timestamps: a time printed from a commit's own time
-    # (microseconds at most) selects that commit, whatever the float rounding.
-    millis = int(when.timestamp() * 1000)
+    """The newest version committed at or before ``text`` (``option_millis``)."""
+    millis = option_millis("timestampAsOf", text)
     versions = lake.versions()
     before = [v.version for v in versions if int(v.committed_at * 1000) <= millis]
     if not before:

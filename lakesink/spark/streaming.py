@@ -18,8 +18,6 @@ The driver decides which files a micro-batch reads; its tasks read them with pya
 
 from __future__ import annotations
 
-import datetime as dt
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,7 +31,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from lakesink.spark.reading import FilesPartition, task_partitions
+from lakesink.spark.reading import FilesPartition, lake_location, option_millis, task_partitions
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,15 +83,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
             "['path', 'storage_options', 'startingVersion', 'startingTimestamp', 'maxFilesPerTrigger', "
             "'maxBytesPerTrigger']"
         )
-    path = opts.get("path")
-    if not path:
-        raise ValueError('spark.readStream.format("lakesink") needs the lake\'s path: .load(path)')
-    try:
-        storage_options = json.loads(opts.get("storage_options") or "{}")
-    except ValueError:
-        storage_options = None
-    if not isinstance(storage_options, dict):  # its value is not shown: it may hold a secret
-        raise ValueError("storage_options must be a JSON object of storage options")
+    path, storage_options = lake_location(opts, 'spark.readStream.format("lakesink")')
     if "startingversion" in opts and "startingtimestamp" in opts:
         raise ValueError("startingVersion and startingTimestamp say the same thing: give one of them")
     starting: int | str | None = None
@@ -151,9 +141,10 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
     """The driver's side of a lake stream: offsets and the files between two of them; the tasks
     read the files (:meth:`read`)."""
 
-    def __init__(self, options: StreamOptions, schema: pa.Schema) -> None:
+    def __init__(self, options: StreamOptions, schema: pa.Schema, partition_columns: tuple[str, ...]) -> None:
         self.options = options
         self.schema = schema  # the query's: fixed when it started
+        self.partition_columns = partition_columns  # table.json's: the tasks take them from here
         self._lake: Lake | None = None
         self._target: int | None = None  # availableNow: the newest version when the query started
 
@@ -244,7 +235,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         return None if lake is None or lake.version is None else Position(lake.version + 1).to_offset()
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        lake = self._opened()
+        # The lake as latestOffset last saw it, which holds ``end``: no second look at the log.
+        lake = self._lake if self._lake is not None else self._opened()
         first, last = Position.of(start), Position.of(end)
         if (last.version, last.index) <= (first.version, first.index):
             return []
@@ -257,16 +249,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
 
         assert isinstance(partition, FilesPartition)
         storage = open_storage(self.options.path, self.options.storage_options)
-        metadata_columns = self._partition_columns()
-        yield from dataset_of(storage, self.schema, metadata_columns, partition.names).to_batches()
-
-    def _partition_columns(self) -> tuple[str, ...]:
-        from lakesink_reader.format.table import read_table_metadata
-        from lakesink_reader.storage import open_storage
-
-        return read_table_metadata(
-            open_storage(self.options.path, self.options.storage_options)
-        ).partition_columns
+        yield from dataset_of(storage, self.schema, self.partition_columns, partition.names).to_batches()
 
     # Walking the versions ----------------------------------------------------------------------
 
@@ -327,16 +310,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
 
 
 def _version_from(lake: Lake, text: str) -> int:
-    """The first version committed at or after ``text`` (ISO 8601; UTC when it names no zone)."""
-    try:
-        when = dt.datetime.fromisoformat(text.strip())
-    except ValueError:
-        raise ValueError(
-            f"startingTimestamp must be an ISO 8601 time such as '2026-11-27 10:00:00', got {text!r}"
-        ) from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    millis = int(when.timestamp() * 1000)
+    """The first version committed at or after ``text`` (``reading.option_millis``)."""
+    millis = option_millis("startingTimestamp", text)
     after = [v.version for v in lake.versions() if int(v.committed_at * 1000) >= millis]
     if after:
         return min(after)
