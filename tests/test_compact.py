@@ -83,8 +83,8 @@ def test_compaction_keeps_the_rows_drops_files_and_old_versions_read_old_files(t
     stats = report.outputs[0].stats
     assert stats["numRecords"] == 1000 and stats["minValues"]["id"] == 0 and stats["maxValues"]["id"] == 999
     # time travel: the version before the compaction reads the old files
-    assert {f.name for f in Lake(path).files(as_of_version=9)} == old_files
-    assert ids(path, as_of_version=9) == list(range(1000))
+    assert {f.name for f in Lake(path).at(version=9).files()} == old_files
+    assert ids(path, version=9) == list(range(1000))
     [info] = [v for v in Lake(path).versions() if v.kind == "compact"]
     assert (info.remove_files, info.add_files, info.op) == (20, 1, report.token)
     assert verify(path).ok
@@ -308,8 +308,8 @@ def test_compaction_of_a_lake_written_by_the_epoch_writer(spark: Any, tmp_path: 
     report = compact(lake, min_files=2, target_file_size=1 << 20)
     assert report.status == "committed" and report.version == 4
     assert len(Lake(lake).files()) == 1 < len(before.files())
-    assert ids(lake) == list(range(400)) == ids(lake, as_of_version=3)
-    assert {f.name for f in Lake(lake).files(as_of_version=3)} == {f.name for f in before.files()}
+    assert ids(lake) == list(range(400)) == ids(lake, version=3)
+    assert {f.name for f in Lake(lake).at(version=3).files()} == {f.name for f in before.files()}
     assert verify(lake).ok
     # the writer goes on after the compaction: its next batch is the next version
     add_input(tmp_path / "in", 4)
@@ -338,10 +338,10 @@ def test_compaction_in_a_loop_beside_a_live_writer(spark: Any, tmp_path: Path, l
                 if report.version > report.base_version + 1:
                     raced.append(report.version)
                 # the compact commit changes no rows; the version before it reads the old files
-                now = ids(lake, as_of_version=report.version)
-                assert now == ids(lake, as_of_version=report.version - 1)
+                now = ids(lake, version=report.version)
+                assert now == ids(lake, version=report.version - 1)
                 whole_blocks(now, f"version {report.version}")
-                whole_blocks(ids(lake, as_of_version=report.base_version), f"version {report.base_version}")
+                whole_blocks(ids(lake, version=report.base_version), f"version {report.base_version}")
             whole_blocks(ids(lake), "latest")  # during: never a row twice, never half a batch
             time.sleep(0.1)
         live.query.processAllAvailable()

@@ -207,7 +207,7 @@ def test_deltalake_and_polars_read_exactly_the_committed_rows_at_every_version(l
     report = compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
     assert report.version == 3
     versions: list[int | None] = [None, 0, 1, 2, 3]
-    expected = {str(v): ids(read_committed(lake, as_of_version=v)) for v in versions}
+    expected = {str(v): ids(read_committed(lake, version=v)) for v in versions}
     assert expected["None"] == expected["2"] == expected["3"]
     seen = oracle(lake, versions, append=True)
     for v in versions:
@@ -320,6 +320,7 @@ def test_the_delta_log_option_and_a_writer_that_fills_a_small_gap(lake: str) -> 
         table_id=table_id,
         writer_id=W1,
         run="run-0000000000000001",
+        checkpoint_interval=100,
         after_commit=derived_views(storage, table_id, delta_log=False),
     )
     off.commit(0, [])
@@ -330,6 +331,7 @@ def test_the_delta_log_option_and_a_writer_that_fills_a_small_gap(lake: str) -> 
         table_id=table_id,
         writer_id=W1,
         run="run-0000000000000001",
+        checkpoint_interval=100,
         after_commit=derived_views(storage, table_id),
     )
     on.commit(2, [])  # versions 0 and 1 are written first: a view never has holes
@@ -356,6 +358,7 @@ def test_a_schema_delta_cannot_take_has_no_view(lake: str) -> None:
         table_id=table_id,
         writer_id=W1,
         run="run-0000000000000001",
+        checkpoint_interval=100,
         after_commit=derived_views(storage, table_id),
     ).commit(0, [])
     assert not storage.list("_delta_log")
@@ -381,7 +384,7 @@ def test_view_checkpoints_are_read_and_versions_before_them_still_are(lake: str,
     hint = json.loads(storage.read_bytes("_delta_log/_last_checkpoint"))
     assert hint["version"] == 15 and hint["numOfAddFiles"] == 1 + 2 * 8 and hint["size"] == 3 + 17
     versions: list[int | None] = [None, 3, 5, 7, 12]
-    expected = {str(v): ids(read_committed(lake, as_of_version=v)) for v in versions}
+    expected = {str(v): ids(read_committed(lake, version=v)) for v in versions}
     seen = oracle(lake, versions, apps=[W1])
     for v in versions:
         got = seen[str(v)]
@@ -436,7 +439,7 @@ def test_delta_sync_writes_checkpoints_and_starts_the_view_of_a_vacuumed_lake(la
     versions: list[int | None] = [None, 8, 9]
     seen = oracle(lake, versions)
     for v in versions:
-        got, expected = seen[str(v)], ids(read_committed(lake, as_of_version=v))
+        got, expected = seen[str(v)], ids(read_committed(lake, version=v))
         assert got["deltalake"] == got["polars"] == got["duckdb"] == expected, v
     assert delta_sync(storage).written == [] and delta_sync(storage, write=False).state == "ok"
 
@@ -468,7 +471,7 @@ def test_a_sync_that_dies_halfway_on_a_vacuumed_lake_leaves_a_readable_view(lake
     ]
     assert delta_sync(storage).written == [6]
     seen = oracle(lake, [None, 5])
-    assert seen["5"]["deltalake"] == ids(read_committed(lake, as_of_version=5))
+    assert seen["5"]["deltalake"] == ids(read_committed(lake, version=5))
     assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == ids(read_committed(lake))
 
 
@@ -491,7 +494,7 @@ def test_a_spark_epoch_writer_keeps_the_views(spark: Any, tmp_path: Path, lake: 
     assert spark.read.parquet(lake).count() == 150
     seen = oracle(lake, [None, 0, 2])
     assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == expected
-    assert seen["0"]["deltalake"] == ids(read_committed(lake, as_of_version=0))
+    assert seen["0"]["deltalake"] == ids(read_committed(lake, version=0))
     assert seen["2"]["polars"] == expected
     assert status(lake).delta_view == "ok" and status(lake).spark_view == "ok" and verify(lake).ok
     assert SCHEMA  # (the hand-built lakes' schema; this one is Spark's)

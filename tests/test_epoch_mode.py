@@ -89,8 +89,8 @@ def test_format_lakesink_with_a_failing_task_commits_every_row_once(spark, tmp_p
     assert [e.rows for e in epochs] == [1_000, 1_000, 1_000]
     # Source offsets come from Spark's offset log: the file source's logOffset per epoch.
     assert [e.source_offsets for e in epochs] == [[{"logOffset": i}] for i in range(3)]
-    assert ids(read_committed(lake, epochs=(1, 1))) == list(range(1_000, 2_000))
-    assert ids(read_committed(lake, as_of_epoch=1)) == list(range(2_000))
+    assert ids(Lake(lake).since(epoch=0).at(epoch=1).to_table()) == list(range(1_000, 2_000))
+    assert ids(read_committed(lake, epoch=1)) == list(range(2_000))
     # Every file of the lake is listed by a record: nothing published outside the log.
     on_disk = {n for n in os.listdir(lake) if n.endswith(".parquet")}
     assert on_disk == {f.name for f in table.files()}

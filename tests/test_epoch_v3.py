@@ -98,7 +98,7 @@ def test_each_batch_is_one_version_and_every_row_lands_once(spark: Any, tmp_path
     opened = Lake(lake)
     assert [v.version for v in opened.versions()] == [0, 1, 2]
     assert [w.id for w in opened.writers()] == [query.id]
-    assert sorted(read_committed(lake, as_of_version=0).column("id").to_pylist()) == list(range(100))
+    assert sorted(read_committed(lake, version=0).column("id").to_pylist()) == list(range(100))
 
 
 def test_a_replayed_batch_is_skipped_whole_and_the_lake_keeps_its_format(

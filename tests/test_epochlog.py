@@ -157,7 +157,7 @@ def test_ten_thousand_epochs_open_from_the_checkpoint(tmp_path: Path) -> None:
     assert all(f.state == "committed" and f.rows == 1 for f in files)
     assert len(lake.epochs()) == 10_000
     # Time travel and incremental reads cut at the right epochs, across checkpoint boundaries.
-    assert [f.epoch for f in lake.files(as_of_epoch=150)] == list(range(151))
-    assert [f.epoch for f in lake.files(epochs=(199, 201))] == [199, 200, 201]
-    assert sorted(read_committed(str(root), epochs=(2000, 2000)).column("id").to_pylist()) == [2000]
-    assert read_committed(str(root), as_of_epoch=1000).num_rows == 1001
+    assert [f.epoch for f in lake.at(epoch=150).files()] == list(range(151))
+    assert [f.epoch for f in lake.at(epoch=201).since(epoch=198).files()] == [199, 200, 201]
+    assert sorted(Lake(str(root), epoch=2000).since(epoch=1999).to_table().column("id").to_pylist()) == [2000]
+    assert read_committed(str(root), epoch=1000).num_rows == 1001

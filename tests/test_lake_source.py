@@ -267,7 +267,9 @@ def test_the_sources_offsets_without_spark(tmp_path: Path) -> None:
     assert start == {"version": 0, "index": 0, "snapshot": True}
     first = reader.latestOffset(start, reader.getDefaultReadLimit())
     assert first == {"version": 0, "index": 1, "snapshot": True}  # one file: the limit splits version 0
-    assert [p.names for p in reader.partitions(start, first)] == [(lake.files(versions=(0, 0))[0].name,)]
+    assert [p.names for p in reader.partitions(start, first)] == [
+        (lake.at(version=0).since(version=-1).files()[0].name,)
+    ]
     reader.prepareForTriggerAvailableNow()
     lake_a(a, 1, first=500, writer=writer)  # committed after availableNow started: not read
     end = reader.latestOffset(first, ReadAllAvailable())

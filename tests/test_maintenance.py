@@ -210,7 +210,7 @@ def test_format_3_sweep_follows_the_versioned_log(tmp_path: Path, capsys: pytest
     assert [s.name for s in storage.staged("")] == [young.name]
     assert storage.exists(f"{OPS_DIR}/{live_op}.json") and not storage.exists(f"{OPS_DIR}/{dead_op}.json")
     assert sorted(read_committed(path).column("id").to_pylist()) == list(range(400))
-    assert sorted(read_committed(path, as_of_version=3).column("id").to_pylist()) == list(range(400))
+    assert sorted(read_committed(path, version=3).column("id").to_pylist()) == list(range(400))
 
     # A second writer at batch 0: batch 2 is no longer committed by every writer, so a file that
     # names only the batch may be that writer's in flight; its own first batch settles its tag.

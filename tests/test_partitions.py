@@ -231,7 +231,7 @@ def test_a_partitioned_lake_reads_the_same_in_every_reader(spark: Any, day_label
     assert ours.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
     older = spark.read.format("lakesink").option("versionAsOf", 0).load(lake)
     assert sorted(r["id"] for r in older.collect()) == sorted(
-        read_committed(lake, as_of_version=0).column("id").to_pylist()
+        read_committed(lake, version=0).column("id").to_pylist()
     )
 
     # deltalake, polars and DuckDB, through the Delta view: the same ids, at each version.
@@ -242,8 +242,8 @@ def test_a_partitioned_lake_reads_the_same_in_every_reader(spark: Any, day_label
         == seen["None"]["duckdb"]
         == [r[0] for r in expected]
     )
-    assert seen["0"]["deltalake"] == sorted(read_committed(lake, as_of_version=0).column("id").to_pylist())
-    assert seen["1"]["polars"] == sorted(read_committed(lake, as_of_version=1).column("id").to_pylist())
+    assert seen["0"]["deltalake"] == sorted(read_committed(lake, version=0).column("id").to_pylist())
+    assert seen["1"]["polars"] == sorted(read_committed(lake, version=1).column("id").to_pylist())
     values = delta_values(lake)
     assert sorted(values, key=str) == sorted({(r[1], r[2].isoformat()) for r in expected}, key=str)
     assert status(lake).delta_view == "ok" and status(lake).spark_view == "ok"

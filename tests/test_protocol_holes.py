@@ -391,7 +391,7 @@ def test_a_writer_clock_behind_by_more_than_retain_does_not_move_retention_past_
     # (before the compaction) still finds its files. By the writer's clock alone it was 5.
     assert report.retained_from == 3
     assert inputs <= {n for n in os.listdir(path) if n.endswith(".parquet")}
-    assert ids(path, as_of_version=3) == list(range(4 * ROWS))
+    assert ids(path, version=3) == list(range(4 * ROWS))
 
 
 # Suspected: a slow upgrade run after the log moved on --------------------------------------------

@@ -146,8 +146,8 @@ def test_bad_arguments_are_named(lake: str) -> None:
 def test_time_travel_on_an_epoch_lake_selects_epochs(lake: str) -> None:
     epoch_lake(lake, epochs=3, partitions=1, rows_per_file=10)
     assert [e.epoch for e in Lake(lake).epochs()] == [0, 1, 2]
-    assert ids(read_committed(lake, as_of_epoch=1)) == list(range(20))
-    assert ids(read_committed(lake, epochs=(1, 2))) == list(range(10, 30))
+    assert ids(read_committed(lake, epoch=1)) == list(range(20))
+    assert ids(Lake(lake, epoch=2).since(epoch=0).to_table()) == list(range(10, 30))
 
 
 def test_time_travel_on_a_foreach_lake_is_refused_saying_why(lake: str) -> None:
@@ -155,11 +155,15 @@ def test_time_travel_on_a_foreach_lake_is_refused_saying_why(lake: str) -> None:
     state the table was ever in, since each (partition, epoch) file commits on its own."""
     foreach_lake(lake, epochs=3, partitions=2, rows_per_file=10)
     assert Lake(lake).epochs() == []
-    for select in ({"as_of_epoch": 0}, {"epochs": (0, 1)}):
-        with pytest.raises(ValueError, match=r"foreach-mode lake.*no epoch log.*without as_of_epoch"):
-            read_committed(lake, **select)  # type: ignore[arg-type]
-        with pytest.raises(ValueError, match=next(iter(select))):
-            Lake(lake).dataset(**select)  # type: ignore[arg-type]
+    with pytest.raises(
+        ValueError,
+        match=r"epoch=0 selects committed epochs.*foreach-mode lake.*no epoch log.*without an epoch",
+    ):
+        read_committed(lake, epoch=0)
+    with pytest.raises(
+        ValueError, match=r"Lake.since\(\) with epoch=0 selects committed epochs.*foreach-mode"
+    ):
+        Lake(lake).since(epoch=0).dataset()
     assert ids(read_committed(lake)) == list(range(60))  # the way out the error names
 
 
@@ -208,9 +212,9 @@ def test_paths_urls_and_files_in_the_way(tmp_path: Path) -> None:
 
 def test_as_of_epoch_beyond_the_newest_epoch_is_refused(lake: str) -> None:
     epoch_lake(lake, epochs=3, partitions=1, rows_per_file=2)
-    assert ids(read_committed(lake, as_of_epoch=2)) == list(range(6))
-    with pytest.raises(ValueError, match=r"as_of_epoch=7 is beyond the newest committed epoch .* \(2\)"):
-        read_committed(lake, as_of_epoch=7)
+    assert ids(read_committed(lake, epoch=2)) == list(range(6))
+    with pytest.raises(ValueError, match=r"epoch=7 is beyond the newest committed epoch .* \(2\)"):
+        read_committed(lake, epoch=7)
 
 
 def test_reading_beside_a_writer_that_publishes_staged_files_never_raises(lake: str) -> None:

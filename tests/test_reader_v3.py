@@ -102,17 +102,26 @@ def test_a_v3_lake_reads_its_live_files_versions_writers_and_offsets(
     [writer] = opened.writers()
     assert (writer.id, writer.first_batch, writer.last_batch, writer.last_version) == (W1, 0, 2, 2)
     assert opened.offsets() == [{"ev": {"0": 60}}] == opened.offsets(writer.tag) == opened.offsets(W1)
-    assert ids(read_committed(lake, as_of_version=1)) == list(range(40))
-    assert ids(read_committed(lake, versions=(1, 2))) == list(range(20, 60))
+    assert ids(read_committed(lake, version=1)) == list(range(40))
+    assert ids(Lake(lake).since(version=0).to_table()) == list(range(20, 60))
     assert [e.epoch for e in opened.epochs()] == [0, 1, 2]  # one writer: epochs are its batches
-    assert ids(read_committed(lake, as_of_epoch=0)) == list(range(20))
-    assert ids(read_committed(lake, epochs=(2, 2))) == list(range(40, 60))
-    with pytest.raises(ValueError, match=r"as_of_version=7 is beyond the newest version .* \(2\)"):
-        read_committed(lake, as_of_version=7)
-    with pytest.raises(ValueError, match=r"as_of_epoch=9 is beyond the newest committed epoch"):
-        read_committed(lake, as_of_epoch=9)
+    assert ids(read_committed(lake, epoch=0)) == list(range(20))
+    assert ids(Lake(lake).since(epoch=1).to_table()) == list(range(40, 60))
+    with pytest.raises(ValueError, match=r"version=7 is beyond the newest version .* \(2\)"):
+        read_committed(lake, version=7)
+    with pytest.raises(ValueError, match=r"epoch=9 is beyond the newest committed epoch"):
+        read_committed(lake, epoch=9)
     with pytest.raises(ValueError, match="select by one of them"):
-        opened.files(as_of_version=1, versions=(0, 1))
+        Lake(lake, version=1, epoch=1)
+    with pytest.raises(ValueError, match=r"since epoch=0 reads up to a pinned epoch; pin it by epoch"):
+        opened.at(version=2).since(epoch=0).files()
+    with pytest.raises(ValueError, match=r"since version=2 is after the pinned version=1"):
+        opened.at(version=1).since(version=2).files()
+    with pytest.raises(ValueError, match="pinned at version=1"):
+        opened.at(version=1).refresh()
+    assert opened.at(version=1).since(version=1).files() == []  # nothing after the pin
+    assert ids(opened.at(version=1).since(version=-1).to_table()) == list(range(40))
+    assert opened.version == 2 and opened.at(version=1).version == 1 and opened.at(epoch=0).version == 0
     with pytest.raises(ValueError, match="is not a writer"):
         opened.offsets("nobody")
 
@@ -140,12 +149,12 @@ def test_a_compaction_keeps_the_rows_and_older_versions_read_the_old_files(
         None,
         40,
     )
-    before = opened.files(as_of_version=2)
+    before = opened.at(version=2).files()
     assert {f.name for f in before} == {f.path for f in live_adds(log, 0, 1, 2)}  # the old files
-    assert ids(opened.to_table(as_of_version=2)) == ids(opened.to_table(as_of_version=3)) == list(range(60))
-    assert ids(opened.to_table(versions=(0, 4))) == list(range(80))  # compactions add no rows
-    assert ids(opened.to_table(versions=(3, 3))) == []
-    assert ids(opened.to_table(as_of_epoch=2)) == list(range(60))  # as of the version of batch 2
+    assert ids(opened.at(version=2).to_table()) == ids(opened.at(version=3).to_table()) == list(range(60))
+    assert ids(opened.since(version=-1).to_table()) == list(range(80))  # compactions add no rows
+    assert ids(opened.at(version=3).since(version=2).to_table()) == []
+    assert ids(opened.at(epoch=2).to_table()) == list(range(60))  # as of the version of batch 2
     assert [v.kind for v in opened.versions()] == ["append", "append", "append", "compact", "append"]
     assert opened.versions()[3].remove_files == 4
 
@@ -162,13 +171,13 @@ def test_two_writers_have_versions_but_no_epochs(lake: str, v3: tuple[Storage, V
     assert opened.offsets(W2) == [{"b": 1}] and opened.offsets(W1[:8] + W1[9:13] + W1[14:18]) == [{"a": 2}]
     with pytest.raises(ValueError, match=f"2 writers that are not retired.*{W1}.*{W2}"):
         opened.offsets()
-    for select in ({"as_of_epoch": 0}, {"epochs": (0, 1)}):
-        with pytest.raises(ValueError, match=f"one writer lineage.*{W1}.*{W2}.*as_of_version"):
-            read_committed(lake, **select)  # type: ignore[arg-type]
+    for select in (opened.at(epoch=0), opened.since(epoch=0)):
+        with pytest.raises(ValueError, match=f"one writer lineage.*{W1}.*{W2}.*at\\(version=\\)"):
+            select.to_table()
     with pytest.raises(ValueError, match="one writer lineage"):
         opened.epochs()
-    assert ids(read_committed(lake, versions=(1, 1))) == list(range(100, 120))
-    assert [(f.version, f.writer, f.batch) for f in opened.files(versions=(1, 2))] == [
+    assert ids(Lake(lake, version=1).since(version=0).to_table()) == list(range(100, 120))
+    assert [(f.version, f.writer, f.batch) for f in opened.since(version=0).files()] == [
         (1, W2, 0),
         (1, W2, 0),
         (2, W1, 1),
@@ -188,8 +197,8 @@ def test_a_continued_writer_is_one_lineage_whose_epochs_run_on(
     w2.append(60, offsets=[{"ev": {"0": 80}}])
     opened = Lake(lake)
     assert [e.epoch for e in opened.epochs()] == [0, 1, 2, 3]
-    assert ids(opened.to_table(as_of_epoch=2)) == list(range(60))
-    assert ids(opened.to_table(epochs=(1, 2))) == list(range(20, 60))
+    assert ids(opened.at(epoch=2).to_table()) == list(range(60))
+    assert ids(opened.at(epoch=2).since(epoch=0).to_table()) == list(range(20, 60))
     assert opened.offsets() == [{"ev": {"0": 80}}]  # the one writer that is not retired
     assert [w.retired for w in opened.writers()] == [True, False]
 
@@ -222,7 +231,7 @@ def test_opening_a_checkpointed_lake_reads_one_checkpoint_and_no_file_list(
     counting.reset()
     assert ids(opened.to_table()) == list(range(260))
     assert lists == [10] and counting.commits_read() == [11, 12, 13] and counting.checkpoints_read() == []
-    assert ids(opened.to_table(as_of_version=7)) == list(range(160))  # from the checkpoint at 5
+    assert ids(opened.at(version=7).to_table()) == list(range(160))  # from the checkpoint at 5
     assert lists[-1] == 5
     code = (
         "import sys\n"
@@ -245,12 +254,13 @@ def test_versions_below_the_retained_range_are_refused_naming_it(
         w1.append(batch * 20)
     log.commit(PendingCommit.vacuum(op_token=new_op_token(), retained_from=4))  # version 7
     opened = Lake(lake)
-    assert ids(opened.to_table(as_of_version=4)) == list(range(100))
-    for select in ({"as_of_version": 3}, {"versions": (2, 5)}):
-        with pytest.raises(ValueError, match=r"below the retained range .*: versions 4\.\.7"):
-            opened.to_table(**select)  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"as_of_epoch=1 is below the retained range"):
-        opened.to_table(as_of_epoch=1)
+    assert ids(opened.at(version=4).to_table()) == list(range(100))
+    with pytest.raises(ValueError, match=r"version=3 is below the retained range .*: versions 4\.\.7"):
+        opened.at(version=3).to_table()
+    with pytest.raises(ValueError, match=r"since version=1: .*not all retained .*kept versions 4\.\.7"):
+        opened.at(version=5).since(version=1).to_table()
+    with pytest.raises(ValueError, match=r"epoch=1 is below the retained range"):
+        opened.at(epoch=1).to_table()
     assert [v.version for v in opened.versions()] == [4, 5, 6, 7]
     # Commits below the oldest checkpoint removed (as vacuum will): the range says so too.
     for v in range(5):
@@ -278,7 +288,7 @@ def test_read_all_adds_published_and_staged_files_the_log_does_not_list(
     assert sorted(states) == ["committed", "committed", "published", "staged"]
     assert ids(opened.to_table(isolation="read_all")) == [*range(20), *range(500, 505), *range(900, 903)]
     with pytest.raises(ValueError, match="isolation='read_committed'"):
-        opened.files("read_all", as_of_version=0)
+        opened.at(version=0).files("read_all")
 
 
 def test_v2_lakes_have_no_versions_and_read_as_before(lake: str) -> None:
@@ -289,8 +299,8 @@ def test_v2_lakes_have_no_versions_and_read_as_before(lake: str) -> None:
         with pytest.raises(ValueError, match=r"format-2 epoch-mode lake .*Lake\.epochs\(\)"):
             call()
     with pytest.raises(ValueError, match="needs a versioned log"):
-        read_committed(lake, as_of_version=0)
-    assert ids(read_committed(lake, as_of_epoch=0)) == list(range(5))
+        read_committed(lake, version=0)
+    assert ids(read_committed(lake, epoch=0)) == list(range(5))
     assert [(f.version, f.writer, f.batch) for f in opened.files()] == [(None, None, None)] * 2
 
 
@@ -330,7 +340,7 @@ def test_changes_return_the_rows_appends_added_and_nothing_of_a_compaction(lake:
     # Vacuumed: the appends after version 1 are gone from the log; the lake as it is still reads.
     assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).ok
     vacuumed = Lake(lake)
-    with pytest.raises(ValueError, match=r"since_version=1: .*not all retained.*since_version=None"):
+    with pytest.raises(ValueError, match=r"since version=1: .*not all retained.*since_version=None"):
         vacuumed.changes(since_version=1)
     assert ids(vacuumed.changes().table) == ids(read_committed(lake))
     with pytest.raises(ValueError, match="since_version must be a version >= -1"):

@@ -149,8 +149,8 @@ def test_a_stream_that_adds_and_widens_columns_evolves_the_lake(
     assert rows[100]["extra"] == "x100"
     log_schemas = Lake(lake)._view("x").state.schemas
     assert len(log_schemas) == 1  # recorded by the first batch of the run, not again
-    assert read_committed(lake, as_of_version=1).num_rows == 80  # older versions read as it is now
-    assert read_committed(lake, as_of_version=1).schema.names == table.schema.names
+    assert read_committed(lake, version=1).num_rows == 80  # older versions read as it is now
+    assert read_committed(lake, version=1).schema.names == table.schema.names
 
     # Delta readers take the schema from the view's metaData of that version.
     seen = oracle(lake, [None, 1])

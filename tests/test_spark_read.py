@@ -41,12 +41,12 @@ def test_a_batch_read_returns_the_committed_rows_at_the_latest_and_an_older_vers
         f.write(b"not even parquet")
     read = spark.read.format("lakesink")
     assert ids(read.load(lake)) == committed(lake) and len(committed(lake)) == 100
-    assert ids(read.option("versionAsOf", 2).load(lake)) == committed(lake, as_of_version=2)
+    assert ids(read.option("versionAsOf", 2).load(lake)) == committed(lake, version=2)
     # timestampAsOf: the newest version committed at or before it (UTC when it names no zone).
     versions = Lake(lake).versions()
     at = dt.datetime.fromtimestamp(versions[3].committed_at, dt.UTC).replace(tzinfo=None).isoformat()
     assert ids(spark.read.format("lakesink").option("timestampAsOf", at).load(lake)) == committed(
-        lake, as_of_version=3
+        lake, version=3
     )
     frame = spark.read.format("lakesink").load(lake)
     assert frame.schema.names == Lake(lake).schema.names
@@ -61,7 +61,7 @@ def test_bad_read_options_are_refused_naming_the_way_out(lake: str) -> None:
     storage, table_id = v3_table(lake)
     Writer(VersionedLogWriter(storage, table_id), W1).append(0)
     cases = [
-        ({"versionAsOf": "7"}, "as_of_version=7 is beyond the newest version"),
+        ({"versionAsOf": "7"}, "version=7 is beyond the newest version"),
         ({"versionAsOf": "-1"}, "versionAsOf must be a version number >= 0"),
         ({"timestampAsOf": "yesterday"}, "timestampAsOf must be an ISO 8601 time"),
         ({"timestampAsOf": "2001-01-01"}, "no version committed at or before '2001-01-01'"),

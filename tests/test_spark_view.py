@@ -79,7 +79,7 @@ def files_of(storage: Storage, name: str) -> dict[str, int]:
 def live(lake: str, version: int | None = None) -> dict[str, int]:
     from lakesink_reader import Lake
 
-    return {f.name: int(f.size or 0) for f in Lake(lake).files(as_of_version=version)}
+    return {f.name: int(f.size or 0) for f in Lake(lake).at(version=version).files()}
 
 
 def lake_log_digest(lake: str) -> dict[str, str]:
@@ -231,6 +231,7 @@ def test_the_spark_metadata_option_and_a_view_started_on_a_written_lake(lake: st
         table_id=table_id,
         writer_id=W1,
         run="run-0000000000000001",
+        checkpoint_interval=100,
         after_commit=derived_views(storage, table_id, spark_metadata=False),
     )
     for batch in range(20):
@@ -243,6 +244,7 @@ def test_the_spark_metadata_option_and_a_view_started_on_a_written_lake(lake: st
         table_id=table_id,
         writer_id=W1,
         run="run-0000000000000001",
+        checkpoint_interval=100,
         after_commit=derived_views(storage, table_id),
     )
     on.commit(20, [])
@@ -286,7 +288,7 @@ def test_every_reader_reads_exactly_the_committed_rows(spark: Any, lake: str) ->
     versions: list[int | None] = [None, 3, 6, 12]
     seen = oracle(lake, versions)
     for v in versions:
-        got, expected = seen[str(v)], ids(read_committed(lake, as_of_version=v))
+        got, expected = seen[str(v)], ids(read_committed(lake, version=v))
         assert got["deltalake"] == got["polars"] == got["duckdb"] == expected, v
     assert 5000 not in seen["None"]["deltalake"]
     assert status(lake).spark_view == "ok" and status(lake).delta_view == "ok" and verify(lake).ok

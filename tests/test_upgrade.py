@@ -99,9 +99,11 @@ def test_an_epoch_lake_keeps_its_rows_and_epochs_become_versions(lake: str, caps
     ]  # fmt: skip
     v2 = EpochLog(open_storage(lake)).records()
     assert [v.committed_at for v in opened.versions()][:4] == [r.committed_at for r in v2[:4]]
-    assert ids(lake, as_of_epoch=1) == list(range(400))  # time travel by epoch still works
-    assert ids(lake, as_of_version=2) == list(range(600))
-    assert ids(lake, epochs=(2, 3)) == list(range(400, 800))
+    assert ids(lake, epoch=1) == list(range(400))  # time travel by epoch still works
+    assert ids(lake, version=2) == list(range(600))
+    assert sorted(Lake(lake, epoch=3).since(epoch=1).to_table().column("id").to_pylist()) == list(
+        range(400, 800)
+    )
     [writer] = opened.writers()
     assert (writer.id, writer.first_batch, writer.last_batch, writer.last_version) == ("q", 0, 3, 3)
     doc = json.loads(Path(lake, TABLE_FILE).read_bytes())
@@ -332,7 +334,7 @@ def test_a_v2_stream_resumes_on_the_upgraded_lake(spark: Any, tmp_path: Path) ->
     assert meta_files(lake) == before and ids(lake) == list(range(200))
     report = upgrade(lake)
     assert (report.fence_epoch, report.upgrade_version) == (2, 2)
-    assert ids(lake) == list(range(200)) and ids(lake, as_of_epoch=0) == list(range(100))
+    assert ids(lake) == list(range(200)) and ids(lake, epoch=0) == list(range(100))
     # Spark replays its last batch (its commit is missing from the checkpoint), then goes on.
     (old.checkpoint / "commits" / "1").unlink()
     add_input(old.input, 2)

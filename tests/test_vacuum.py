@@ -69,7 +69,7 @@ def test_dry_run_lists_and_changes_nothing(tmp_path: Path, capsys: pytest.Captur
     assert {o.name for o in report.files} == replaced and not report.removed
     assert report.checkpoint == 8 and any(e.endswith("00000000000000000007.json") for e in report.log_entries)
     assert data_files(path) == files and log_entries(path) == entries  # nothing changed
-    assert Lake(path).version == 12 and ids(path, as_of_version=3) == list(range(400))
+    assert Lake(path).version == 12 and ids(path, version=3) == list(range(400))
     assert main(["vacuum", path]) == 0  # the CLI default is a dry run too (7d: nothing that old)
     assert "nothing to vacuum" in capsys.readouterr().out
     assert data_files(path) == files and log_entries(path) == entries
@@ -102,9 +102,9 @@ def test_vacuum_removes_replaced_files_and_old_versions(tmp_path: Path) -> None:
     assert entries[0].startswith("00000000000000000008.") and "00000000000000000007.json" not in entries
     assert ids(path) == list(range(1200))  # reads at the latest version are exact
     with pytest.raises(ValueError, match=r"retained range .*versions 10\.\.13"):
-        read_committed(path, as_of_version=9)
-    assert ids(path, as_of_version=10) == list(range(1000))  # versions >= R still read
-    assert ids(path, as_of_version=11) == list(range(1100))
+        read_committed(path, version=9)
+    assert ids(path, version=10) == list(range(1000))  # versions >= R still read
+    assert ids(path, version=11) == list(range(1100))
     assert [v.version for v in Lake(path).versions()] == list(range(10, 14))
     assert verify(path).ok
     again = vacuum(path, retain=DAY, now=between + DAY, delete=True)  # idempotent: nothing left to do
@@ -150,7 +150,7 @@ def test_kill_9_mid_vacuum_then_a_rerun_converges(tmp_path: Path, step: str) -> 
     assert report.ok and report.version is None and report.retained_from == 10  # committed by the killed run
     assert not (replaced & data_files(path))
     assert log_entries(path)[0].startswith("00000000000000000008.")
-    assert ids(path) == list(range(1200)) and ids(path, as_of_version=10) == list(range(1000))
+    assert ids(path) == list(range(1200)) and ids(path, version=10) == list(range(1000))
     assert verify(path).ok
     assert not vacuum(path, retain=DAY, now=between + DAY, delete=True).removed  # converged
 

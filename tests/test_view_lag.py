@@ -197,7 +197,7 @@ def test_vacuum_keeps_what_a_view_it_cannot_bring_up_still_lists(lake: str, caps
     writer.log = plain(storage, table_id)
     for i in range(6):  # versions 6..11, no view update either
         writer.append(1000 + i * 100)
-    at_three = ids(read_committed(lake, as_of_version=3))
+    at_three = ids(read_committed(lake, version=3))
     restart(storage, table_id)
     done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
     assert done.version == 12 and done.ok

@@ -34,7 +34,6 @@ from lakesink.commit.observer import Observer, notify
 from lakesink.commit.versions import AfterCommit, CommitResult, VersionedLogWriter
 from lakesink_reader.errors import CommitRefusedError, CommitStateUnknownError, quietly
 from lakesink_reader.format.v3.commits import AddFile, CommitHeader, Continuation, PendingCommit
-from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.storage import Storage
 
@@ -57,7 +56,8 @@ class BatchCommitter:
     allow_other_queries
         This writer may start on a lake other writers write (its rows are different).
     checkpoint_interval
-        table.json's ``checkpoint_interval`` (None: the default).
+        The lake's checkpoint interval, ``TableMetadata.log_interval`` (table.json's, else the
+        default): required, so that every writer and vacuum checkpoint at the same versions.
     observer
         Told of ``before_record`` and ``after_record`` (the names the epoch mode uses).
     after_commit
@@ -77,8 +77,8 @@ class BatchCommitter:
         table_id: str,
         writer_id: str,
         run: str,
+        checkpoint_interval: int,
         allow_other_queries: bool = False,
-        checkpoint_interval: int | None = None,
         observer: Observer | None = None,
         after_commit: AfterCommit | None = None,
         in_doubt: set[int] | None = None,
@@ -92,7 +92,7 @@ class BatchCommitter:
         self.log = VersionedLogWriter(
             storage,
             table_id,
-            checkpoint_interval=checkpoint_interval or DEFAULT_CHECKPOINT_INTERVAL,
+            checkpoint_interval=checkpoint_interval,
             after_commit=after_commit,
         )
         self.observer = observer

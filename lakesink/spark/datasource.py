@@ -187,7 +187,7 @@ class LakeSinkDataSource(DataSource):
             files,
             self.run_token,
             table.table_id,
-            table.checkpoint_interval,
+            table.log_interval,
             committed_through(self.config, start),
             table.partition_columns,
         )
@@ -242,10 +242,10 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         config: SinkConfig,
         schema: pa.Schema,
         run_token: str,
-        table_id: str | None = None,
-        checkpoint_interval: int | None = None,
-        committed_through: int | None = None,
-        partition_columns: tuple[str, ...] = (),
+        table_id: str | None,
+        checkpoint_interval: int,
+        committed_through: int | None,
+        partition_columns: tuple[str, ...],
     ) -> None:
         self.config = config
         self.schema = schema

@@ -76,7 +76,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
             f"is a format-{lake.metadata.format_version} {lake.mode}-mode lake"
             + (f": convert it with `lakesink upgrade {path}`" if lake.mode == "epoch" else "")
         )
-    files = lake.files(as_of_version=version) if version is not None else lake.files()
+    files = lake.at(version=version).files()
     return ReadPlan(
         path,
         storage_options,

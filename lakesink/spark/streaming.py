@@ -32,6 +32,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from lakesink.spark.reading import FilesPartition, lake_location, option_millis, task_partitions
+from lakesink_reader.errors import VersionNotRetainedError
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -292,15 +293,13 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         last = min(newest, first + VERSIONS_PER_LOOK - 1)
         try:
             if position.snapshot:
-                return {first: lake.files(as_of_version=first)}
+                return {first: lake.at(version=first).files()}
             found: dict[int, list[Any]] = {v: [] for v in range(first, last + 1)}
-            for f in lake.files(versions=(first, last)):
+            for f in lake.at(version=last).since(version=first - 1).files():
                 assert f.version is not None  # a file an append added: the log says which version
                 found[f.version].append(f)
             return found
-        except ValueError as exc:
-            if "below the retained range" not in str(exc):
-                raise
+        except VersionNotRetainedError as exc:
             raise ValueError(
                 f"the stream needs version {first} of {self.options.path}, which vacuum removed "
                 f"(its retention keeps versions for 7 days by default: `lakesink vacuum --retain`): {exc}. "

@@ -23,6 +23,7 @@ from lakesink_reader.errors import (
     LakeSinkError,
     NotALakeError,
     TableNotFoundError,
+    VersionNotRetainedError,
 )
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ __all__ = [
     "SkippedFilesWarning",
     "TableNotFoundError",
     "VersionInfo",
+    "VersionNotRetainedError",
     "read_all",
     "read_committed",
 ]

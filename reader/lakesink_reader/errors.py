@@ -34,6 +34,11 @@ class FormatVersionError(LakeSinkError):
     """The table was written with a lake format version this code does not understand."""
 
 
+class VersionNotRetainedError(LakeSinkError, ValueError):
+    """A read selects versions of a format-3 lake that vacuum no longer retains (its message
+    names the retained range). A ValueError too: a selection outside the readable range."""
+
+
 class CorruptFileError(LakeSinkError):
     """A committed data file (or a metadata file) is missing or cannot be read: the lake is damaged."""
 

@@ -11,14 +11,20 @@ Isolation levels:
 
 A committed file that cannot be read is an error (``CorruptFileError``, naming the file) for
 ``read_committed``, unless ``on_error="skip"`` asks to read around it and report it.
+Which committed data a ``Lake`` reads is the object itself, as a Delta table's version is: a
+``Lake`` reads the newest snapshot; ``Lake(path, version=v)`` or ``lake.at(version=v)`` (and
+``epoch=``) one in the past; ``lake.since(version=a)`` only the rows appends added after ``a``
+(an incremental read; ``changes`` is the follower's form of it). Every read method reads what
+its lake object selects, so no read method takes selection keywords.
 Format-3 (epoch-mode) lakes are read through a pinned snapshot of their versioned log
-(``lakesink_reader.v3``): versions, writers and their offsets, ``as_of_version`` and
-``versions=(a, b)``; format 1 and 2 lakes keep the epoch log's code path.
+(``lakesink_reader.v3``): versions, writers and their offsets; format 1 and 2 lakes keep the
+epoch log's code path.
 This module never imports pyspark, nor any writer module of lakesink.
 """
 
 from __future__ import annotations
 
+import copy
 import os
 import warnings
 from collections.abc import Mapping, Sequence
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError, missing_extra
+from lakesink_reader.errors import CorruptFileError, VersionNotRetainedError, missing_extra
 from lakesink_reader.format.log import EpochInfo, EpochLog
 from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
 from lakesink_reader.format.schemas import fit_problems
@@ -99,6 +105,30 @@ class ReadResult:
 
 
 @dataclass(frozen=True)
+class _Pick:
+    """One end of what a ``Lake`` selects: a version (format 3) or an epoch (epoch mode)."""
+
+    by: Literal["version", "epoch"]
+    value: int
+
+    def __str__(self) -> str:
+        return f"{self.by}={self.value}"
+
+
+def _pick(what: str, version: int | None, epoch: int | None, *, lowest: int) -> _Pick | None:
+    """The one of ``version``/``epoch`` given (None when neither), checked to be an integer."""
+    given = [_Pick(by, value) for by, value in (("version", version), ("epoch", epoch)) if value is not None]  # type: ignore[arg-type]
+    if len(given) > 1:
+        raise ValueError(f"{what}: version={version!r} and epoch={epoch!r}: select by one of them")
+    if not given:
+        return None
+    value = given[0].value
+    if isinstance(value, bool) or not isinstance(value, int) or value < lowest:
+        raise ValueError(f"{what}: {given[0].by} must be an integer >= {lowest}, got {value!r}")
+    return given[0]
+
+
+@dataclass(frozen=True)
 class Changes:
     """What :meth:`Lake.changes` read: the rows, and the version it read up to (the
     ``since_version`` of the next call)."""
@@ -108,14 +138,23 @@ class Changes:
 
 
 class Lake:
-    """A lakesink table at ``path`` (local path, ``file://`` or ``s3://``).
+    """A lakesink table at ``path`` (local path, ``file://``, ``s3://`` or ``hdfs://``), and which
+    of its committed data this object reads: the newest snapshot; with ``version=`` (format 3)
+    or ``epoch=`` (epoch mode) the table as it was then (time travel, as ``DeltaTable(path,
+    version=)``). ``at()`` and ``since()`` give other selections of the same lake without
+    opening it again.
 
     Raises TableNotFoundError when nothing is at ``path`` and NotALakeError when the path
     holds no lakesink table (or is a file).
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+        self,
+        path: str | os.PathLike[str],
+        storage_options: Mapping[str, Any] | None = None,
+        *,
+        version: int | None = None,
+        epoch: int | None = None,
     ) -> None:
         self.path = os.fspath(path)
         self._storage: Storage = open_storage(self.path, storage_options)
@@ -128,9 +167,57 @@ class Lake:
             self._v3 = LogView(self._storage, self.metadata, _where(self._storage))
         elif self.metadata.mode == "epoch":
             self._log = EpochLog(self._storage)
+        #: What this object selects (``at``, ``since``): None -- the newest snapshot, every row.
+        self._at: _Pick | None = None
+        self._since: _Pick | None = None
+        if (at := _pick("Lake()", version, epoch, lowest=0)) is not None:
+            self._at = self._checked(at, "Lake()")
 
     def __repr__(self) -> str:
-        return f"Lake({self.path!r}, mode={self.metadata.mode!r})"
+        selected = "".join(
+            f", {word}{pick}" for word, pick in (("", self._at), ("since ", self._since)) if pick
+        )
+        return f"Lake({self.path!r}, mode={self.metadata.mode!r}{selected})"
+
+    # What this object reads -----------------------------------------------------------------
+
+    def at(self, *, version: int | None = None, epoch: int | None = None) -> Lake:
+        """This lake as of ``version`` (format 3) or ``epoch`` (epoch mode): time travel. The
+        same lake, not opened again; ``at()`` with neither is the newest snapshot again."""
+        other = self._copy()
+        at = _pick("Lake.at()", version, epoch, lowest=0)
+        other._at = None if at is None else self._checked(at, "Lake.at()")
+        return other
+
+    def since(self, *, version: int | None = None, epoch: int | None = None) -> Lake:
+        """Only the rows that appends added after ``version`` (format 3) or ``epoch`` (epoch
+        mode), up to this object's snapshot: an incremental read (``-1``: from the first). A
+        compaction rewrites rows and adds none, so it is no change; nor is a vacuum."""
+        other = self._copy()
+        since = _pick("Lake.since()", version, epoch, lowest=-1)
+        other._since = None if since is None else self._checked(since, "Lake.since()")
+        return other
+
+    def _copy(self) -> Lake:
+        other = copy.copy(self)
+        if self._v3 is not None:
+            other._v3 = copy.copy(self._v3)  # its own snapshot: refresh() moves one object only
+        return other
+
+    def _checked(self, pick: _Pick, what: str) -> _Pick:
+        if pick.by == "version":
+            self._view(f"{what} with {pick}")
+        elif self._v3 is None and self._log is None:
+            # Selecting the files by the epoch in their names would look like time travel but
+            # is not: nothing says that every partition of an epoch is there.
+            raise ValueError(
+                f"{what} with {pick} selects committed epochs, but {self.path} is a foreach-mode lake, "
+                "which has no epoch log: each (partition, epoch) file commits on its own, so no record "
+                "says which files make up an epoch (Lake.epochs() is empty). Read it without an epoch, "
+                'or write the stream in epoch mode (lakesink.write_stream or format("lakesink")), whose '
+                "lakes can be read as of an epoch"
+            )
+        return pick
 
     @property
     def schema(self) -> pa.Schema:
@@ -154,12 +241,35 @@ class Lake:
 
     @property
     def version(self) -> int | None:
-        """The version this object reads (format-3 epoch-mode lakes; -1 before the first commit).
-        None for other lakes, which have no versioned log."""
-        return self._v3.version if self._v3 is not None else None
+        """The version this object reads (format-3 epoch-mode lakes; -1 before the first commit):
+        the newest of its snapshot, or the one it was pinned at. None for other lakes, which have
+        no versioned log."""
+        if self._v3 is None:
+            return None
+        if self._at is None:
+            return self._v3.version
+        return self._at.value if self._at.by == "version" else self._epoch_version(self._at.value)
+
+    def _epoch_version(self, epoch: int) -> int:
+        """The version of a format-3 lake's ``epoch`` (the append of that batch of its lineage)."""
+        view = self._view(f"epoch={epoch}")
+        lineage = view.epochs(f"epoch={epoch}")
+        at = [h.version for e, h in lineage if e == epoch]
+        if not at:
+            newest = lineage[-1][0] if lineage else None
+            if newest is None or epoch > newest:
+                self._check_as_of(epoch, newest)
+            raise VersionNotRetainedError(
+                f"epoch={epoch} is below the retained range of {self.path}: its epochs "
+                f"are {lineage[0][0]}..{newest} (versions {view.oldest()}..{view.version})"
+            )
+        return at[0]
 
     def refresh(self) -> None:
-        """Move a format-3 lake's pinned snapshot to the newest version (other lakes: nothing to do)."""
+        """Move a format-3 lake's snapshot to the newest version (other lakes: nothing to do). A
+        lake pinned by ``version=``/``epoch=`` refuses: ``at()`` returns it unpinned."""
+        if self._at is not None:
+            raise ValueError(f"{self!r} is pinned at {self._at}: lake.at() is the same lake, unpinned")
         if self._v3 is not None:
             self._v3.refresh()
 
@@ -191,7 +301,7 @@ class Lake:
     def epochs(self) -> list[EpochInfo]:
         """The committed epochs of an epoch-mode table, oldest first.
 
-        Empty in foreach mode, which has no epoch log (and so refuses ``as_of_epoch`` / ``epochs``).
+        Empty in foreach mode, which has no epoch log (and so refuses a selection by epoch).
         A format-3 lake has epochs when one writer lineage wrote it (ValueError naming its
         writers otherwise): the appends of that lineage.
         """
@@ -209,46 +319,30 @@ class Lake:
             ]
         return self._log.epochs() if self._log is not None else []
 
-    def files(
-        self,
-        isolation: Isolation = "read_committed",
-        *,
-        as_of_epoch: int | None = None,
-        epochs: tuple[int, int] | None = None,
-        as_of_version: int | None = None,
-        versions: tuple[int, int] | None = None,
-    ) -> list[LakeFile]:
-        """The data files visible at ``isolation``, ordered by (epoch, partition, name) --
-        format 3: by (version, partition, name).
-
-        ``as_of_epoch`` (time travel) and ``epochs=(first, last)`` (incremental read, both
-        ends included) select committed epochs; they apply to ``read_committed`` of an
-        epoch-mode lake only (ValueError otherwise). Format-3 lakes also take
-        ``as_of_version=v`` (the files live at version v) and ``versions=(a, b)`` (the files
-        added by the append commits of versions a..b: the rows they added; compactions change
-        no rows).
-        """
+    def files(self, isolation: Isolation = "read_committed") -> list[LakeFile]:
+        """The data files this object selects, visible at ``isolation``, ordered by (epoch,
+        partition, name) -- format 3: by (version, partition, name). A selection by version or
+        epoch (``at``, ``since``) is of committed data: ``read_committed`` only."""
         if isolation not in ("read_committed", "read_all"):
             raise ValueError(f"isolation must be 'read_committed' or 'read_all', got {isolation!r}")
-        if as_of_version is not None or versions is not None:
-            self._view("as_of_version=" if as_of_version is not None else "versions=")
+        if (self._at or self._since) and isolation != "read_committed":
+            raise ValueError(
+                f"{self!r} selects committed data by version or epoch: use isolation='read_committed'"
+            )
+        as_of_epoch = as_of_version = None
+        epochs = versions = None
+        if self._since is None:
+            if self._at is not None and self._at.by == "epoch":
+                as_of_epoch = self._at.value
+            elif self._at is not None:
+                as_of_version = self._at.value
+        else:
+            span = self._span()
+            if span is None:
+                return []
+            versions, epochs = (span, None) if self._since.by == "version" else (None, span)
         if self._v3 is not None:
             return self._v3_files(isolation, as_of_epoch, epochs, as_of_version, versions)
-        if (as_of_epoch is not None or epochs is not None) and isolation != "read_committed":
-            raise ValueError("as_of_epoch / epochs select committed epochs: use isolation='read_committed'")
-        if self._log is None and (as_of_epoch is not None or epochs is not None):
-            given = f"as_of_epoch={as_of_epoch!r}" if as_of_epoch is not None else f"epochs={epochs!r}"
-            # Selecting the files by the epoch in their names would look like time travel but
-            # is not: nothing says that every partition of an epoch is there.
-            raise ValueError(
-                f"{given} selects committed epochs, but {self.path} is a foreach-mode lake, which "
-                "has no epoch log: each (partition, epoch) file commits on its own, so no record "
-                "says which files make up an epoch (Lake.epochs() is empty). Read it without "
-                "as_of_epoch / epochs, or write the stream in epoch mode (lakesink.write_stream or "
-                'format("lakesink")), whose lakes can be read as of an epoch'
-            )
-        if epochs is not None and (len(epochs) != 2 or epochs[0] > epochs[1]):
-            raise ValueError(f"epochs must be a (first, last) pair with first <= last, got {epochs!r}")
         # Epoch-mode read_committed needs no listing of the table root: the log names the files.
         listing = self._listing() if self._log is None or isolation == "read_all" else []
         listed = [
@@ -273,7 +367,7 @@ class Lake:
             ]
         if isolation == "read_all":
             # Everything else: files published by an epoch with no record (epoch mode), and
-            # staged data (as_of_epoch/epochs are refused above, so ``found`` is complete).
+            # staged data (a selection by epoch is refused above, so ``found`` is complete).
             committed = {f.name for f in found}
             found += [
                 LakeFile(n, self._path(n), p.partition, p.epoch, p.state, size)
@@ -291,6 +385,31 @@ class Lake:
         found.sort(key=lambda f: (f.epoch or 0, f.partition or 0, f.name))
         return found
 
+    def _span(self) -> tuple[int, int] | None:
+        """The (first, last) versions or epochs a ``since`` selection reads; None when empty."""
+        since = self._since
+        assert since is not None
+        if self._at is not None and self._at.by != since.by:
+            raise ValueError(
+                f"{self!r}: since {since} reads up to a pinned {since.by}; "
+                f"pin it by {since.by} (at({since.by}=))"
+            )
+        first = since.value + 1
+        if since.by == "epoch":
+            last = self._at.value if self._at is not None else 1 << 62  # every epoch there is
+        else:
+            view = self._view(f"Lake.since({since})")
+            last = self._at.value if self._at is not None else view.version
+            if first <= last and first < (oldest := view.oldest()):
+                raise VersionNotRetainedError(
+                    f"since {since}: the appends after it are not all retained by {self.path} (vacuum "
+                    f"kept versions {oldest}..{view.version}); read the lake as it is (Lake(path), or "
+                    "changes(since_version=None)) and follow it from the version that returns"
+                )
+        if self._at is not None and first > last + 1:
+            raise ValueError(f"{self!r}: since {since} is after the pinned {self._at}")
+        return (first, last) if first <= last else None
+
     def _v3_files(
         self,
         isolation: Isolation,
@@ -301,22 +420,9 @@ class Lake:
     ) -> list[LakeFile]:
         view = self._v3
         assert view is not None
-        given = [
-            f"{k}={v!r}"
-            for k, v in (("as_of_epoch", as_of_epoch), ("epochs", epochs), ("as_of_version", as_of_version),
-                         ("versions", versions))
-            if v is not None
-        ]  # fmt: skip
-        if len(given) > 1:
-            raise ValueError(f"{' and '.join(given)}: select by one of them")
-        if given and isolation != "read_committed":
-            raise ValueError(f"{given[0]} selects committed versions: use isolation='read_committed'")
-        for name, pair in (("epochs", epochs), ("versions", versions)):
-            if pair is not None and (len(pair) != 2 or pair[0] > pair[1]):
-                raise ValueError(f"{name} must be a (first, last) pair with first <= last, got {pair!r}")
         if epochs is not None or versions is not None:
             if epochs is not None:
-                lineage = view.epochs(f"epochs={epochs!r}")
+                lineage = view.epochs(f"{self!r}")
                 picked = [h.version for e, h in lineage if epochs[0] <= e <= epochs[1]]
                 commits = view.commits(picked)
             else:
@@ -330,17 +436,7 @@ class Lake:
             ]  # fmt: skip
         else:
             if as_of_epoch is not None:
-                lineage = view.epochs(f"as_of_epoch={as_of_epoch}")
-                at = [h.version for e, h in lineage if e == as_of_epoch]
-                if not at:
-                    newest = lineage[-1][0] if lineage else None
-                    if newest is None or as_of_epoch > newest:
-                        self._check_as_of(as_of_epoch, newest)
-                    raise ValueError(
-                        f"as_of_epoch={as_of_epoch} is below the retained range of {self.path}: its epochs "
-                        f"are {lineage[0][0]}..{newest} (versions {view.oldest()}..{view.version})"
-                    )
-                as_of_version = at[0]
+                as_of_version = self._epoch_version(as_of_epoch)
             version = view.version if as_of_version is None else as_of_version
             empty = version < 0 and as_of_version is None  # nothing committed yet
             found = [] if empty else self._from_list(view.live_files(version))
@@ -389,10 +485,10 @@ class Lake:
             )  # fmt: skip
         return found
 
-    def _check_as_of(self, as_of_epoch: int, newest: int | None) -> None:
-        if newest is None or as_of_epoch > newest:
+    def _check_as_of(self, epoch: int, newest: int | None) -> None:
+        if newest is None or epoch > newest:
             raise ValueError(
-                f"as_of_epoch={as_of_epoch} is beyond the newest committed epoch of {self.path} "
+                f"epoch={epoch} is beyond the newest committed epoch of {self.path} "
                 f"({newest if newest is not None else 'none: nothing is committed yet'})"
             )
 
@@ -408,23 +504,14 @@ class Lake:
 
     # Reading ------------------------------------------------------------------------------
 
-    def dataset(
-        self,
-        isolation: Isolation = "read_committed",
-        *,
-        as_of_epoch: int | None = None,
-        epochs: tuple[int, int] | None = None,
-        as_of_version: int | None = None,
-        versions: tuple[int, int] | None = None,
-    ) -> ds.Dataset:
-        """A ``pyarrow.dataset.Dataset`` over the visible files (DuckDB and polars read it).
+    def dataset(self, isolation: Isolation = "read_committed") -> ds.Dataset:
+        """A ``pyarrow.dataset.Dataset`` over the visible files this object selects (DuckDB and
+        polars read it).
 
         Files that are not committed are checked first, and left out (and reported in a
         :class:`SkippedFilesWarning`) when they cannot be read.
         """
-        files = self.files(
-            isolation, as_of_epoch=as_of_epoch, epochs=epochs, as_of_version=as_of_version, versions=versions
-        )
+        files = self.files(isolation)
         readable, skipped = self._readable(files)
         if skipped:
             warnings.warn(SkippedFilesWarning(skipped), stacklevel=2)
@@ -480,13 +567,9 @@ class Lake:
         *,
         columns: Sequence[str] | None = None,
         filter: ds.Expression | None = None,
-        as_of_epoch: int | None = None,
-        epochs: tuple[int, int] | None = None,
-        as_of_version: int | None = None,
-        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> ReadResult:
-        """Read the visible data, and say which files were skipped.
+        """Read the visible data this object selects, and say which files were skipped.
 
         ``on_error``: what an unreadable *committed* file does -- ``"raise"`` a
         CorruptFileError naming it (the default of ``read_committed``), or ``"skip"`` it and
@@ -498,15 +581,7 @@ class Lake:
         if on_error not in ("raise", "skip"):
             raise ValueError(f"on_error must be 'raise' or 'skip', got {on_error!r}")
         _check_columns(columns, self.schema)
-        files, skipped = self._readable(
-            self.files(
-                isolation,
-                as_of_epoch=as_of_epoch,
-                epochs=epochs,
-                as_of_version=as_of_version,
-                versions=versions,
-            )
-        )
+        files, skipped = self._readable(self.files(isolation))
         projection = list(columns) if columns is not None else None
         for _ in range(_READ_ATTEMPTS):
             try:
@@ -532,30 +607,26 @@ class Lake:
         columns: Sequence[str] | None = None,
         filter: ds.Expression | None = None,
     ) -> Changes:
-        """The rows the lake's appends added after ``since_version``, up to the pinned version,
-        and that version: a job that follows a lake remembers one integer and asks again
+        """The rows the lake's appends added after ``since_version``, up to this object's
+        version, and that version: a job that follows a lake remembers one integer and asks again
         (``refresh()`` first to see new versions). ``since_version=None``: the lake as it is
-        (every committed row). A compaction rewrites rows and adds none, so it is no change; nor
-        is a vacuum. Format-3 epoch-mode lakes; ValueError naming the retained versions when
-        ``since_version`` is below them (vacuumed: those versions' appends are gone).
+        (every committed row). ``lake.since(version=v).to_table()`` reads the same rows; this is
+        the follower's form of it. Format-3 epoch-mode lakes; ValueError naming the retained
+        versions when ``since_version`` is below them (vacuumed: those versions' appends are gone).
         """
-        view = self._view("Lake.changes()")
-        latest = view.version
+        self._view("Lake.changes()")
+        latest = self.version
+        assert latest is not None
         if since_version is None:
             return Changes(self.read(columns=columns, filter=filter).table, latest)
         if isinstance(since_version, bool) or not isinstance(since_version, int) or since_version < -1:
             raise ValueError(f"since_version must be a version >= -1 (or None), got {since_version!r}")
+        since = self.since(version=since_version)
         if since_version >= latest:
+            _check_columns(columns, self.schema)
             schema = self.schema if columns is None else pa.schema([self.schema.field(c) for c in columns])
             return Changes(schema.empty_table(), latest)
-        if since_version + 1 < (oldest := view.oldest()):
-            raise ValueError(
-                f"since_version={since_version}: the appends after it are not all retained by {self.path} "
-                f"(vacuum kept versions {oldest}..{latest}); read the lake as it is (since_version=None) "
-                "and follow it from the version that returns"
-            )
-        read = self.read(columns=columns, filter=filter, versions=(since_version + 1, latest))
-        return Changes(read.table, latest)
+        return Changes(since.read(columns=columns, filter=filter).table, latest)
 
     def to_table(
         self,
@@ -563,22 +634,10 @@ class Lake:
         filter: ds.Expression | None = None,
         *,
         isolation: Isolation = "read_committed",
-        as_of_epoch: int | None = None,
-        epochs: tuple[int, int] | None = None,
-        as_of_version: int | None = None,
-        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> pa.Table:
-        result = self.read(
-            isolation,
-            columns=columns,
-            filter=filter,
-            as_of_epoch=as_of_epoch,
-            epochs=epochs,
-            as_of_version=as_of_version,
-            versions=versions,
-            on_error=on_error,
-        )
+        """The data this object selects as a pyarrow Table (skipped files: a warning)."""
+        result = self.read(isolation, columns=columns, filter=filter, on_error=on_error)
         if result.skipped:
             warnings.warn(SkippedFilesWarning(result.skipped), stacklevel=2)
         return result.table
@@ -589,10 +648,6 @@ class Lake:
         filter: ds.Expression | None = None,
         *,
         isolation: Isolation = "read_committed",
-        as_of_epoch: int | None = None,
-        epochs: tuple[int, int] | None = None,
-        as_of_version: int | None = None,
-        versions: tuple[int, int] | None = None,
         on_error: OnError | None = None,
     ) -> pandas.DataFrame:
         """The data as a pandas DataFrame (needs pandas: ``pip install 'lakesink[pandas]'``)."""
@@ -600,17 +655,7 @@ class Lake:
             import pandas  # noqa: F401 - pyarrow's to_pandas needs it; fail with the extra's name
         except ImportError as exc:
             raise missing_extra("pandas", "Lake.to_pandas") from exc
-        table = self.to_table(
-            columns,
-            filter,
-            isolation=isolation,
-            as_of_epoch=as_of_epoch,
-            epochs=epochs,
-            as_of_version=as_of_version,
-            versions=versions,
-            on_error=on_error,
-        )
-        return table.to_pandas()
+        return self.to_table(columns, filter, isolation=isolation, on_error=on_error).to_pandas()
 
 
 def dataset_of(
@@ -687,31 +732,21 @@ def read_committed(
     columns: Sequence[str] | None = None,
     filter: ds.Expression | None = None,
     storage_options: Mapping[str, Any] | None = None,
-    as_of_epoch: int | None = None,
-    epochs: tuple[int, int] | None = None,
-    as_of_version: int | None = None,
-    versions: tuple[int, int] | None = None,
+    version: int | None = None,
+    epoch: int | None = None,
     on_error: OnError = "raise",
 ) -> pa.Table:
     """Exactly the committed data of the lake at ``path``, each committed file once.
 
     ``filter`` is a ``pyarrow.compute`` expression, pushed down to row groups; ``columns``
-    projects. ``as_of_epoch=N`` reads the table as of epoch N; ``epochs=(a, b)`` reads only
-    epochs a..b (epoch-mode tables only: a foreach-mode table has no epoch log, and refuses
-    them with a ValueError).
+    projects. ``version=v`` reads a format-3 lake as of version v, ``epoch=N`` an epoch-mode
+    lake as of epoch N (a foreach-mode lake has no epoch log, and refuses it with a
+    ValueError): ``Lake(path, version=v).to_table()``. Incremental reads: ``Lake.since``.
     ``on_error="skip"`` reads around committed files that are missing or damaged, reporting
     them in a :class:`SkippedFilesWarning` (``lakesink verify`` lists them too).
     """
-    lake = Lake(path, storage_options)
-    return lake.to_table(
-        columns,
-        filter,
-        as_of_epoch=as_of_epoch,
-        epochs=epochs,
-        as_of_version=as_of_version,
-        versions=versions,
-        on_error=on_error,
-    )
+    lake = Lake(path, storage_options, version=version, epoch=epoch)
+    return lake.to_table(columns, filter, on_error=on_error)
 
 
 def read_all(

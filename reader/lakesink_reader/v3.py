@@ -14,7 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.errors import CorruptFileError, VersionNotRetainedError
 from lakesink_reader.format.schemas import decode_schema
 from lakesink_reader.format.table import TableMetadata
 from lakesink_reader.format.v3.checkpoint import (
@@ -146,7 +146,7 @@ class LogView:
             )
         retained = self.state.retained_from
         if version < retained:
-            raise ValueError(
+            raise VersionNotRetainedError(
                 f"{what} is below the retained range of {self.storage.url}: versions {retained}.."
                 f"{self.version} (vacuum retains versions from {retained}; the oldest retained commit "
                 f"is {self.oldest()})"
@@ -156,7 +156,7 @@ class LogView:
 
     def live_files(self, version: int) -> pa.Table:
         """The live files at ``version`` (checkpoint list columns), sorted by path."""
-        self.check_version(version, f"as_of_version={version}")
+        self.check_version(version, f"version={version}")
         try:
             return live_files_table(
                 self.storage,
@@ -169,8 +169,8 @@ class LogView:
         except CorruptFileError as exc:
             oldest = self.oldest()
             if version < oldest:
-                raise ValueError(
-                    f"as_of_version={version} is below the retained range of {self.storage.url}: versions "
+                raise VersionNotRetainedError(
+                    f"version={version} is below the retained range of {self.storage.url}: versions "
                     f"{oldest}..{self.version} (retained_from {self.state.retained_from}, the oldest "
                     f"retained commit {oldest})"
                 ) from exc
@@ -178,8 +178,8 @@ class LogView:
 
     def added_by_appends(self, first: int, last: int) -> list[Commit]:
         """The whole append commits among versions ``first..last`` (compactions change no rows)."""
-        self.check_version(first, f"versions=({first}, {last})")
-        self.check_version(last, f"versions=({first}, {last})")
+        self.check_version(first, f"versions {first}..{last}")
+        self.check_version(last, f"versions {first}..{last}")
         appends = [h.version for h in self.headers(first, last) if h.kind == "append" and h.counts.add_files]
         return self.commits(appends)
 
@@ -225,7 +225,7 @@ class LogView:
             raise ValueError(
                 f"{what} selects epochs, which a format-3 lake has only when one writer lineage wrote it; "
                 f"{self.storage.url} has the writers {self._named()}. Select versions instead "
-                "(as_of_version=, versions=(a, b); Lake.versions() lists them)"
+                "(Lake.at(version=), Lake.since(version=); Lake.versions() lists them)"
             )
         return chain
 

@@ -313,7 +313,7 @@ def read_job(env: Env) -> Callable[[Any], str]:
         if not versions:
             return f"read {len(rows)} rows at {latest}"
         older = env.world.rng.choice(versions)
-        old_rows = lake.to_table(columns=["id"], as_of_version=older).column("id").to_pylist()
+        old_rows = lake.at(version=older).to_table(columns=["id"]).column("id").to_pylist()
         env.checker.check_rows(old_rows, f"a reader at version {older}")
         return f"read {len(rows)} rows at {latest}, {len(old_rows)} at {older}"
 

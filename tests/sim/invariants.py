@@ -162,9 +162,7 @@ class Checker:
         from lakesink_reader.lake import Lake
 
         if version not in self._versions:
-            rows = (
-                Lake(self.env.root).to_table(columns=["id"], as_of_version=version).column("id").to_pylist()
-            )
+            rows = Lake(self.env.root).at(version=version).to_table(columns=["id"]).column("id").to_pylist()
             self._versions[version] = self.check_rows(rows, f"the lake at version {version}")
         return self._versions[version]
 
@@ -266,12 +264,12 @@ class Checker:
             return
         # Batches appended before the oldest retained version: what that version holds already.
         base = self.check_rows(
-            lake.to_table(columns=["id"], as_of_version=versions[0].version).column("id").to_pylist(),
+            lake.at(version=versions[0].version).to_table(columns=["id"]).column("id").to_pylist(),
             f"version {versions[0].version}",
         )
         for info in versions[1:]:
             try:
-                rows = lake.to_table(columns=["id"], as_of_version=info.version).column("id").to_pylist()
+                rows = lake.at(version=info.version).to_table(columns=["id"]).column("id").to_pylist()
             except Exception as exc:
                 raise Violation(
                     "readable", f"retained version {info.version} cannot be read: {type(exc).__name__}: {exc}"
