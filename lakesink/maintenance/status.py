@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.format.table import has_versioned_log, read_table_metadata
 from lakesink_reader.names import OPS_DIR
 from lakesink_reader.storage import Storage, open_storage
 
@@ -66,7 +66,7 @@ class LakeStatus:
     @property
     def has_log(self) -> bool:
         """A versioned log (format 3, epoch mode): ``version`` counts lake versions, not epochs."""
-        return self.mode == "epoch" and self.format_version >= 3
+        return has_versioned_log(self.format_version, self.mode)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -100,7 +100,6 @@ def status(
 
 def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:
     from lakesink.views.delta_view import check_view
-    from lakesink_reader.format.table import read_table_metadata
     from lakesink_reader.format.v3.commits import size_bucket
     from lakesink_reader.format.v3.vlog import VersionedLog
 

@@ -41,6 +41,12 @@ WriterMode = Literal["foreach", "epoch"]
 WRITER_MODES: tuple[WriterMode, ...] = ("foreach", "epoch")
 
 
+def has_versioned_log(format_version: int, mode: str) -> bool:
+    """The one rule for whether a lake's versioned log says what is committed: format 3 in epoch
+    mode (``TableMetadata.has_log``; ``status`` reports it from the figures it keeps)."""
+    return mode == "epoch" and format_version >= 3
+
+
 @dataclass(frozen=True)
 class TableMetadata:
     """What ``_lakesink/table.json`` says.
@@ -75,7 +81,7 @@ class TableMetadata:
         """Whether a versioned log says what is committed: format 3 in epoch mode. Otherwise the
         lake is a foreach lake (a file is committed by its published name) or a format-1/2 epoch
         lake (per-epoch records, ``lakesink_reader.format.log``, read until it is upgraded)."""
-        return self.mode == "epoch" and self.format_version >= 3
+        return has_versioned_log(self.format_version, self.mode)
 
     @property
     def log_interval(self) -> int:
