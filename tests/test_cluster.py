@@ -24,6 +24,7 @@ Selection (every test here is marked ``cluster``):
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,7 +39,7 @@ from s3server import BUCKET, KEY, SECRET, S3Server
 from devtools import procs
 from devtools.shipping import clean_env, shipped_tops
 from devtools.standalone import StandaloneCluster
-from devtools.stream_job import job_args, write_input
+from devtools.stream_job import job_args, option_pairs, write_input
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.names import STAGING_DIR, parse_data_file
 from lakesink_reader.storage import open_storage
@@ -46,6 +47,7 @@ from lakesink_reader.storage import open_storage
 pytestmark = [pytest.mark.cluster, pytest.mark.spark]
 
 APP = Path(__file__).resolve().parent / "cluster_job.py"
+JOB = Path(__file__).resolve().parents[1] / "jobs" / "stream_to_lake.py"
 FILES, ROWS_PER_FILE = 4, 10_000  # 2 epochs of 2 files, 2 partitions: ~10,000 rows per task
 HANG_AFTER_ROWS = 5_000
 #: Rows reach a Python sink in batches, through buffered pipes: Arrow batches of up to
@@ -261,9 +263,38 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     assert sorted(read_committed(lake, storage_options=options).column("id").to_pylist()) == list(
         range(expected)
     )
+    if mode == "epoch":
+        stream_into_the_next_lake(cluster, tmp_path, lake, options, expected)
     if s3 is not None:
         # The secret travelled to the executors; it must not appear in any Spark log (driver,
         # master, workers, executors' stdout/stderr) nor in the query's checkpoint.
         for path in [*cluster.workdir.rglob("*"), *(tmp_path / "chk").rglob("*")]:
             if path.is_file() and path.suffix not in (".zip", ".pyc") and "executor-env" not in path.parts:
                 assert SECRET not in path.read_text(errors="replace"), path
+
+
+def stream_into_the_next_lake(
+    cluster: StandaloneCluster, tmp_path: Path, lake: str, options: dict[str, Any], expected: int
+) -> None:
+    """The lake just written as the source of the next job on the cluster
+    (``readStream.format("lakesink")``, jobs/stream_to_lake.py ``--source lake``): the
+    executors read its files (on S3 in make test's case), every row once, one file a
+    micro-batch; the lake's appends wrote ``FILES`` files."""
+    cleaned = lake.rstrip("/") + "-cleaned" if "://" in lake else str(tmp_path / "cleaned")
+    args = [
+        "--source", "lake", "--input", lake, "--max-files-per-trigger", "1", "--available-now",
+        "--mode", "epoch", "--lake", cleaned, "--checkpoint", str(tmp_path / "chk-cleaned"),
+    ]  # fmt: skip
+    for pair in option_pairs(options):
+        args += ["--storage-option", pair]
+    running = cluster.start_submit(JOB, args, name="lake-source")
+    try:
+        returncode = running.proc.wait(600)
+    finally:
+        procs.stop(running)
+    log = running.tail(10**9)
+    assert returncode == 0, log[-6000:]
+    ids = read_committed(cleaned, storage_options=options).column("id").to_pylist()
+    assert len(ids) == expected and sorted(ids) == list(range(expected)), log[-3000:]
+    appends = len(Lake(lake, options).files())
+    assert len(re.findall(r"epoch \d+: rows=", log)) == appends, log[-3000:]  # one file a micro-batch

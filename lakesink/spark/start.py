@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.commit import Observer
 from lakesink.config import SinkConfig
-from lakesink.spark import guard, preflight, warmup
+from lakesink.spark import guard, preflight, pyfiles, warmup
 from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
         return
     preflight.check_worker_python(spark)  # before anything of lakesink reaches Spark
     _register_data_source(spark)
+    pyfiles.link_for_streaming_sources(spark)  # readStream's planner finds a shipped lakesink
     guard.install()
     if warm_up:
         warmup.start_driver_workers(spark)
