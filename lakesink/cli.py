@@ -4,6 +4,7 @@ lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [-
 lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
 lakesink status PATH [--storage-option k=v ...] [--json]
+lakesink history PATH [--limit N] [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
@@ -413,6 +414,48 @@ def _offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _history(args: argparse.Namespace) -> int:
+    import dataclasses
+    import datetime
+
+    from lakesink_reader import Lake
+    from lakesink_reader.format.v3.commits import writer_tag
+
+    lake = Lake(args.path, storage_options=parse_option_pairs(args.storage_option))
+    entries = lake.history(args.limit)
+    if args.json:
+        print(json.dumps([{**dataclasses.asdict(e), "operation": e.operation} for e in entries], indent=2))
+        return 0
+    columns = (("version", 8), ("committed (UTC)", -19), ("operation", -13), ("writer", -16), ("batch", 6),
+               ("+files", 7), ("+rows", 12), ("+bytes", 14),
+               ("-files", 7), ("-rows", 12), ("-bytes", 14))  # fmt: skip
+
+    def line(values: Sequence[object]) -> str:  # width < 0: left-aligned
+        return "  ".join(
+            f"{v:<{-w}}" if w < 0 else f"{v:>{w}}" for v, (_, w) in zip(values, columns, strict=True)
+        )
+
+    print(line([name for name, _ in columns]))
+    for e in entries:
+        when = datetime.datetime.fromtimestamp(e.committed_at, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S")
+        # The writer's tag (as its data files' names carry it; status and offsets take it), or
+        # a maintenance op's token.
+        who = writer_tag(e.writer) if e.writer else e.op or "-"
+        counts = (e.add_files, e.add_rows, e.add_bytes, e.remove_files, e.remove_rows, e.remove_bytes)
+        batch = "-" if e.batch is None else e.batch
+        print(line([e.version, when, e.operation, who, batch, *(f"{n:,}" for n in counts)]))
+    if not entries:
+        print("(nothing committed yet)")
+    return 0
+
+
+def _count(text: str) -> int:
+    """An argparse type: a whole number >= 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
 def _storage_option_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--storage-option",
@@ -517,6 +560,22 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(state)
     state.add_argument("--json", action="store_true", help="print the status as JSON")
     state.set_defaults(run=_status)
+
+    past = commands.add_parser(
+        "history",
+        help="format 3: what happened to a lake, one line per version, newest first",
+        description=(
+            "Print a format-3 lake's retained versions, newest first: when each was committed, the "
+            "operation (append, continuation, schema change, compaction, abandon, vacuum, upgrade), "
+            "the writer (its tag) or the maintenance op's token, the batch, and the files, rows and "
+            "bytes it added and removed. Read-only; reads the commits' first lines only."
+        ),
+    )
+    past.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    past.add_argument("--limit", type=_count, default=None, metavar="N", help="the newest N versions only")
+    _storage_option_argument(past)
+    past.add_argument("--json", action="store_true", help="print the versions as JSON")
+    past.set_defaults(run=_history)
 
     comp = commands.add_parser(
         "compact",

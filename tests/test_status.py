@@ -3,14 +3,21 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pyarrow as pa
 import pytest
-from lakes import epoch_lake, foreach_lake, v3_table
-from test_reader_v3 import W1, W2, Writer
+from lakes import SCHEMA, epoch_lake, foreach_lake, v3_table
+from test_reader_v3 import W1, W2, Writer, compact, live_adds
 
 from lakesink.cli import main
 from lakesink.commit.versions import VersionedLogWriter
-from lakesink.maintenance import status
+from lakesink.maintenance import status, upgrade
+from lakesink_reader import Lake
+from lakesink_reader.format.schemas import encode_schema
+from lakesink_reader.format.table import read_table_metadata
+from lakesink_reader.format.v3.commits import Continuation, PendingCommit, new_op_token, writer_tag
+from lakesink_reader.storage import open_storage
 
 
 def test_a_format_3_lake_shows_its_writers_offsets_and_files(
@@ -79,3 +86,56 @@ def test_format_2_lakes_show_epochs_and_files(tmp_path: str) -> None:
     assert epoch.writers == []
     each = status(str(foreach_lake(str(tmp_path) + "/foreach", epochs=2, partitions=2, rows_per_file=10).url))
     assert (each.mode, each.version, each.files) == ("foreach", None, 4)
+
+
+def test_history_names_every_operation_a_lake_went_through(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``Lake.history()`` and ``lakesink history``: an upgraded format-2 lake, then a second
+    query's appends, one that changes the schema, its continuation, a compaction, a vacuum."""
+    lake = str(tmp_path / "lake")
+    epoch_lake(lake, epochs=2, partitions=1, rows_per_file=10)
+    assert upgrade(lake).status == "upgraded"  # versions 0, 1: the epochs; 2: the upgrade
+    storage = open_storage(lake)
+    metadata = read_table_metadata(storage)
+    assert metadata.table_id
+    log = VersionedLogWriter(storage, metadata.table_id, checkpoint_interval=metadata.log_interval)
+    first = Writer(log, W1, allow_other_queries=True)
+    first.append(1_000, offsets=[{"ev": {"0": 20}}])  # 3
+    wider = SCHEMA.append(pa.field("note", pa.string()))
+    schema_change = Writer(log, W1, allow_other_queries=True, schema=encode_schema(wider))
+    schema_change.batch = 1
+    schema_change.append(1_020, offsets=[{"ev": {"0": 40}}])  # 4
+    Writer(log, W2, continues=Continuation(W1, 1, 4, [{"ev": {"0": 40}}], "kafka")).append(1_040)  # 5
+    compact(log, live_adds(log, 3, 4), 1_000, 40)  # 6
+    log.commit(PendingCommit.vacuum(op_token=new_op_token(), retained_from=2))  # 7
+
+    history = Lake(lake).history()
+    assert [(e.version, e.operation) for e in history] == [
+        (7, "vacuum"),
+        (6, "compaction"),
+        (5, "continuation"),
+        (4, "schema change"),
+        (3, "append"),
+        (2, "upgrade"),
+    ]  # fmt: skip  (versions 0 and 1 are below the vacuum's retained_from)
+    assert (history[2].continues, history[2].writer, history[2].batch) == (W1, W2, 0)
+    assert (history[1].add_files, history[1].remove_files, history[1].remove_rows) == (1, 4, 40)
+    assert [e.version for e in Lake(lake).history(limit=2)] == [7, 6]
+    assert [e.version for e in Lake(lake, version=4).history(limit=2)] == [4, 3]  # a pinned lake's
+    with pytest.raises(ValueError, match="limit must be a number of versions >= 0"):
+        Lake(lake).history(limit=-1)
+
+    assert main(["history", lake]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["version", "committed", "(UTC)", "operation"] and len(out) == 7
+    assert [line.split()[3] for line in out[1:]] == [
+        "vacuum", "compaction", "continuation", "schema", "append", "upgrade",
+    ]  # fmt: skip
+    assert writer_tag(W2) in out[3] and "40" in out[2].split()  # the rows the compaction removed
+    assert main(["history", lake, "--limit", "1", "--json"]) == 0
+    [doc] = json.loads(capsys.readouterr().out)
+    assert (doc["version"], doc["operation"], doc["kind"]) == (7, "vacuum", "vacuum")
+    with pytest.raises(SystemExit):
+        main(["history", lake, "--limit", "many"])
+    assert "'many' is not a whole number" in capsys.readouterr().err

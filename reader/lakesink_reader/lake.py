@@ -286,6 +286,20 @@ class Lake:
         """The retained versions of a format-3 lake, oldest first (from commit headers)."""
         return self._view("Lake.versions()").versions()
 
+    def history(self, limit: int | None = None) -> list[VersionInfo]:
+        """What happened to a format-3 lake, newest first: one entry per retained version -- when,
+        the operation (:attr:`VersionInfo.operation`: append, continuation, schema change,
+        compaction, abandon, vacuum, upgrade), the writer and its batch, the files, rows and bytes
+        added and removed. ``limit``: the newest ``limit`` versions only. Up to this object's
+        version (``refresh()`` for newer ones; a pinned lake's history ends at its pin);
+        ``lakesink history`` prints it."""
+        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be a number of versions >= 0 (or None), got {limit!r}")
+        view = self._view("Lake.history()")
+        last = self.version
+        assert last is not None
+        return view.history(last, limit)
+
     def writers(self) -> list[WriterState]:
         """The writers (streaming queries) of a format-3 lake, in the order they first committed."""
         return self._view("Lake.writers()").writers()

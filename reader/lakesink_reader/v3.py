@@ -30,9 +30,12 @@ from lakesink_reader.storage import Storage
 
 @dataclass(frozen=True)
 class VersionInfo:
-    """One commit of a format-3 lake, as ``Lake.versions()`` lists it (from its header).
+    """One commit of a format-3 lake, as ``Lake.versions()`` and ``Lake.history()`` list it (from
+    its header).
 
-    ``writer``/``batch``: an append's; ``op``: the token of a maintenance op's commit.
+    ``writer``/``batch``: an append's; ``op``: the token of a maintenance op's commit;
+    ``continues``: the writer a continuing writer's first append continues; ``schema_changed``:
+    an append that changed the lake's schema (``merge_schema``). :attr:`operation` names it.
     """
 
     version: int
@@ -48,6 +51,18 @@ class VersionInfo:
     remove_rows: int
     remove_bytes: int
     source_offsets: Any = None
+    continues: str | None = None
+    schema_changed: bool = False
+
+    @property
+    def operation(self) -> str:
+        """What the commit did, as ``lakesink history`` says it: ``append``, ``continuation``
+        (a continuing writer's first append), ``schema change`` (an append that changed the
+        schema), ``compaction``, ``abandon`` (a dead compaction's files given up), ``vacuum``
+        or ``upgrade`` (the format-2 lake's epochs imported)."""
+        if self.kind == "append":
+            return "continuation" if self.continues else "schema change" if self.schema_changed else "append"
+        return _OPERATIONS.get(self.kind, self.kind)
 
     @classmethod
     def of(cls, header: CommitHeader) -> VersionInfo:
@@ -66,7 +81,12 @@ class VersionInfo:
             c.remove_rows,
             c.remove_bytes,
             header.source_offsets,
+            header.continues.writer if header.continues is not None else None,
+            header.schema is not None,
         )
+
+
+_OPERATIONS = {"compact": "compaction"}
 
 
 class LogView:
@@ -136,6 +156,13 @@ class LogView:
         if self.version < 0:
             return []
         return [VersionInfo.of(h) for h in self.headers(self.oldest(), self.version)]
+
+    def history(self, last: int, limit: int | None) -> list[VersionInfo]:
+        """The retained versions up to ``last``, newest first, at most ``limit`` of them (None: all)."""
+        if last < 0 or limit == 0:
+            return []
+        first = self.oldest() if limit is None else max(self.oldest(), last - limit + 1)
+        return [VersionInfo.of(h) for h in reversed(self.headers(first, last))]
 
     def check_version(self, version: int, what: str) -> None:
         """ValueError naming the readable range when ``version`` is outside it."""
