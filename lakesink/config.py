@@ -255,8 +255,8 @@ def _parse(key: str, value: str, kind: Any) -> Any:
         if text.lower() in ("false", "0", "no"):
             return False
         raise ValueError(f"option {key!r} must be true or false, got {value!r}")
-    if key == "compression_level" and text.lower() in ("", "none"):
-        return None
+    if kind == int | None and text.lower() in ("", "none"):
+        return None  # compression_level, max_records_per_file: the default, or no limit
     if key == "partition_by":
         return parse_columns(key, text)
     base = int if kind in (int, "int", int | None) else float if kind in (float, "float") else str

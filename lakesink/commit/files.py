@@ -10,6 +10,7 @@ it unchanged; they differ only in the name they give the file (docs/FORMAT.md).
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, Literal, get_args
@@ -73,6 +74,12 @@ class WriteOptions:
         starts another file. Each open file holds a Parquet writer (and on S3 a multipart
         upload's part buffer); the rows buffered across all of them stay within
         ``row_group_bytes``.
+    max_records_per_file
+        Epoch mode: the most rows in one data file (Spark's ``maxRecordsPerFile``). A task
+        with more rows (an ``availableNow`` backfill's) finishes a file when it holds this many
+        and starts another; its files are committed together, in the batch's one commit. None
+        (the default): one file per task and partition folder. Foreach mode refuses it: there a
+        published file is committed, and a replay must name the same one file.
     """
 
     row_group_bytes: int = 64 << 20
@@ -81,12 +88,13 @@ class WriteOptions:
     use_dictionary: bool = True
     dictionary_page_bytes: int = 256 << 10
     max_open_files: int = 32
+    max_records_per_file: int | None = None
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             want = {"compression": str, "use_dictionary": bool}.get(f.name, int)
-            if value is None and f.name == "compression_level":
+            if value is None and f.name in ("compression_level", "max_records_per_file"):
                 continue
             if not isinstance(value, want) or (want is int and isinstance(value, bool)):
                 raise TypeError(f"WriteOptions {f.name} must be {want.__name__}, got {value!r}")
@@ -98,6 +106,11 @@ class WriteOptions:
             )
         if self.max_open_files < 1:
             raise ValueError(f"max_open_files must be at least 1, got {self.max_open_files}")
+        if self.max_records_per_file is not None and self.max_records_per_file < 1:
+            raise ValueError(
+                "max_records_per_file must be at least 1 (or None: no limit), "
+                f"got {self.max_records_per_file}"
+            )
         if self.compression not in get_args(Compression):
             raise ValueError(
                 f"unknown compression {self.compression!r}; use one of {list(get_args(Compression))}"
@@ -329,3 +342,22 @@ def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
             raise SchemaMismatchError(f"batch does not fit the table schema: {exc}") from exc
     diffs = schema_differences(schema, batch.schema)
     raise SchemaMismatchError("batch does not fit the table schema: " + "; ".join(diffs))
+
+
+def fill_slices(
+    batch: pa.RecordBatch, rows_so_far: int, limit: int | None
+) -> Iterator[tuple[pa.RecordBatch, bool]]:
+    """``batch`` in slices that fill files of at most ``limit`` rows, the current one holding
+    ``rows_so_far``: each slice, and whether its file is full after it (None: one slice, never
+    full). An empty batch gives nothing."""
+    if limit is None:
+        if batch.num_rows:
+            yield batch, False
+        return
+    room = limit - rows_so_far
+    start = 0
+    while start < batch.num_rows:
+        take = min(room, batch.num_rows - start)
+        yield batch.slice(start, take), take == room
+        start += take
+        room = limit

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from lakesink.commit.files import FileWriter, Published, WriteOptions
+from lakesink.commit.files import FileWriter, Published, WriteOptions, fill_slices
 from lakesink.commit.observer import Observer
 from lakesink_reader.format.partitions import partition_dir, texts_of
 from lakesink_reader.storage import Storage
@@ -83,9 +83,19 @@ class PartitionedWriter:
     def write(self, batch: pa.RecordBatch) -> None:
         if batch.num_rows == 0:
             return
+        limit = self.options.max_records_per_file
+        if limit is not None and not self.evict:
+            raise ValueError(
+                "max_records_per_file rolls files, which a foreach task cannot: each of its files "
+                "commits when published, and a replay must name the same one. Write in epoch mode"
+            )
         for folder, rows in split_by_folder(batch, self.columns, self.data_columns):
-            self._writer(folder).write(rows)
-            self._open.move_to_end(folder)
+            current = self._open.get(folder)
+            for part, full in fill_slices(rows, current.rows if current is not None else 0, limit):
+                self._writer(folder).write(part)
+                self._open.move_to_end(folder)
+                if full:  # max_records_per_file: the folder's next rows start another file
+                    self._finish(folder)
         self._bound_memory()
 
     def _writer(self, folder: str) -> FileWriter:

@@ -1,9 +1,10 @@
 """One epoch-mode task's output: its rows staged and published as the files the driver commits
 together, under names unique to the attempt -- one file, or one per partition folder the rows
-fall into (``partitioned``). Published is not committed: until the driver's commit lists them,
-readers do not see them, and an abort or a sweep deletes them.
+fall into (``partitioned``), or more where ``max_records_per_file`` rolls them. Published is
+not committed: until the driver's commit lists them, readers do not see them, and an abort or
+a sweep deletes them.
 
-The shape is the same for both: a list of :class:`TaskFile` (empty when the task had no rows).
+The shape is the same for all: a list of :class:`TaskFile` (empty when the task had no rows).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakesink.commit.files import FileWriter, WriteOptions
+from lakesink.commit.files import FileWriter, WriteOptions, fill_slices
 from lakesink.commit.observer import Observer
 from lakesink.commit.partitioned import PartitionedWriter
 from lakesink_reader.errors import CommitError, quietly
@@ -56,24 +57,45 @@ def write_task(
         return _partitioned(
             storage, schema, batches, tag, batch, partition, options, observer, partition_columns
         )
-    name = (
-        writer_file_name(tag, batch, partition, new_attempt_id())
-        if tag
-        else data_file_name(partition, batch, new_attempt_id())
-    )
-    writer = FileWriter(storage, name, schema, options, observer=observer, epoch=batch, partition=partition)
+    if not tag and options.max_records_per_file is not None:
+        raise CommitError(
+            f"{storage.url}: max_records_per_file needs the streaming query's id, which this task lacks"
+        )
+
+    def new_file() -> FileWriter:
+        name = (
+            writer_file_name(tag, batch, partition, new_attempt_id())
+            if tag
+            else data_file_name(partition, batch, new_attempt_id())
+        )
+        return FileWriter(storage, name, schema, options, observer=observer, epoch=batch, partition=partition)
+
+    done: list[TaskFile] = []
+    writer = new_file()
     try:
         for rows in batches:
-            writer.write(rows)
+            for part, full in fill_slices(rows, writer.rows, options.max_records_per_file):
+                writer.write(part)
+                if full:  # max_records_per_file: this file is done, the next rows start another
+                    done += _published(storage, writer)
+                    writer = new_file()
+        done += _published(storage, writer)
     except BaseException:
         writer.discard()
+        for f in done:  # published, never committed: this attempt's garbage
+            quietly(functools.partial(storage.delete, f.name), f"delete {f.name}")
         raise
+    return done
+
+
+def _published(storage: Storage, writer: FileWriter) -> list[TaskFile]:
+    """Publish ``writer``'s file: the TaskFile (none when it got no rows)."""
     published = writer.publish()
     if published is None:
         return []
     if not published.won:  # names carry a fresh attempt id: a taken name is a bug, not a race
-        raise CommitError(f"{storage.url}/{name} already existed when this task published it")
-    return [TaskFile(name, published.rows, published.size, published.stats)]
+        raise CommitError(f"{storage.url}/{writer.name} already existed when this task published it")
+    return [TaskFile(writer.name, published.rows, published.size, published.stats)]
 
 
 def _partitioned(

@@ -103,6 +103,12 @@ class LakeForeachWriter:
         self._options = Redacted(check_storage_options(storage_options, path))
         self.batch_rows = batch_rows
         self.write_options = write_options or WriteOptions()
+        if self.write_options.max_records_per_file is not None:
+            raise ValueError(
+                "max_records_per_file rolls a task's rows into several files, which the foreach "
+                "writer cannot: each of its files commits when published, and a replay must name the "
+                'same one. Write in epoch mode (lakesink.write_stream or format("lakesink")) to roll files'
+            )
         self.allow_other_queries = allow_other_queries
         self.observer = observer
         if partition_by is not None and (
