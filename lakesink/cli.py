@@ -11,18 +11,26 @@ lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ..
 lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
 lakesink sync-views PATH [--only all|delta|spark] [--check] [--storage-option k=v ...] [--json]
 lakesink --version
+
+Each subcommand imports what it runs when it runs: the maintenance modules and the reader's
+``Lake`` load pyarrow (and the commit protocol), which ``--help``, ``--version`` and the start of
+every other subcommand do without. Nothing here imports pyspark.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, TextIO
 
+from lakesink import __version__
 from lakesink_reader.errors import LakeSinkError
+from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.options import parse_option_pairs
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -69,6 +77,7 @@ def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
 
 
 def _orphans(args: argparse.Namespace) -> int:
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.commit.files import DEFAULT_STAGED_AGE
     from lakesink.maintenance.sweep import sweep
 
@@ -136,6 +145,7 @@ def _orphan_doc(o: Any) -> dict[str, Any]:
 
 
 def _verify(args: argparse.Namespace) -> int:
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.verify import verify
 
     report = verify(
@@ -173,9 +183,9 @@ def _verify(args: argparse.Namespace) -> int:
 
 def _sync_views(args: argparse.Namespace) -> int:
     """``sync-views``: the Delta view, the Spark view, or both (``--only``)."""
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.views.delta_view import delta_sync
     from lakesink.views.spark_metadata_view import spark_sync
-    from lakesink_reader.storage import open_storage
 
     storage = open_storage(args.path, parse_option_pairs(args.storage_option))
     only, write = args.only, not args.check
@@ -204,6 +214,7 @@ def _sync_views(args: argparse.Namespace) -> int:
 
 
 def _compact(args: argparse.Namespace) -> int:
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.compact import compact, parse_size
 
     report = compact(
@@ -260,6 +271,7 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _vacuum(args: argparse.Namespace) -> int:
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.vacuum import RETAIN_FLOOR, vacuum
 
     retain = parse_duration(args.retain)
@@ -318,8 +330,7 @@ def _vacuum(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    import datetime
-
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.status import status
 
     found = status(args.path, storage_options=parse_option_pairs(args.storage_option))
@@ -357,6 +368,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _upgrade(args: argparse.Namespace) -> int:
+    # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.upgrade import upgrade
 
     report = upgrade(
@@ -398,6 +410,7 @@ def _upgrade(args: argparse.Namespace) -> int:
 
 
 def _offsets(args: argparse.Namespace) -> int:
+    # Here, not at the top: the reader's Lake loads pyarrow (this subcommand's alone).
     from lakesink_reader import Lake
 
     lake = Lake(args.path, storage_options=parse_option_pairs(args.storage_option))
@@ -468,8 +481,6 @@ def _storage_option_argument(parser: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from lakesink import __version__
-
     parser = argparse.ArgumentParser(prog="lakesink", description="Maintenance of lakesink tables.")
     parser.add_argument("--version", action="version", version=f"lakesink {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -660,8 +671,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         # Whoever read our output went away (`lakesink status PATH | head -3`): not an error to
         # report. Point stdout at /dev/null so that the interpreter's last flush stays quiet.
-        import os
-
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, TypeError, OSError, LakeSinkError) as exc:

@@ -7,6 +7,7 @@ parses them, refuses unknown ones by name, and never echoes a value that may be 
 
 from __future__ import annotations
 
+import ast
 import base64
 import dataclasses
 import json
@@ -17,6 +18,7 @@ from typing import Any, get_type_hints
 
 from lakesink.commit.files import DEFAULT_STAGED_AGE, WriteOptions
 from lakesink.commit.observer import Observer
+from lakesink_reader import jsondoc
 from lakesink_reader.format.log import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.storage import Storage, open_storage
 from lakesink_reader.storage.options import check_storage_options
@@ -292,10 +294,6 @@ def _parse_storage_options(text: str) -> dict[str, Any]:
     ``.option("storage_options", {...})`` arrives as a dict's repr; a literal is parsed back
     (``ast.literal_eval`` evaluates no code), anything else is refused.
     """
-    import ast
-
-    from lakesink_reader import jsondoc
-
     parsed: Any = None
     if len(text) <= jsondoc.MAX_BYTES:
         try:

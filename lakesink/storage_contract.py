@@ -28,6 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ClassVar
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from lakesink.commit import FileWriter, WriteOptions
@@ -58,8 +59,6 @@ def leftovers(storage: Storage) -> list[str]:
 
 
 def read_ids(storage: Storage, name: str) -> list[int]:
-    import pyarrow.parquet as pq
-
     fs, base = storage.arrow_filesystem()
     ids = pq.read_table(f"{base.rstrip('/')}/{name}", filesystem=fs).column("id").to_pylist()
     return [int(i) for i in ids if i is not None]

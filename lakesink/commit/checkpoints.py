@@ -16,9 +16,9 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.v3.checkpoint import (
@@ -41,9 +41,6 @@ from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL, LOG_DIR
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.storage.base import Storage
-
-if TYPE_CHECKING:
-    import pyarrow.parquet as pq
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +123,6 @@ def _write_list(
     where: str,
 ) -> int:
     """Stream the merged list into a staged file, publish it under ``name``; returns its size."""
-    import pyarrow.parquet as pq
-
     staged = storage.stage(name)
     try:
         writer = pq.ParquetWriter(staged, LIST_SCHEMA, compression="zstd")  # type: ignore[arg-type]

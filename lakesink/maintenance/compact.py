@@ -35,6 +35,7 @@ import heapq
 import json
 import logging
 import os
+import re
 import socket
 import threading
 import time
@@ -43,9 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from lakesink.commit.files import FileWriter, WriteOptions
 from lakesink.commit.versions import VersionedLogWriter
+from lakesink.views.derived import maintenance_views
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import (
     CommitConflictError,
@@ -58,6 +61,13 @@ from lakesink_reader.errors import (
 from lakesink_reader.format.opening import open_epoch_log
 from lakesink_reader.format.schemas import read_as, schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store
+from lakesink_reader.format.v3.checkpoint import (
+    derive_changes,
+    iter_file_list,
+    merge_file_list,
+    open_file_list,
+    usable_base,
+)
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
@@ -288,8 +298,6 @@ def open_v3(storage: Storage, what: str) -> tuple[TableMetadata, VersionedLogWri
     """The metadata and versioned log of a format-3 epoch-mode lake, for a maintenance command
     that commits (``open_epoch_log``'s checks), with the views' hook: compaction and vacuum
     update the views the lake has (bringing them up), never start one."""
-    from lakesink.views.derived import maintenance_views
-
     metadata, plain = open_epoch_log(storage, what)
     view = maintenance_views(storage, plain.table_id, metadata)
     return metadata, VersionedLogWriter(
@@ -306,14 +314,6 @@ def stream_live_files(
     """Stream the live files at the snapshot's version into ``emit`` (file-list tables sorted by
     path): one row group of the checkpoint's list plus the changes after it in memory. Returns
     the number of live files."""
-    from lakesink_reader.format.v3.checkpoint import (
-        derive_changes,
-        iter_file_list,
-        merge_file_list,
-        open_file_list,
-        usable_base,
-    )
-
     start = snap.checkpoint
     base, opened = None, None
     if start is not None:
@@ -392,8 +392,6 @@ def _rewrite(
     published: list[str],
 ) -> AddFile:
     """Stream the bin's inputs, in order, into one published output; returns its add."""
-    import pyarrow.parquet as pq
-
     fs, base = storage.arrow_filesystem()
     # The output goes in its inputs' folder (a partitioned lake's files hold no partition column).
     folder = folder_of(b.inputs[0].path)
@@ -546,8 +544,6 @@ def _call(hook: Hook | None, step: str) -> None:
 
 def parse_size(text: str) -> int:
     """``"128MB"``, ``"128MiB"``, ``"1g"``, ``"4096"`` -> bytes (K, M, G, T are powers of 1024)."""
-    import re
-
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", text, re.IGNORECASE)
     if match is None:
         raise ValueError(

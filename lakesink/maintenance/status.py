@@ -13,7 +13,12 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lakesink.views.delta_view import check_view
+from lakesink.views.spark_metadata_view import check_spark_view
 from lakesink_reader.format.table import has_versioned_log, read_table_metadata
+from lakesink_reader.format.v3.commits import size_bucket
+from lakesink_reader.format.v3.vlog import VersionedLog
+from lakesink_reader.lake import Lake
 from lakesink_reader.names import OPS_DIR
 from lakesink_reader.storage import Storage, open_storage
 
@@ -99,10 +104,6 @@ def status(
 
 
 def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:
-    from lakesink.views.delta_view import check_view
-    from lakesink_reader.format.v3.commits import size_bucket
-    from lakesink_reader.format.v3.vlog import VersionedLog
-
     vlog = VersionedLog(storage, table_id)
     state = vlog.open()
     try:
@@ -110,8 +111,6 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
         view = f"unknown: {exc!r}"
     try:
-        from lakesink.views.spark_metadata_view import check_spark_view
-
         spark_view: str | None = check_spark_view(storage).summary()
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
         spark_view = f"unknown: {exc!r}"
@@ -151,8 +150,6 @@ def _format2(
     path: str, storage_options: Mapping[str, Any] | None, mode: str, common: dict[str, Any]
 ) -> LakeStatus:
     """Formats 1 and 2, and foreach lakes: the epoch log, or the listing (foreach mode)."""
-    from lakesink_reader import Lake
-
     lake = Lake(path, storage_options)
     epochs = lake.epochs() if mode == "epoch" else []
     files = lake.files()  # read_committed's files

@@ -34,6 +34,8 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
+from lakesink.maintenance.compact import open_v3, stream_live_files
+from lakesink.views.derived import files_lagging_views_list
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.log import EpochLog
 from lakesink_reader.format.opening import oldest_commit
@@ -174,8 +176,6 @@ def sweep(
     now = time.time() if now is None else now
     report = SweepReport(storage.url, float(older_than), delete)
     if metadata.has_log:
-        from lakesink.maintenance.compact import open_v3
-
         _, vlog = open_v3(storage, "the sweep")
         plan = plan_v3(
             storage,
@@ -284,8 +284,6 @@ def _spare_what_lagging_views_list(storage: Storage, plan: SweepPlan) -> tuple[l
     lists (kept, with the reason): its readers read the version it holds (issue 32, hole 4;
     ``vacuum`` spares them too, after bringing the views up). Simulation seed 182: a Delta view
     started on an upgraded lake at its version 0, its writer killed after that first version."""
-    from lakesink.views.derived import files_lagging_views_list
-
     listed = files_lagging_views_list(storage, plan.facts.retained_from) if plan.findings else {}
     spared = [replace(o, reason=listed[o.name]) for o in plan.findings if o.name in listed]
     return [o for o in plan.findings if o.name not in listed], plan.kept + spared
@@ -370,8 +368,6 @@ def read_log_facts(storage: Storage, vlog: VersionedLog, retained_from: int | No
     Memory: the paths of the live files and of the removes of the retained commits (~100 B
     each). The design's merge-join of the sorted checkpoint list with a sorted listing, which
     bounds it, is left for later (docs/design/format-v3.md, section 11)."""
-    from lakesink.maintenance.compact import stream_live_files
-
     snap = vlog.snapshot()
     state = snap.state
     if state.version < 0:

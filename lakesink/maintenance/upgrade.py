@@ -34,6 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
+
 from lakesink.commit.checkpoints import LIST_ROW_GROUP_ROWS, advance_hint
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CommitConflictError, CorruptFileError
@@ -397,9 +400,6 @@ def _check_not_upgraded(storage: Storage) -> None:
 
 def _write_checkpoint(storage: Storage, plan: _Plan, hook: Hook | None) -> None:
     """The checkpoint at the upgrade's version, with a token and time derived from the plan."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     version, state = plan.upgrade.version, plan.state
     token = hashlib.sha256(f"{plan.table_id}:{version}".encode()).hexdigest()[:32]
     name = file_list_name(version, token)

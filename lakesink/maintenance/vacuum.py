@@ -35,10 +35,26 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow.compute as pc
+
+from lakesink.commit.checkpoints import advance_hint, write_checkpoint
 from lakesink.commit.files import DEFAULT_STAGED_AGE
+from lakesink.maintenance.compact import open_v3
 from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3
+from lakesink.views.derived import bring_up, files_lagging_views_list
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
+from lakesink_reader.format.opening import oldest_commit
 from lakesink_reader.format.table import TableMetadata, probe_store
+from lakesink_reader.format.v3.checkpoint import (
+    LAST_CHECKPOINT,
+    due_checkpoint,
+    iter_file_list,
+    listed_log,
+    parse_checkpoint_name,
+    parse_file_list_name,
+    read_checkpoint,
+    read_hint,
+)
 from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
 from lakesink_reader.format.v3.logfiles import parallel, parse_commit_name
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
@@ -128,8 +144,6 @@ def vacuum(
         The checkpoint the log would be kept from cannot be read whole: nothing of the log is
         deleted (the data files have gone already, and no retained version needs them).
     """
-    from lakesink.maintenance.compact import open_v3
-
     if isinstance(retain, bool) or not isinstance(retain, int | float) or not retain >= 0:
         raise ValueError(f"retain must be a number of seconds >= 0, got {retain!r}")
     if retain < RETAIN_FLOOR and not force:
@@ -214,8 +228,6 @@ def _spare_what_views_list(
     version first (``delete`` only: a dry run writes nothing); the files that a view still
     behind ``target`` lists are then kept, with the reason, out of ``findings``. Returns the
     findings left and those kept."""
-    from lakesink.views.derived import bring_up, files_lagging_views_list
-
     if delete:
         bring_up(storage, vlog, metadata)
     listed = files_lagging_views_list(storage, target) if findings else {}
@@ -243,9 +255,6 @@ def retention_version(storage: Storage, vlog: VersionedLog, snap: Snapshot, cuto
     ``retain`` cannot make a fresh version look old, and so cannot move R past versions a
     reader may have pinned a moment ago: what decides is the store's clock against vacuum's,
     one pair that the 24 h floor covers, not every writer's."""
-    from lakesink_reader.format.opening import oldest_commit
-    from lakesink_reader.format.v3.checkpoint import listed_log
-
     state = snap.state
     headers = {h.version: h for h in snap.headers}
     stored: dict[int, float] = {}
@@ -276,20 +285,6 @@ def _truncation(
     """C_R (the checkpoint at ``floor(target / N) * N``; written when missing and ``write``,
     then read whole and checked) and the log entries that may go, in the order to delete them.
     (None, []) when there is no such checkpoint (``target`` below N: the log is kept whole)."""
-    import pyarrow.compute as pc
-
-    from lakesink.commit.checkpoints import advance_hint, write_checkpoint
-    from lakesink_reader.format.v3.checkpoint import (
-        LAST_CHECKPOINT,
-        due_checkpoint,
-        iter_file_list,
-        listed_log,
-        parse_checkpoint_name,
-        parse_file_list_name,
-        read_checkpoint,
-        read_hint,
-    )
-
     interval = vlog.checkpoint_interval
     c = due_checkpoint(target, interval) if interval is not None else None
     if c is None:

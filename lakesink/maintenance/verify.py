@@ -17,6 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from lakesink.maintenance.compact import open_v3, stream_live_files
+from lakesink.views.delta_view import delta_sync
+from lakesink.views.derived import DELTA, SPARK, view_problems
+from lakesink.views.spark_metadata_view import spark_sync
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
 from lakesink_reader.format.partitions import partition_folders
@@ -106,11 +110,6 @@ def verify(
         if progress is not None:
             progress(done, len(committed))
     if metadata.has_log:
-        from lakesink.maintenance.compact import open_v3
-        from lakesink.views.delta_view import delta_sync
-        from lakesink.views.derived import DELTA, SPARK, view_problems
-        from lakesink.views.spark_metadata_view import spark_sync
-
         view = delta_sync(storage, write=False)
         report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
         spark = spark_sync(storage, write=False)
@@ -158,8 +157,6 @@ def _live_files(storage: Storage, table_id: str) -> tuple[list[CommittedFile], p
     """A format-3 lake's live files at its latest version: the newest usable checkpoint's list
     and the commits after it (a vacuumed log starts at a checkpoint, not at version 0); and the
     lake's schema there."""
-    from lakesink.maintenance.compact import open_v3, stream_live_files
-
     metadata, log = open_v3(storage, "verify")
     snapshot = log.snapshot()
     files: list[CommittedFile] = []

@@ -28,10 +28,12 @@ __all__ = ["LakeForeachWriter", "register", "write_stream"]
 
 def __getattr__(name: str) -> Any:
     if name == "LakeForeachWriter":
+        # Here, not at the top: foreach loads pyarrow and the commit protocol.
         from lakesink.spark.foreach import LakeForeachWriter
 
         return LakeForeachWriter
     if name in ("register", "write_stream"):
+        # Here, not at the top: start loads pyspark, the commit protocol and pyarrow.
         from lakesink.spark import start
 
         return getattr(start, name)

@@ -15,8 +15,9 @@ Where each hook runs (pyspark 4.3):
 
 Importing this module is cheap (no pyarrow, no commit protocol): Spark imports it in a worker of
 its own just to find the class (``pyspark_lakesink``, at the first lookup of any Python data
-source, on the way to the query's start). The hooks import what they use; ``HOOK_MODULES``
-lists it, for the workers that ``lakesink.spark.warmup`` starts early.
+source, on the way to the query's start). The hooks import pyarrow and the commit protocol
+when they first run (each such import says so); ``HOOK_MODULES`` lists them, for the workers
+that ``lakesink.spark.warmup`` starts early.
 """
 
 from __future__ import annotations
@@ -29,12 +30,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from pyspark import TaskContext
 from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.pandas.types import from_arrow_schema
 
+from lakesink.spark import checkpoints
+from lakesink.spark.reading import READ_OPTIONS, LakeBatchReader, plan_read
 from lakesink.spark.runs import cursor_enabled, run_memo
+from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS, LakeStreamReader, parse_stream_options
 from lakesink.spark.workers import freeze_heap_once
-from lakesink_reader.errors import CommitError
+from lakesink_reader.errors import CommitError, CommitRefusedError
 from lakesink_reader.format.log import CommittedFile
+from lakesink_reader.format.v3.commits import AddFile, writer_tag
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +49,6 @@ if TYPE_CHECKING:
     from lakesink.commit.batches import BatchCommitter
     from lakesink.commit.start import LakeAtStart
     from lakesink.config import SinkConfig
-    from lakesink_reader.format.v3.commits import AddFile
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +111,7 @@ class LakeSinkDataSource(DataSource):
     @functools.cached_property
     def config(self) -> SinkConfig:
         """A write's options, parsed (on the instance: it travels with it to every worker)."""
+        # Here, not at the top: the options' module loads pyarrow and the commit protocol (HOOK_MODULES).
         from lakesink.config import SinkConfig
 
         return SinkConfig.from_options(self.options)
@@ -112,8 +119,6 @@ class LakeSinkDataSource(DataSource):
     @functools.cached_property
     def read_plan(self) -> Any:
         """A read's options, parsed, and the version and files it reads, pinned."""
-        from lakesink.spark.reading import plan_read
-
         return plan_read(self.options)
 
     def __repr__(self) -> str:
@@ -123,14 +128,13 @@ class LakeSinkDataSource(DataSource):
     @functools.cached_property
     def stream_options(self) -> Any:
         """A streaming read's options, parsed (``lakesink.spark.streaming``)."""
-        from lakesink.spark.streaming import parse_stream_options
-
         return parse_stream_options(self.options)
 
     @functools.cached_property
     def stream_table(self) -> tuple[Any, tuple[str, ...]]:
         """A streaming read's schema (the lake's newest, when the query starts) and its partition
         columns, read once: the tasks get them with the reader."""
+        # Here, not at the top: the reader's Lake loads pyarrow.
         from lakesink_reader.lake import Lake
 
         lake = Lake(self.stream_options.path, self.stream_options.storage_options)
@@ -138,11 +142,6 @@ class LakeSinkDataSource(DataSource):
 
     def schema(self) -> Any:
         """A read's schema: the lake's (Spark asks for it when the read names none)."""
-        from pyspark.sql.pandas.types import from_arrow_schema
-
-        from lakesink.spark.reading import READ_OPTIONS
-        from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS
-
         given = {k.lower() for k in self.options}
         if given & set(STREAM_ONLY):  # a stream's options
             return from_arrow_schema(self.stream_table[0])
@@ -156,14 +155,10 @@ class LakeSinkDataSource(DataSource):
         return from_arrow_schema(self.read_plan.schema)
 
     def reader(self, schema: Any) -> Any:
-        from lakesink.spark.reading import LakeBatchReader
-
         return LakeBatchReader(self.read_plan)
 
     def streamReader(self, schema: Any) -> Any:
         """``spark.readStream.format("lakesink")``: the lake's versions as a stream."""
-        from lakesink.spark.streaming import LakeStreamReader
-
         return LakeStreamReader(self.stream_options, *self.stream_table)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
@@ -173,6 +168,7 @@ class LakeSinkDataSource(DataSource):
                 f"lakesink tables are append-only: output mode 'complete' cannot write {self.config.path!r}; "
                 "use outputMode('append')"
             )
+        # Here, not at the top: rows loads pyarrow (HOOK_MODULES).
         from lakesink.spark.rows import arrow_schema
 
         arrow = arrow_schema(schema)
@@ -204,6 +200,7 @@ def run_start(config: SinkConfig, schema: pa.Schema, run_token: str) -> LakeAtSt
     """The lake as this run found it (``lakesink.commit.start``), read once per run of the query
     in this Python worker, not once per micro-batch (``lakesink.spark.runs``: keyed by the run,
     so a lake deleted and written again by a fresh query in the same session is read again)."""
+    # Here, not at the top: the commit protocol loads pyarrow (HOOK_MODULES).
     from lakesink.commit.start import open_for_writing
 
     memo = run_memo(config.storage().url, run_token)
@@ -225,8 +222,6 @@ def run_start(config: SinkConfig, schema: pa.Schema, run_token: str) -> LakeAtSt
 def committed_through(config: SinkConfig, start: LakeAtStart) -> int | None:
     """The last batch the log held of this query (from its checkpoint's id) when the run
     started; None when unknown (``LakeAtStart.last_batch``)."""
-    from lakesink.spark import checkpoints
-
     if not config.checkpoint_location:
         return None
     checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
@@ -264,10 +259,8 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     # pyspark annotates the Arrow variant with its parent's Iterator[Row] signature, hence the ignore.
     def write(self, iterator: Iterator[pa.RecordBatch]) -> EpochCommitMessage:  # type: ignore[override]
         """Stage and publish this task's batches (``lakesink.commit.tasks``); report them to the driver."""
-        from pyspark import TaskContext
-
+        # Here, not at the top: the commit protocol loads pyarrow (HOOK_MODULES).
         from lakesink.commit.tasks import write_task
-        from lakesink_reader.format.v3.commits import writer_tag
 
         freeze_heap_once()
         ctx = TaskContext.get()
@@ -312,6 +305,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None
         continues = None
         if batch == 0:
+            # Here, not at the top: the commit protocol loads pyarrow (HOOK_MODULES).
             from lakesink.commit.continuation import continuation_of
 
             continues = continuation_of(
@@ -332,6 +326,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         )
         memo.cursor = result.state
         if not memo.swept:  # once per run, after its first commit: what kills left
+            # Here, not at the top: the sweep loads pyarrow and the commit protocol.
             from lakesink.maintenance.sweep import sweep_after_commit
 
             sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
@@ -345,6 +340,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     # -------------------------------------------------------------------------------------
 
     def _batches(self, messages: Sequence[EpochCommitMessage]) -> BatchCommitter:
+        # Here, not at the top: the commit protocol and the views load pyarrow (HOOK_MODULES).
         from lakesink.commit.batches import BatchCommitter
         from lakesink.views.derived import derived_views
 
@@ -372,8 +368,6 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         Every batch needs it, empty ones included (they keep the writer's batches contiguous):
         a commit without one would escape every ownership rule, so it is refused instead.
         """
-        from lakesink.spark import checkpoints
-
         location = self.config.checkpoint_location
         found = (
             checkpoints.query_id(checkpoints.open_checkpoint(location, self.config.storage_options))
@@ -382,8 +376,6 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         )
         found = found or next((m.query_id for m in messages if m.query_id), None)
         if found is None:
-            from lakesink_reader.errors import CommitRefusedError
-
             raise CommitRefusedError(
                 f"{self.config.path}: cannot tell which streaming query commits this batch (no "
                 "checkpointLocation option to read its id from, and no task reported it): pass "
@@ -398,8 +390,6 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         offset log before the epoch runs (``lakesink.spark.checkpoints``). None when unavailable:
         they are needed only to continue a writer from the lake (``continue_writer``).
         """
-        from lakesink.spark import checkpoints
-
         location = self.config.checkpoint_location
         if not location:
             return None
@@ -416,8 +406,6 @@ def check_continuation(config: SinkConfig, start: LakeAtStart) -> None:
     now with the offsets Spark starts the sources at. The commit checks it again, against the
     state it commits on.
     """
-    from lakesink.spark import checkpoints
-
     if not config.checkpoint_location:
         raise ValueError("continue_writer needs the query's checkpointLocation option")
     writer = checkpoints.query_id(
@@ -430,8 +418,6 @@ def check_continuation(config: SinkConfig, start: LakeAtStart) -> None:
 
 def start_offsets(config: SinkConfig) -> Any:
     """A continuing query's start offsets, from Spark's checkpoint (``continue_offsets`` must agree)."""
-    from lakesink.spark import checkpoints
-
     assert config.checkpoint_location is not None
     checkpoint = checkpoints.open_checkpoint(config.checkpoint_location, config.storage_options)
     sources = checkpoints.batch_end_offsets(checkpoint, 0)
@@ -455,8 +441,6 @@ def batch_id(ctx: Any) -> int:
 
 def _adds(messages: Sequence[EpochCommitMessage]) -> list[AddFile]:
     """The files of a batch's messages, as the versioned log records them."""
-    from lakesink_reader.format.v3.commits import AddFile
-
     adds = []
     for m in messages:
         stats = m.stats if len(m.stats) == len(m.files) else (None,) * len(m.files)

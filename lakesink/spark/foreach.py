@@ -275,6 +275,8 @@ def _check_active_session() -> bool:
     """
     if "pyspark.sql" not in sys.modules:
         return False
+    # Here, not at the top: executors import this module for every task, and need neither pyspark
+    # (not imported for it) nor preflight (the driver's checks: subprocess, shutil; 0.05 s).
     from pyspark.sql import SparkSession
 
     from lakesink.spark.preflight import check_worker_python, is_connect
@@ -289,6 +291,7 @@ def _check_active_session() -> bool:
 def query_tag() -> str | None:
     """The streaming query's id (stable across restarts from its checkpoint), shortened."""
     try:
+        # Here, not at the top: foreach imports no pyspark (lakesink.spark's docstring); its tasks have it.
         from pyspark import TaskContext
     except ImportError:  # pragma: no cover - the hooks only run inside Spark tasks
         return None

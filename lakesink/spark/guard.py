@@ -31,16 +31,15 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from lakesink.config import SinkConfig
+from lakesink.config import SinkConfig, parse_columns
 from lakesink.spark import preflight
 from lakesink.spark.failures import raising_lakesink_errors
+from lakesink.spark.foreach import LakeForeachWriter
 from lakesink.spark.rows import arrow_schema
 from lakesink_reader.errors import StorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-    from lakesink.spark.foreach import LakeForeachWriter
 
 log = logging.getLogger(__name__)
 
@@ -61,12 +60,14 @@ def install(*, connect: bool = False) -> None:
     if api in _installed:
         return
     if connect:
+        # Here, not at the top: the Connect API's classes need the connect extra (and load pandas).
         from pyspark.sql.connect.readwriter import DataFrameWriter
         from pyspark.sql.connect.streaming.readwriter import DataStreamWriter
 
         read: Callable[[Any], PendingWrite | None] = _connect_pending
         source_of: Callable[[Any], str | None] = lambda writer: writer._write.source or None  # noqa: E731
     else:
+        # Here, not at the top: the classic API's classes, for its sessions only (as above).
         from pyspark.sql.readwriter import DataFrameWriter  # type: ignore[assignment]
         from pyspark.sql.streaming.readwriter import DataStreamWriter  # type: ignore[assignment]
 
@@ -115,8 +116,6 @@ def hand_config(writer: _Writer, config: SinkConfig) -> _Writer:
 def _remembered_foreach(foreach: Any) -> Any:
     @functools.wraps(foreach)
     def remembered(self: Any, f: Any) -> Any:
-        from lakesink.spark.foreach import LakeForeachWriter
-
         result = foreach(self, f)
         setattr(self, _FOREACH_ATTR, f if isinstance(f, LakeForeachWriter) else None)
         return result
@@ -187,6 +186,7 @@ def _connect_pending(writer: Any) -> PendingWrite:
     session = writer._session
 
     def schema() -> Any:
+        # Here, not at the top: the connect extra (and pandas), for a Connect session only.
         from pyspark.sql.connect.dataframe import DataFrame
 
         return DataFrame(writer._write_stream._child, session).schema  # one analyze round trip
@@ -280,14 +280,10 @@ def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:
     otherwise)."""
     text = json.dumps(list(columns))
     given = next((v for k, v in options.items() if k.lower() == PARTITION_BY_OPTION), None)
-    if given is not None:
-        from lakesink.config import parse_columns
-
-        if list(parse_columns(PARTITION_BY_OPTION, str(given))) != list(columns):
-            raise ValueError(
-                f".partitionBy({list(columns)}) and .option('partition_by', {given!r}) disagree: "
-                "give one of them"
-            )
+    if given is not None and list(parse_columns(PARTITION_BY_OPTION, str(given))) != list(columns):
+        raise ValueError(
+            f".partitionBy({list(columns)}) and .option('partition_by', {given!r}) disagree: give one of them"
+        )
     return text
 
 

@@ -20,6 +20,7 @@ to the front.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import pyarrow as pa
 
 from lakesink.commit.start import LakeAtStart
+from lakesink.spark import checkpoints
 from lakesink_reader.errors import CommitRefusedError, OtherQueryError, WorkerPythonError
 from lakesink_reader.format.partitions import check_partition_columns
 from lakesink_reader.format.table import (
@@ -148,6 +150,8 @@ def _worker_paths(spark: SparkSession) -> list[str]:
     """What Spark adds to a local worker's import path that this process may not have: --py-files."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     try:
+        # Here, in the try: a Connect-only pyspark has no SparkFiles (pyspark/__init__.py), and
+        # preflight imports no pyspark (only the modules that subclass its classes do).
         from pyspark import SparkFiles
 
         context = spark.sparkContext
@@ -214,15 +218,14 @@ def query_identity(
     scheme = location.split("://", 1)[0].lower() if "://" in location else "file"
     if scheme not in ("file", "s3", "s3a", "hdfs", "viewfs"):
         return QueryIdentity(location)  # a store lakesink cannot read: the writers check later
-    from lakesink.spark.checkpoints import open_checkpoint
 
     try:
-        text = open_checkpoint(location, storage_options).read_bytes("metadata", first_contact=True).decode()
+        checkpoint = checkpoints.open_checkpoint(location, storage_options)
+        text = checkpoint.read_bytes("metadata", first_contact=True).decode()
     except FileNotFoundError:
         return QueryIdentity(location, new=True)
     except Exception:  # noqa: BLE001 - unreadable from here: leave the judgement to the writers
         return QueryIdentity(location)
-    import json
 
     try:
         query_id = json.loads(text.splitlines()[0])["id"]
@@ -277,15 +280,11 @@ def _check_continuation(
     ``startingOffsets``, or ``continue_offsets``) -- one that overlaps or leaves a gap. Otherwise
     the offsets are known only when Spark plans the first batch, and judged then
     (``datasource.check_continuation``)."""
-    import json
-
-    from lakesink.spark.checkpoints import parse_declared_offsets
-
     assert config.sink.continue_writer is not None
     # A restart of the continuing query is in the log under its id: nothing left to judge. A new
     # one has no id yet (Spark draws it at start()): judged as a writer the log does not know.
     writer = query.query_id or f"new query at {query.checkpoint or 'a new checkpoint'}"
-    declared = parse_declared_offsets(config.sink.continue_offsets, None)
+    declared = checkpoints.parse_declared_offsets(config.sink.continue_offsets, None)
     try:
         planned = source_start() if source_start is not None else None
     except Exception:  # noqa: BLE001 - another Spark's plan: judged at the first batch instead
@@ -309,7 +308,6 @@ def _check_checkpoint_has_its_lake(
         return
     if state is not None and query.query_id in state.writers:
         return
-    from lakesink.spark import checkpoints
 
     last = checkpoints.last_committed_batch(
         checkpoints.open_checkpoint(query.checkpoint, config.storage_options)
@@ -444,8 +442,6 @@ def kafka_start_offsets(plan: Any) -> list[Any] | None:
     writer's offsets (``{topic: {partition: offset}}``). None otherwise: -1/-2 (latest,
     earliest) are resolved by the source only when the query starts, and other sources record
     their start then; a continuation is judged on those when the first batch is planned."""
-    import json
-
     leaves = plan.collectLeaves()
     streams = [
         leaf

@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
+from lakesink_reader.storage import open_storage
+
 if TYPE_CHECKING:
     import pyarrow as pa
 
@@ -52,6 +54,7 @@ class FilesPartition(InputPartition):  # type: ignore[misc]
 
 def plan_read(options: Mapping[str, str]) -> ReadPlan:
     """Parse a batch read's options and pin what it reads; errors name the option and the way out."""
+    # Here, not at the top: the reader's Lake loads pyarrow, and the data source's module imports this one.
     from lakesink_reader.lake import Lake
 
     opts = {k.lower(): v for k, v in options.items()}
@@ -171,8 +174,8 @@ class LakeBatchReader(DataSourceReader):  # type: ignore[misc]
         return task_partitions(self.plan.files)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Here, not at the top: pyarrow, as in plan_read.
         from lakesink_reader.lake import dataset_of
-        from lakesink_reader.storage import open_storage
 
         assert isinstance(partition, FilesPartition)
         plan = self.plan

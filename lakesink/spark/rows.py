@@ -37,6 +37,8 @@ def arrow_schema(schema: Any) -> pa.Schema:
     if isinstance(schema, pa.Schema):
         return schema
     try:
+        # Here, not at the top: rows imports no pyspark (foreach's module imports it), and a
+        # pyarrow schema needs none.
         from pyspark.sql.pandas.types import to_arrow_schema
         from pyspark.sql.types import StructType
     except ImportError as exc:  # pragma: no cover - only without pyspark

@@ -33,6 +33,7 @@ from pyspark.sql.streaming.datasource import (
 
 from lakesink.spark.reading import FilesPartition, lake_location, option_millis, task_partitions
 from lakesink_reader.errors import VersionNotRetainedError
+from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -152,6 +153,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
     # The lake ------------------------------------------------------------------------------
 
     def _opened(self) -> Lake:
+        # Here, not at the top: the reader's Lake loads pyarrow; the data source's module imports this one.
         from lakesink_reader.lake import Lake
 
         if self._lake is None:
@@ -245,8 +247,8 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         return task_partitions([(f.name, f.size or 0) for f in files])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        # Here, not at the top: pyarrow, as in _opened.
         from lakesink_reader.lake import dataset_of
-        from lakesink_reader.storage import open_storage
 
         assert isinstance(partition, FilesPartition)
         storage = open_storage(self.options.path, self.options.storage_options)

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSource, DataSourceStreamWriter, WriterCommitMessage
+from pyspark.sql.udf import _wrap_function  # what spark.dataSource.register wraps with
 
 from lakesink.spark.datasource import import_hook_modules
 
@@ -131,8 +132,6 @@ def warm_up_of(spark: SparkSession) -> WarmUp | None:
 
 
 def _run_driver_workers(spark: SparkSession) -> None:
-    from pyspark.sql.udf import _wrap_function  # what spark.dataSource.register wraps with
-
     sc = spark.sparkContext
     jvm, gateway = sc._jvm, sc._gateway
     assert jvm is not None and gateway is not None

@@ -29,14 +29,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
+import pyarrow as pa
+
 from lakesink_reader import jsondoc
 from lakesink_reader.format.partitions import partition_texts
 from lakesink_reader.format.schemas import decode_schema
 from lakesink_reader.format.v3.commits import Commit
 
 if TYPE_CHECKING:
-    import pyarrow as pa
-
     from lakesink_reader.format.table import TableMetadata
 
 DELTA_LOG_DIR = "_delta_log"
@@ -191,8 +191,6 @@ def _field(name: str, type_: pa.DataType, nullable: bool, where: str) -> dict[st
 
 
 def _type(t: pa.DataType, where: str) -> Any:
-    import pyarrow as pa
-
     types = pa.types
     simple = {
         pa.bool_(): "boolean",
@@ -284,8 +282,6 @@ def checkpoint_schema() -> pa.Schema:
     fence stops). ``protocol.readerFeatures`` is left out (reader version 1);
     ``writerFeatures`` is there, as writer version 7 requires.
     """
-    import pyarrow as pa
-
     strings = pa.map_(pa.string(), pa.string())
     return pa.schema(
         [
@@ -363,8 +359,6 @@ def delta_checkpoint(
     (ms) of the lake commit that added it -- what that commit's ``add`` says. Adds carry
     ``dataChange`` false, as Delta's own checkpoints do.
     """
-    import pyarrow as pa
-
     schema = checkpoint_schema()
     fields = {f.name: f.type for f in schema}
 

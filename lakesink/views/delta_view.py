@@ -28,7 +28,12 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from lakesink.views.delta import (
     DELTA_LOG_DIR,
@@ -47,15 +52,13 @@ from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
+from lakesink_reader.format.v3.checkpoint import live_files_table
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.logfiles import parallel
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import META_DIR
 from lakesink_reader.storage.base import Storage
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -293,8 +296,6 @@ def remember_time(times: dict[int, int], commit: Commit) -> None:
 def live_at(storage: Storage, vlog: VersionedLog, version: int, interval: int, files: int | None) -> pa.Table:
     """The lake's live files at ``version`` (the list of its checkpoint there, or the nearest one
     below and the commits since), checked against the state's file count ``files``."""
-    from lakesink_reader.format.v3.checkpoint import live_files_table
-
     live = live_files_table(storage, vlog.table_id, version, interval=interval, read_commit=vlog.read_commit)
     if files is not None and live.num_rows != files:
         raise CorruptFileError(
@@ -319,9 +320,6 @@ def added_times(
     headers, and for versions the lake's log no longer holds the Delta view's commit of that
     version; else the time of the oldest retained lake commit (a rebuilt view of a vacuumed
     lake: the only time left). In Arrow: a view of a million files is a million lookups."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
     versions: Any = fill(live.column("added_version").combine_chunks(), 0).cast(pa.int64())
     missing = [v for v in (int(v) for v in pc.unique(versions).to_pylist()) if v not in times]
@@ -358,11 +356,6 @@ def added_times(
 def prior_table(paths: Any, ms: Any) -> pa.Table | None:
     """The ``prior`` of :func:`added_times`: view paths (percent-encoded, relative) -> ms, the
     rows with a null in either dropped; None when none is left."""
-    from urllib.parse import unquote
-
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     table = pa.table({"path": paths, "ms": ms}).filter(
         pc.and_(pc.is_valid(paths), pc.is_valid(ms))
     )  # fmt: skip
@@ -402,8 +395,6 @@ def view_checkpoints(storage: Storage) -> list[int]:
 
 def _prior_times(storage: Storage, version: int) -> pa.Table | None:
     """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)."""
-    import pyarrow.parquet as pq
-
     fs, base = storage.arrow_filesystem()
     try:
         table = pq.read_table(
@@ -411,7 +402,6 @@ def _prior_times(storage: Storage, version: int) -> pa.Table | None:
         )
     except (OSError, ValueError):
         return None
-    import pyarrow.compute as pc
 
     adds: Any = table.column("add").combine_chunks()
     return prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
@@ -424,10 +414,6 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
     The newest view checkpoint, then the view commits after it up to the first one missing
     (where a reader stops). For ``verify`` and ``vacuum``'s protection of a view that is behind:
     a view at the lake's version lists the lake's own files."""
-    from urllib.parse import unquote
-
-    import pyarrow.parquet as pq
-
     commits, checkpoints = set(), set()
     for f in storage.list(DELTA_LOG_DIR):
         name = f.name.rsplit("/", 1)[-1]
@@ -491,9 +477,6 @@ def write_view_checkpoint(
     an older one, and the checkpoint ``KEEP_CHECKPOINTS`` intervals older is deleted.
     Returns whether this call created it.
     """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
     interval = interval or table_interval(storage)
     if not ahead_of_commit and not storage.exists(delta_commit_name(version)):
         raise FileNotFoundError(f"{storage.url}/{delta_commit_name(version)}: no view commit to checkpoint")
@@ -540,10 +523,6 @@ def write_view_checkpoint(
 def check_view_checkpoint(storage: Storage, vlog: VersionedLog, version: int, interval: int) -> str | None:
     """None when the view checkpoint at ``version`` holds exactly the lake's live files there
     (paths and sizes) and the table's protocol; else what differs."""
-    from urllib.parse import unquote
-
-    import pyarrow.parquet as pq
-
     fs, base = storage.arrow_filesystem()
     table = pq.read_table(f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", filesystem=fs)
     seen: dict[str, int] = {}

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from lakesink.commit.versions import AfterCommit
 from lakesink.views import delta_view, spark_metadata_view
+from lakesink.views.delta import delta_commit_name
 from lakesink.views.delta_view import DeltaView
 from lakesink.views.spark_metadata_view import SparkView
 from lakesink_reader.errors import StorageError
@@ -130,8 +131,6 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
 
 
 def _delta_at_least(storage: Storage, version: int) -> bool:
-    from lakesink.views.delta import delta_commit_name
-
     return version >= 0 and storage.exists(delta_commit_name(version))
 
 

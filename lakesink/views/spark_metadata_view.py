@@ -63,23 +63,26 @@ import json
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 from urllib.parse import quote, unquote
 
-from lakesink.views.delta_view import added_times, live_at, remember_time, table_interval
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+import pyarrow.parquet as pq
+
+from lakesink.views.delta_view import added_times, live_at, prior_table, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import open_epoch_log
-from lakesink_reader.format.table import probe_store
+from lakesink_reader.format.schemas import decode_schema, fit_problems
+from lakesink_reader.format.table import probe_store, read_table_metadata
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import META_DIR, unsafe_name
 from lakesink_reader.storage.base import Storage
-
-if TYPE_CHECKING:
-    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -183,9 +186,6 @@ def compact_batch(base: str, live: pa.Table, stamps: pa.Array[Any]) -> bytes:
     0.8 s). The bytes are exactly those of :func:`_entry` per file (two writers must derive
     the same view; tests/test_spark_view.py compares them).
     """
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     if live.num_rows == 0:
         return _batch_bytes([])
     paths = live.column("path").combine_chunks().cast(pa.string())
@@ -592,12 +592,6 @@ def summary_bytes(storage: Storage, encoded: str) -> bytes:
     """The bytes of :data:`SUMMARY` for the lake's schema ``encoded`` (a recorded one): a Parquet
     footer without row groups, of the data columns (a partitioned lake's files hold none of its
     partition columns)."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from lakesink_reader.format.schemas import decode_schema
-    from lakesink_reader.format.table import read_table_metadata
-
     schema = decode_schema(encoded, f"{storage.url}: the lake's schema")
     partition_columns = read_table_metadata(storage).partition_columns
     schema = pa.schema([f for f in schema if f.name not in partition_columns])
@@ -610,10 +604,6 @@ def summary_entry(storage: Storage, base: str, encoded: str, ms: int) -> str:
     """Make :data:`SUMMARY` hold the lake's schema ``encoded`` -- unless it holds a wider one
     already (a newer version's: the lake's schema only grows) -- and return its entry for a
     compact batch, with the size it has now (Spark reads its footer by that size)."""
-    import pyarrow.parquet as pq
-
-    from lakesink_reader.format.schemas import fit_problems
-
     data = summary_bytes(storage, encoded)
     try:
         existing: bytes | None = storage.read_bytes(SUMMARY)
@@ -700,12 +690,6 @@ def _prior(storage: Storage, base: str, batch: int) -> pa.Table | None:
     """path -> modificationTime of the compact ``batch`` and the batches after it (the times a
     new compact keeps for files it carries over), read with Arrow's JSON reader: a compact batch
     of a million files is a million lines."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.json as pj
-
-    from lakesink.views.delta_view import prior_table
-
     if batch < FIRST_BATCH:
         return None
     fields: list[tuple[str, pa.DataType]] = [("path", pa.string()), ("modificationTime", pa.int64())]

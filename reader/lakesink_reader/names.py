@@ -1,6 +1,7 @@
 """The lake's names: data files, staged files and metadata, and how a listing is parsed.
 
-Every name here is part of the on-disk contract (docs/FORMAT.md). Only the standard library.
+Every name here is part of the on-disk contract (docs/FORMAT.md). Only the standard library
+(and ``lakesink_reader.errors``, which the package imports anyway).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import re
 import uuid
 from dataclasses import dataclass
 from typing import Literal
+
+from lakesink_reader.errors import CorruptFileError
 
 #: Version of the lake contract in docs/FORMAT.md, and the format of every new lake. Bump it
 #: with every change to the contract.
@@ -76,8 +79,6 @@ def unsafe_name(name: str, *, data: bool = True) -> bool:
 def check_name(name: object, where: str, *, data: bool = True) -> str:
     """``name`` when it is a safe name (:func:`unsafe_name`); CorruptFileError naming ``where``
     (the file it was read from) and the entry otherwise."""
-    from lakesink_reader.errors import CorruptFileError
-
     if not isinstance(name, str) or unsafe_name(name, data=data):
         raise CorruptFileError(
             f"{where}: refusing the entry {name!r}: {NAME_RULE}" + (" and outside _lakesink/" if data else "")

@@ -22,7 +22,7 @@ from lakesink_reader.format.v3.checkpoint import (
     oldest_listed_commit,
 )
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
-from lakesink_reader.format.v3.logfiles import parallel
+from lakesink_reader.format.v3.logfiles import commit_name, parallel
 from lakesink_reader.format.v3.state import TableState, WriterState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
@@ -280,6 +280,4 @@ class LogView:
         return "; ".join(w.describe() for w in self.writers()) or "none"
 
     def where(self, version: int) -> str:
-        from lakesink_reader.format.v3.logfiles import commit_name
-
         return f"{self.storage.url.rstrip('/')}/{commit_name(version)}"

@@ -10,7 +10,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
+from lakesink_reader.errors import missing_extra
 from lakesink_reader.storage.base import Sealed, StagedEntry, StagedFile, Storage, StoredFile
+from lakesink_reader.storage.local import LocalStorage
+from lakesink_reader.storage.options import check_local_options, check_storage_options
 
 __all__ = ["Sealed", "StagedEntry", "StagedFile", "Storage", "StoredFile", "open_storage"]
 
@@ -41,13 +44,10 @@ def _cached(key: _CacheKey, make: Callable[[], Storage]) -> Storage:
 
 def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
     try:
+        # Here, not at the top: the ``s3`` extra (botocore), and only for an S3 lake.
         from lakesink_reader.storage.s3 import S3Storage
     except ImportError as exc:
-        from lakesink_reader.errors import missing_extra
-
         raise missing_extra("s3", f"the S3 lake {url!r}") from exc
-    from lakesink_reader.storage.options import check_storage_options
-
     options = json.dumps(check_storage_options(storage_options, url), sort_keys=True, default=repr)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
     return _cached(("s3", url, options, environment), lambda: S3Storage(url, storage_options))
@@ -57,22 +57,16 @@ def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storag
     """One HdfsStorage per URL, options and Hadoop environment in each process (a client and
     its NameNode connection are reused by every task of a Spark worker)."""
     try:
-        from lakesink_reader.storage.hdfs import HdfsStorage
+        # Here, not at the top: the ``hdfs`` extra (hdfs-native), and only for an HDFS lake.
+        from lakesink_reader.storage.hdfs import HdfsStorage, hdfs_settings
     except ImportError as exc:
-        from lakesink_reader.errors import missing_extra
-
         raise missing_extra("hdfs", f"the HDFS lake {url!r}") from exc
-    from lakesink_reader.storage.hdfs import hdfs_settings
-
     options = json.dumps(hdfs_settings(storage_options, url), sort_keys=True)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HADOOP_")))
     return _cached(("hdfs", url, options, environment), lambda: HdfsStorage(url, storage_options))
 
 
 def _local_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
-    from lakesink_reader.storage.local import LocalStorage
-    from lakesink_reader.storage.options import check_local_options
-
     check_local_options(storage_options, url)
     parsed = urlparse(url)
     if parsed.scheme.lower() != "file":

@@ -39,6 +39,7 @@ import re
 import threading
 import time
 import uuid
+import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
@@ -156,8 +157,6 @@ def _core_site_value(key: str) -> str | None:
     folder = os.environ.get("HADOOP_CONF_DIR")
     if not folder:
         return None
-    import xml.etree.ElementTree as ET
-
     try:
         tree = ET.parse(os.path.join(folder, "core-site.xml"))
     except (OSError, ET.ParseError):
@@ -704,6 +703,7 @@ class HdfsStorage:
 
         Writing never goes through it: its ``open('wb')`` overwrites by default.
         """
+        # Here, not at the top: fsspec and pyarrow.fs, for reads only (writers never need them).
         from hdfs_native.fsspec import HdfsFileSystem
         from pyarrow.fs import FSSpecHandler, PyFileSystem
 

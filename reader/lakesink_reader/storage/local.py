@@ -382,6 +382,8 @@ class LocalStorage:
             quietly(lambda: self.delete(name), f"delete probe file {self.path_of(name)}")
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
+        # Here, not at the top: the storage backends load no pyarrow (Spark's data-source
+        # lookup imports them); only reads need it.
         import pyarrow.fs
 
         return pyarrow.fs.LocalFileSystem(), self.root

@@ -120,6 +120,8 @@ class S3Storage:
         if self._client is None:
             with self._lock:
                 if self._client is None:
+                    # Here, not at the top: boto3's session and botocore's config (280 modules,
+                    # 0.2 CPU-s) wait for the first request; opening the storage needs neither.
                     import boto3.session
                     from botocore.config import Config
 
@@ -147,6 +149,7 @@ class S3Storage:
             self.client  # noqa: B018 - builds the session first (taking the lock itself)
             with self._lock:
                 if self._opening_client is None:
+                    # Here, not at the top: botocore's config (150 modules), as in ``client``.
                     from botocore.config import Config
 
                     assert self._session is not None
@@ -494,6 +497,7 @@ class S3Storage:
         Credentials come from the same boto3 session the writer uses (so profiles and roles
         resolve the same way), frozen at this call: temporary credentials are not refreshed.
         """
+        # Here, not at the top: the storage backends load no pyarrow; only reads need it.
         from pyarrow.fs import S3FileSystem
 
         client = self.client

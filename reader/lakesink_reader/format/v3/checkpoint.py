@@ -39,7 +39,13 @@ import pyarrow as pa
 
 from lakesink_reader import jsondoc
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format.v3.commits import HISTOGRAM_BUCKETS, LOG_FORMAT_VERSION, Commit, CommitKind
+from lakesink_reader.format.v3.commits import (
+    HISTOGRAM_BUCKETS,
+    LOG_FORMAT_VERSION,
+    Commit,
+    CommitKind,
+    decode_commit,
+)
 from lakesink_reader.format.v3.logfiles import (
     DEFAULT_CHECKPOINT_INTERVAL,
     LOG_DIR,
@@ -55,6 +61,7 @@ from lakesink_reader.format.v3.state import (
     TableState,
     WriterState,
 )
+from lakesink_reader.names import UNSAFE_DATA_NAME, check_name
 from lakesink_reader.storage.base import Storage, StoredFile
 
 if TYPE_CHECKING:
@@ -468,6 +475,7 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
     unreadable, holds another number of rows than its small part says, or more rows than its
     size on disk can hold. Its paths are read dictionary-encoded (:func:`iter_file_list`
     checks them before they are decoded)."""
+    # Here, not at the top: opening a lake reads no file list, and needs no pyarrow.parquet.
     import pyarrow.parquet as pq
 
     storage.refuse_link(checkpoint.files_name)
@@ -549,9 +557,8 @@ def _checked_paths(paths: pa.ChunkedArray[Any], where: str) -> pa.ChunkedArray[A
     """A row group's dictionary-encoded paths, checked, then decoded: distinct (so that they
     decode to no more than their dictionary, which the row group's size bounds), and each
     passing the lake's name rule."""
+    # Here, not at the top: pyarrow.compute (40 ms) only when a file list is read.
     import pyarrow.compute as pc
-
-    from lakesink_reader.names import UNSAFE_DATA_NAME, check_name
 
     for chunk in paths.chunks:
         encoded: pa.DictionaryArray[Any, Any] = chunk  # type: ignore[assignment]  # read_dictionary=["path"]
@@ -643,6 +650,7 @@ def merge_file_list(
     Memory: one base batch plus the changes. CorruptFileError when a removed path is not in the
     base, or an added one is there already.
     """
+    # Here, not at the top: pyarrow.compute (40 ms) only when a file list is merged.
     import pyarrow.compute as pc
 
     added = sorted(changes.added)
@@ -789,8 +797,6 @@ def usable_base(
 
 
 def plain_commit_reader(storage: Storage, table_id: str) -> Callable[[int], Commit | None]:
-    from lakesink_reader.format.v3.commits import decode_commit
-
     def read(version: int) -> Commit | None:
         name = commit_name(version)
         try:

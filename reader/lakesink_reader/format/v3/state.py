@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from lakesink_reader.errors import CommitConflictError, CommitRefusedError, CorruptFileError
+from lakesink_reader.format.schemas import decode_schema, fit_problems
 from lakesink_reader.format.v3.commits import (
     HISTOGRAM_BUCKETS,
     AddFile,
@@ -370,8 +371,6 @@ def check_append(state: TableState, pending: PendingCommit) -> Decision:
     """
     decision = _check_append_rules(state, pending)
     if decision == "commit" and pending.schema is not None and state.schemas:
-        from lakesink_reader.format.schemas import decode_schema, fit_problems
-
         version, latest = state.schemas[-1]
         problems = fit_problems(decode_schema(latest, "the log"), decode_schema(pending.schema, "the commit"))
         if problems:
