@@ -20,6 +20,7 @@ every other subcommand do without. Nothing here imports pyspark.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -428,9 +429,8 @@ def _offsets(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    import dataclasses
-    import datetime
-
+    # Here, not at the top: the reader's Lake and the v3 commit records load pyarrow (this
+    # subcommand's alone).
     from lakesink_reader import Lake
     from lakesink_reader.format.v3.commits import writer_tag
 

@@ -35,9 +35,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamArrowWriter, Writ
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from lakesink.spark import checkpoints
-from lakesink.spark.reading import READ_OPTIONS, LakeBatchReader, plan_read
 from lakesink.spark.runs import cursor_enabled, run_memo
-from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS, LakeStreamReader, parse_stream_options
 from lakesink.spark.workers import freeze_heap_once
 from lakesink_reader.errors import CommitError, CommitRefusedError
 from lakesink_reader.format.log import CommittedFile
@@ -119,6 +117,9 @@ class LakeSinkDataSource(DataSource):
     @functools.cached_property
     def read_plan(self) -> Any:
         """A read's options, parsed, and the version and files it reads, pinned."""
+        # The read doors, here: a write's workers (every task of every epoch) never load them.
+        from lakesink.spark.reading import plan_read
+
         return plan_read(self.options)
 
     def __repr__(self) -> str:
@@ -128,6 +129,9 @@ class LakeSinkDataSource(DataSource):
     @functools.cached_property
     def stream_options(self) -> Any:
         """A streaming read's options, parsed (``lakesink.spark.streaming``)."""
+        # The read doors, here: a write's workers (every task of every epoch) never load them.
+        from lakesink.spark.streaming import parse_stream_options
+
         return parse_stream_options(self.options)
 
     @functools.cached_property
@@ -142,6 +146,10 @@ class LakeSinkDataSource(DataSource):
 
     def schema(self) -> Any:
         """A read's schema: the lake's (Spark asks for it when the read names none)."""
+        # The read doors, here: a write's workers (every task of every epoch) never load them.
+        from lakesink.spark.reading import READ_OPTIONS
+        from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS
+
         given = {k.lower() for k in self.options}
         if given & set(STREAM_ONLY):  # a stream's options
             return from_arrow_schema(self.stream_table[0])
@@ -155,10 +163,16 @@ class LakeSinkDataSource(DataSource):
         return from_arrow_schema(self.read_plan.schema)
 
     def reader(self, schema: Any) -> Any:
+        # The read doors, here: a write's workers (every task of every epoch) never load them.
+        from lakesink.spark.reading import LakeBatchReader
+
         return LakeBatchReader(self.read_plan)
 
     def streamReader(self, schema: Any) -> Any:
         """``spark.readStream.format("lakesink")``: the lake's versions as a stream."""
+        # The read doors, here: a write's workers (every task of every epoch) never load them.
+        from lakesink.spark.streaming import LakeStreamReader
+
         return LakeStreamReader(self.stream_options, *self.stream_table)
 
     def streamWriter(self, schema: Any, overwrite: bool) -> LakeStreamWriter:
