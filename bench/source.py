@@ -18,6 +18,8 @@ from typing import Any
 from launch import BENCH_DIR, RunFailed, _run, bench_env
 
 SOURCES = ("lakesink", "parquet")
+#: A fresh JVM's first read, and a second one in the same session (source_child.py).
+RUNS = ("cold", "warm")
 
 
 def source_phase(
@@ -37,14 +39,31 @@ def source_phase(
                 failures[f"source-{kind}"] = str(exc)
                 continue
             figures = json.loads(result.read_text())
-            if figures["rows"] != rows:
-                failures[f"source-{kind}"] = f"read {figures['rows']:,} rows of {rows:,}"
+            wrong = [
+                f"{run}: read {figures[run]['rows']:,} rows of {rows:,}"
+                for run in RUNS
+                if figures[run]["rows"] != rows
+            ]
+            if wrong:
+                failures[f"source-{kind}"] = "; ".join(wrong)
                 continue
-            figures["rows_per_second"] = rows / figures["seconds"]
+            for run in RUNS:
+                figures[run]["rows_per_second"] = rows / figures[run]["seconds"]
             runs[kind].append(figures)
-            note(f"source {kind}: {figures['rows_per_second']:,.0f} rows/s ({figures['seconds']:.1f} s)")
+            note(
+                f"source {kind}: "
+                + ", ".join(
+                    f"{run} {figures[run]['rows_per_second']:,.0f} rows/s ({figures[run]['seconds']:.1f} s)"
+                    for run in RUNS
+                )
+            )
     medians = {
-        kind: statistics.median(r["rows_per_second"] for r in found) for kind, found in runs.items() if found
+        run: {
+            kind: statistics.median(r[run]["rows_per_second"] for r in found)
+            for kind, found in runs.items()
+            if found
+        }
+        for run in RUNS
     }
     out: dict[str, Any] = {
         "rows": rows,
@@ -52,6 +71,7 @@ def source_phase(
         "median_rows_per_second": medians,
         "failures": failures,
     }
-    if len(medians) == 2:
-        out["lakesink_vs_parquet"] = medians["lakesink"] / medians["parquet"]
+    for run in RUNS:
+        if len(medians[run]) == 2:
+            out[f"lakesink_vs_parquet_{run}"] = medians[run]["lakesink"] / medians[run]["parquet"]
     return out

@@ -94,3 +94,28 @@ def test_a_refused_read_reaches_the_spark_user_naming_the_option(spark: Any, lak
     Writer(VersionedLogWriter(storage, table_id), W1).append(0)
     with pytest.raises(Exception, match="versionAsOf must be a version number >= 0"):
         spark.read.format("lakesink").option("versionAsOf", "-1").load(lake).collect()
+
+
+def test_files_are_split_into_tasks_of_even_size_that_fill_every_core() -> None:
+    """``task_partitions`` (both read doors): about 128 MiB a task at most (each file counted
+    4 MiB more, its cost of opening), tasks in multiples of the cores and of even size, the
+    files in order, a file in one task."""
+    from lakesink.spark.reading import task_partitions
+
+    mib = 1 << 20
+    files = [(f"f{i:02d}", 5 * mib) for i in range(43)]  # the bench's 20M rows: 43 files of ~5 MiB
+    even = task_partitions(files, parallelism=2)
+    assert [len(t.names) for t in even] == [11, 10, 11, 11]  # 387 MiB counted: 4 tasks, 2 waves
+    assert [n for t in even for n in t.names] == [name for name, _ in files]
+    assert [len(t.names) for t in task_partitions(files[:20], parallelism=2)] == [10, 10]
+    big = [(f"g{i:02d}", 100 * mib) for i in range(6)]
+    assert [len(t.names) for t in task_partitions(big, parallelism=2)] == [1] * 6  # 104 MiB each: one a task
+    huge = [("h", 300 * mib), ("i", 1 * mib)]
+    assert [t.names for t in task_partitions(huge, parallelism=1)] == [
+        ("h",),
+        ("i",),
+    ]  # larger than a task: alone
+    tiny = [(f"t{i}", 1_000) for i in range(10)]
+    assert [len(t.names) for t in task_partitions(tiny, parallelism=2)] == [5, 5]
+    assert [len(t.names) for t in task_partitions(tiny, parallelism=64)] == [1] * 10  # not below one open
+    assert task_partitions([], parallelism=2) == []
