@@ -90,6 +90,12 @@ class SinkOptions:
         Other changes (a type narrowed or changed, a column renamed) are still refused, naming
         the columns, before the query writes anything. A stream with fewer or narrower columns
         than the lake (an older writer beside a newer one) needs no option.
+    auto_compact
+        Format-3 epoch lakes: after a commit that leaves 32 small live files or more (under
+        64 MiB), the driver compacts them as ``lakesink compact`` does, reading at most 256 MiB
+        (the bound on the delay to the next micro-batch). It never fails the query
+        (``lakesink.maintenance.auto_compact`` says what it does, and why it is safe).
+        ``.option("auto_compact", "true")``.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -102,10 +108,13 @@ class SinkOptions:
     spark_metadata: bool = True
     partition_by: tuple[str, ...] | None = None
     merge_schema: bool = False
+    auto_compact: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.merge_schema, bool):
             raise TypeError(f"merge_schema must be True or False, got {self.merge_schema!r}")
+        if not isinstance(self.auto_compact, bool):
+            raise TypeError(f"auto_compact must be True or False, got {self.auto_compact!r}")
         if self.partition_by is not None:
             if isinstance(self.partition_by, str) or not all(isinstance(c, str) for c in self.partition_by):
                 raise TypeError(f"partition_by must be a list of column names, got {self.partition_by!r}")

@@ -345,6 +345,11 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
             sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
             memo.swept = True
+        if self.config.sink.auto_compact:
+            # Here, not at the top: compaction loads pyarrow and the maintenance modules.
+            from lakesink.maintenance.auto_compact import compact_if_due
+
+            compact_if_due(self.config.storage(), result.state, write_options=self.config.write)
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""

@@ -1,0 +1,136 @@
+"""Auto-compaction (issue 36): the writer's driver compacts the lake's small files after a commit
+once there are enough of them, never failing the query, beside a manual ``lakesink compact``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from lakes import v3_table
+from test_reader_v3 import W1, Writer
+
+import lakesink
+from lakesink.commit.versions import VersionedLogWriter
+from lakesink.config import SinkConfig
+from lakesink.maintenance import compact
+from lakesink.maintenance.auto_compact import AUTO_COMPACT_MIN_SMALL, compact_if_due, small_files
+from lakesink_reader import Lake, read_committed
+from lakesink_reader.storage import Storage
+
+
+def test_compaction_is_due_at_the_threshold_and_never_raises(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    log = VersionedLogWriter(storage, table_id, checkpoint_interval=100)
+    writer = Writer(log, W1)
+    for batch in range(AUTO_COMPACT_MIN_SMALL // 2 - 1):
+        writer.append(batch * 20)  # two small files a batch
+    state = log.open()
+    assert small_files(state) == AUTO_COMPACT_MIN_SMALL - 2
+    assert compact_if_due(storage, state) is None  # not due: nothing read, nothing written
+    writer.append(10_000)
+    state = log.open()
+    done = compact_if_due(storage, state)
+    assert done is not None and done.report is not None and done.report.status == "committed"
+    after = log.open()
+    assert small_files(after) == 1 and after.version == state.version + 1  # one output, small too
+    assert [v.operation for v in Lake(lake).history(limit=1)] == ["compaction"]
+    assert sorted(read_committed(lake).column("id").to_pylist()) == sorted(
+        i for b in range(AUTO_COMPACT_MIN_SMALL // 2 - 1) for i in range(b * 20, b * 20 + 20)
+    ) + list(range(10_000, 10_020))
+
+    class Broken(Storage):  # every read fails: the compaction fails, the call does not
+        def __init__(self) -> None:
+            self.url = storage.url
+
+        def __getattr__(self, name: str) -> Any:
+            raise OSError(f"storage down ({name})")
+
+    failed = compact_if_due(Broken(), state, min_small=1)
+    assert failed is not None and failed.report is None
+
+
+def test_the_option_is_parsed() -> None:
+    assert SinkConfig.from_options({"path": "/x", "auto_compact": "true"}).sink.auto_compact is True
+    assert SinkConfig.from_options({"path": "/x"}).sink.auto_compact is False
+    with pytest.raises(ValueError, match="option 'auto_compact' must be true or false"):
+        SinkConfig.from_options({"path": "/x", "auto_compact": "sometimes"})
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        pytest.param({"availableNow": True}, id="available-now"),
+        pytest.param({"processingTime": "1 second"}, id="one-second", marks=pytest.mark.long),
+    ],
+)
+def test_a_stream_with_auto_compact_keeps_its_small_files_bounded_beside_a_manual_compact(
+    spark: Any, tmp_path: Path, trigger: dict[str, Any]
+) -> None:
+    """40 micro-batches of one input file each, written by two tasks: 80 small files without
+    auto-compaction. With it, at most AUTO_COMPACT_MIN_SMALL + 2 are ever live after a commit
+    (the threshold, plus one batch's files), every row once, while a manual ``compact`` loops
+    beside the stream."""
+    folder, batches = tmp_path / "in", 40
+    folder.mkdir()
+    for i in range(batches):
+        ids = pa.array(range(i * 100, (i + 1) * 100), pa.int64())
+        pq.write_table(pa.table({"id": ids, "label": pa.array([f"r{v}" for v in ids.to_pylist()])}),
+                       folder / f"in-{i:04d}.parquet")  # fmt: skip
+    lake = str(tmp_path / "lake")
+    stop = threading.Event()
+    manual: list[str] = []
+    first_auto: list[int] = []
+
+    def compact_beside() -> None:
+        # Only once the stream compacted by itself (the first compaction is then the driver's),
+        # a manual compact runs beside it, every half second, on bins of 8 small files or more.
+        while not stop.is_set() and not first_auto:
+            try:
+                first_auto.extend(v.version for v in Lake(lake).history() if v.operation == "compaction")
+            except Exception:  # noqa: BLE001 -- the lake is not there yet
+                pass
+            stop.wait(0.2)
+        while not stop.is_set():
+            try:
+                manual.append(compact(lake, min_files=8, check_store=False).status)
+            except Exception as exc:  # noqa: BLE001 -- a lost race with the driver's compaction
+                manual.append(type(exc).__name__)
+            stop.wait(0.5)
+
+    beside = threading.Thread(target=compact_beside, daemon=True)
+    beside.start()
+    query = lakesink.write_stream(
+        spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).parquet(str(folder))
+        .repartition(2),
+        lake, checkpoint_location=str(tmp_path / "chk"), auto_compact=True,
+        trigger=trigger,
+    )  # fmt: skip
+    try:
+        if "availableNow" in trigger:
+            query.awaitTermination(600)
+        else:
+            query.processAllAvailable()
+    finally:
+        query.stop()
+        stop.set()
+        beside.join(60)
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(batches * 100))
+    history = Lake(lake).history()
+    appends = [v for v in history if v.operation == "append"]
+    compactions = [v for v in history if v.operation == "compaction"]
+    assert len(appends) == batches and compactions, [v.operation for v in history]
+    assert first_auto, "the stream never compacted by itself"
+    # The manual compact ran beside the stream, and committed at least once; the driver went on
+    # compacting beside it (more compactions than the manual ones that committed).
+    assert "committed" in manual and len(compactions) > manual.count("committed"), (manual, len(compactions))
+    # After every commit, the live small files: never past the threshold plus one batch's files.
+    live_small = 0
+    for v in reversed(history):  # oldest first
+        live_small += v.add_files - v.remove_files
+        assert live_small <= AUTO_COMPACT_MIN_SMALL + 2, (v.version, live_small)
+    assert len(Lake(lake).files()) < AUTO_COMPACT_MIN_SMALL
