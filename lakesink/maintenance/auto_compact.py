@@ -67,9 +67,11 @@ def compact_if_due(
     *,
     write_options: WriteOptions | None = None,
     min_small: int = AUTO_COMPACT_MIN_SMALL,
+    min_files: int = AUTO_COMPACT_MIN_FILES,
 ) -> AutoCompaction | None:
-    """After a commit whose folded state is ``state``: compact when at least ``min_small`` small
-    files are live; None when not due. Never raises (but for BaseExceptions: a kill is a kill)."""
+    """After a commit whose folded state is ``state``: compact (bins of ``min_files`` or more)
+    when at least ``min_small`` small files are live; None when not due. Never raises (but for
+    BaseExceptions: a kill is a kill). The simulation's writers call it with small numbers."""
     small = small_files(state)
     if small < min_small:
         return None
@@ -77,7 +79,7 @@ def compact_if_due(
     try:
         report = compact(
             storage,
-            min_files=AUTO_COMPACT_MIN_FILES,
+            min_files=min_files,
             max_input=AUTO_COMPACT_MAX_INPUT,
             write_options=write_options,
             check_store=False,  # the writer's run checked the store when it started

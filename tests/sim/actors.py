@@ -71,6 +71,7 @@ class WriterPlan:
     abandoned: bool = False  # its checkpoint is gone: nobody restarts it
     refused: bool = False  # its continuation was refused: the user starts another one
     replaced: bool = False  # ... and has started it
+    auto_compact: bool = False  # its driver compacts after a commit when enough files are small
 
     def __post_init__(self) -> None:
         if self.stream < 0:
@@ -96,6 +97,7 @@ class TaskFailed(Exception):
 def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Actor], Any]:
     from lakesink.commit.batches import BatchCommitter
     from lakesink.commit.files import FileWriter, WriteOptions
+    from lakesink.maintenance.auto_compact import compact_if_due
     from lakesink.maintenance.sweep import sweep_after_commit
     from lakesink.views.derived import derived_views
     from lakesink_reader.errors import CommitRefusedError
@@ -182,6 +184,19 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             if not swept:
                 sweep_after_commit(storage, older_than=3600.0)
                 swept = True
+            if plan.auto_compact:
+                # As the data source does after a commit (``auto_compact``): sized for the
+                # simulation's few tiny files.
+                done = compact_if_due(
+                    storage,
+                    result.state,
+                    write_options=WriteOptions(row_group_bytes=1024),
+                    min_small=4,
+                    min_files=2,
+                )
+                if done is not None:
+                    what = done.report.status if done.report is not None else "failed"
+                    world.note(f"{actor.name}: auto-compaction after batch {b}: {what}")
         return "done"
 
     return body

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import re
 import shutil
 import tempfile
@@ -44,6 +45,7 @@ ACTORS = (
     "continue",
     "foreach",
     "upgrade",
+    "autocompact",
 )
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
@@ -148,6 +150,7 @@ class Env:
             stream=stream,
             base=base,
             continues=continues,
+            auto_compact=first is not None and first.auto_compact,  # the same job, restarted
         )
         self.writers.append(plan)
         _start_writer(self, plan, offset=offset, idle=self.idle)
@@ -261,10 +264,16 @@ def _setup(env: Env) -> None:
     def skew() -> float:
         return rng.choice([0.0, 0.0, -600.0, 30.0, 3600.0, -3600.0]) if "skew" in faults else 0.0
 
+    # Auto-compaction in the writers' drivers: drawn from a generator of its own, so that a seed
+    # keeps every other choice (and its schedule, where no writer compacts) it had before.
+    auto = random.Random(world.seed ^ 0xA17C) if "autocompact" in cfg.actors else None
     if env.upgrade is not None:
         env.upgrade.spawn(env, skew=skew, idle=idle, views=views, n_writers=n_writers)
     for i in range(n_writers if env.upgrade is None else 0):
         plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), n_writers > 1, views)
+        plan.auto_compact = auto is not None and auto.random() < 0.4
+        if plan.auto_compact:
+            world.note(f"writer {i} compacts after its commits (auto_compact)")
         env.writers.append(plan)
         _start_writer(env, plan, offset=skew(), idle=idle)
     later = world.later
