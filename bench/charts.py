@@ -20,6 +20,7 @@ COLORS = {
     "format": "#2ca02c",
     "submit": "#9467bd",
     "epoch-s3": "#ff7f0e",
+    "epoch-auto": "#8c564b",
     "epoch-stock": "#17becf",
     "foreach": "#d62728",
 }

@@ -19,6 +19,7 @@ NAMES = {
     "format": 'format("lakesink"), plain session',
     "submit": "spark-submit jobs/stream_to_lake.py",
     "epoch-s3": "write_stream into moto S3",
+    "epoch-auto": "write_stream, auto_compact=True",
     "epoch-stock": "write_stream, Spark's stock workers",
     "foreach": "LakeForeachWriter",
 }
