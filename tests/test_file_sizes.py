@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute  # pa.compute in the 10M-row test
 import pyarrow.parquet as pq
 import pytest
 
@@ -136,3 +137,32 @@ def test_an_available_now_backfill_writes_files_of_at_most_max_records_per_file(
     assert sorted(f.rows for f in files) == [4_000, 4_000, *[7_000] * 6] and {f.version for f in files} == {0}
     [version] = Lake(lake).history()
     assert (version.operation, version.add_files, version.add_rows) == ("append", 8, 50_000)
+
+
+@pytest.mark.spark
+@pytest.mark.long
+def test_an_available_now_backfill_of_10m_rows_writes_files_of_at_most_1m_rows(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 36's Done-when: 10M rows, ``max_records_per_file=1_000_000``; one micro-batch in two
+    tasks (5M rows each: five files of 1M), every row once (by count and by the ids' sum)."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(10):
+        ids = pa.array(range(i * 1_000_000, (i + 1) * 1_000_000), pa.int64())
+        pq.write_table(
+            pa.table({"id": ids, "label": pa.array(["x"] * len(ids))}), folder / f"in-{i:02d}.parquet"
+        )
+    lake = str(tmp_path / "lake")
+    query = lakesink.write_stream(
+        spark.readStream.schema("id long, label string").parquet(str(folder)).repartition(2),
+        lake, checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True},
+        max_records_per_file=1_000_000,
+    )  # fmt: skip
+    query.awaitTermination(1200)
+    files = Lake(lake).files()
+    assert sum(f.rows or 0 for f in files) == 10_000_000
+    assert all(f.rows is not None and f.rows <= 1_000_000 for f in files), sorted(f.rows or 0 for f in files)
+    assert len(files) == 10
+    ids = read_committed(lake, columns=["id"]).column("id")
+    assert len(ids) == 10_000_000 and pa.compute.sum(ids).as_py() == sum(range(10_000_000))
