@@ -63,18 +63,33 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _progress(stream: TextIO, what: str) -> Callable[[int, int], None] | None:
-    """A ``progress(done, total)`` printer for long runs, on a terminal only."""
-    if not stream.isatty():
-        return None
+def _progress(stream: TextIO, what: str) -> Callable[[int, int], None]:
+    """A ``progress(done, total)`` for long runs: a bar (tqdm) on a terminal; elsewhere (a log,
+    a CI job) a plain line at the first step and at each tenth of the way."""
+    if stream.isatty():
+        # Here, not at the top: only a terminal shows a bar, and tqdm's import is not free.
+        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs: a bar is all it does here
 
-    def show(done: int, total: int) -> None:
-        stream.write(f"\r{what}: {done}/{total}")
-        if done == total:
-            stream.write("\n")
-        stream.flush()
+        bars: list[Any] = []
 
-    return show
+        def bar(done: int, total: int) -> None:
+            if not bars:
+                bars.append(tqdm(total=total, desc=what, file=stream, leave=True, dynamic_ncols=True))
+            bars[0].update(done - bars[0].n)
+            if done >= total:
+                bars[0].close()
+
+        return bar
+    said = [-1]
+
+    def lines(done: int, total: int) -> None:
+        tenth = done * 10 // max(total, 1)
+        if tenth != said[0]:
+            said[0] = tenth
+            stream.write(f"{what}: {done}/{total}\n")
+            stream.flush()
+
+    return lines
 
 
 def _orphans(args: argparse.Namespace) -> int:

@@ -139,3 +139,26 @@ def test_history_names_every_operation_a_lake_went_through(
     with pytest.raises(SystemExit):
         main(["history", lake, "--limit", "many"])
     assert "'many' is not a whole number" in capsys.readouterr().err
+
+
+def test_long_commands_show_a_bar_on_a_terminal_and_plain_lines_elsewhere() -> None:
+    """The CLI's progress (compact, vacuum, orphans, verify, upgrade): tqdm's bar on a terminal,
+    a line at each tenth of the way in a log."""
+    import io
+
+    from lakesink.cli import _progress
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    log = io.StringIO()
+    show = _progress(log, "rewriting bins")
+    for done in range(1, 21):
+        show(done, 20)
+    assert log.getvalue().splitlines() == [f"rewriting bins: {d}/20" for d in (1, *range(2, 21, 2))]
+    terminal = Terminal()
+    bar = _progress(terminal, "removing")
+    for done in range(1, 4):
+        bar(done, 3)
+    assert "removing: 100%" in terminal.getvalue() and "3/3" in terminal.getvalue()
