@@ -4,6 +4,7 @@ once there are enough of them, never failing the query, beside a manual ``lakesi
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.maintenance import compact
 from lakesink.maintenance.auto_compact import AUTO_COMPACT_MIN_SMALL, compact_if_due, small_files
+from lakesink.spark import batch_log
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.storage import Storage
 
@@ -104,6 +106,9 @@ def test_a_stream_with_auto_compact_keeps_its_small_files_bounded_beside_a_manua
 
     beside = threading.Thread(target=compact_beside, daemon=True)
     beside.start()
+    # The batch log (register(spark, batch_log=True)): a line per batch, read from the lake.
+    lakesink.register(spark, batch_log=True)
+    listener = batch_log.install(spark)
     query = lakesink.write_stream(
         spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 1).parquet(str(folder))
         .repartition(2),
@@ -120,6 +125,25 @@ def test_a_stream_with_auto_compact_keeps_its_small_files_bounded_beside_a_manua
         stop.set()
         beside.join(60)
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(batches * 100))
+    try:  # the listener hears of the last batch after the query ended: Spark's bus is asynchronous
+        qid = str(query.id)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (
+            qid not in listener.last or listener.last[qid].batch < batches - 1
+        ):
+            time.sleep(0.2)
+        last = listener.last[qid]
+        assert (last.batch, last.lake, last.files, last.rows) == (batches - 1, lake, 2, 100)
+        assert last.version == max(
+            v.version for v in Lake(lake).history() if v.batch == batches - 1 and v.writer == qid
+        )
+        assert last.line().startswith(
+            f"lakesink: query {qid} batch {batches - 1} -> {lake} version {last.version}: +2 files"
+        )
+        assert qid not in listener.lakes  # forgotten when the query terminated
+    finally:
+        spark.streams.removeListener(listener)
+        delattr(spark, "_lakesink_batch_log")
     history = Lake(lake).history()
     appends = [v for v in history if v.operation == "append"]
     compactions = [v for v in history if v.operation == "compaction"]

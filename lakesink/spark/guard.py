@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakesink.config import SinkConfig, parse_columns
-from lakesink.spark import preflight
+from lakesink.spark import batch_log, preflight
 from lakesink.spark.failures import raising_lakesink_errors
 from lakesink.spark.foreach import LakeForeachWriter
 from lakesink.spark.rows import arrow_schema
@@ -234,11 +234,13 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
             return raising_lakesink_errors(start(self, path))
         if not pending.is_lakesink:
             return start(self, path)
-        check_stream(pending, path, getattr(self, _CONFIG_ATTR, None))
+        config = check_stream(pending, path, getattr(self, _CONFIG_ATTR, None))
         if pending.partitioning:
             self.option(PARTITION_BY_OPTION, partition_option(pending.partitioning, pending.options))
         with query_conf(pending.spark, STREAM_CONF):
-            return raising_lakesink_errors(start(self, path))
+            query = raising_lakesink_errors(start(self, path))
+        batch_log.watch(pending.spark, query, config)  # register(spark, batch_log=True)'s line per batch
+        return query
 
     return checked
 
@@ -251,8 +253,9 @@ def _may_be_lakesink(writer: Any) -> bool:
     return (_jvm_source(writer._jwrite) or "").lower() == SOURCE_NAME
 
 
-def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | None = None) -> None:
-    """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing.
+def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | None = None) -> SinkConfig:
+    """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing;
+    the write's parsed options.
 
     ``config``: what ``write_stream`` parsed its keywords into (the writer's options are made from
     it); None for a ``format("lakesink")`` write, whose options are parsed here."""
@@ -272,6 +275,7 @@ def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | N
     _lake_check(
         pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query, start)
     )
+    return config
 
 
 def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:

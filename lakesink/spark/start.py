@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink.commit import Observer
 from lakesink.config import SinkConfig
+from lakesink.spark import batch_log as batch_log_module
 from lakesink.spark import guard, preflight, pyfiles, warmup
 from lakesink.spark.datasource import SOURCE_NAME, LakeSinkDataSource
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming.query import StreamingQuery
 
 
-def register(spark: SparkSession, *, warm_up: bool = True) -> None:
+def register(spark: SparkSession, *, warm_up: bool = True, batch_log: bool = False) -> None:
     """Register the ``lakesink`` data source with ``spark``, and check its writes before they start.
 
     Where lakesink is installed (pip), pyspark finds ``format("lakesink")`` by itself (the
@@ -43,6 +44,11 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     started in the background, once per Spark application, so that the first query's first
     epoch does not wait for them (``lakesink.spark.warmup`` says what runs, and why it is safe).
     Call ``register`` right after building the session to give them the most time.
+
+    With ``batch_log``, a listener of the session logs a line per micro-batch of each lakesink
+    query started afterwards -- the lake, its version, the files, rows and bytes the batch added,
+    a compaction right after it -- and keeps the last figures per query
+    (``lakesink.spark.batch_log``). Classic sessions only.
     """
     if preflight.is_connect(spark):
         # The server runs the queries, and the client has no JVM: register the data source
@@ -63,6 +69,8 @@ def register(spark: SparkSession, *, warm_up: bool = True) -> None:
     _register_data_source(spark)
     pyfiles.link_for_streaming_sources(spark)  # readStream's planner finds a shipped lakesink
     guard.install()
+    if batch_log:
+        batch_log_module.install(spark)
     if warm_up:
         warmup.start_driver_workers(spark)
 
