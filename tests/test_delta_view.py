@@ -475,6 +475,33 @@ def test_a_sync_that_dies_halfway_on_a_vacuumed_lake_leaves_a_readable_view(lake
     assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == ids(read_committed(lake))
 
 
+def test_a_sync_between_vacuums_commit_and_its_truncation_starts_at_the_retained_floor(lake: str) -> None:
+    """Simulation seed 62934: vacuum commits its floor, deletes the files only older versions
+    need, and truncates their commits last; a sync in between started the view at version 0
+    from commits still in the log, whose files were gone, and a lost answer stopped it there: the
+    view's newest version listed deleted files. The sync now starts at the retained floor."""
+    from test_reader_v3 import compact as compact_versions
+    from test_reader_v3 import live_adds
+
+    from lakesink_reader.format.v3.commits import PendingCommit, new_op_token
+
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    log = VersionedLogWriter(storage, table_id, checkpoint_interval=5)
+    writer = Writer(log, W1)
+    for i in range(6):
+        writer.append(i * 100)  # versions 0..5, no view
+    inputs = live_adds(log, 0, 1)
+    compact_versions(log, inputs, 0, 40)  # version 6: batches 0 and 1 rewritten
+    log.commit(PendingCommit.vacuum(op_token=new_op_token(), retained_from=6))  # version 7
+    for gone in inputs:  # vacuum's next step: the files only versions below 6 need
+        storage.delete(gone.path)
+    assert log.read_header(0) is not None  # ... and its truncation of 0..5 has not come yet
+    report = delta_sync(storage)
+    assert min(report.written) >= 6 and not os.path.exists(os.path.join(lake, "_delta_log", f"{0:020d}.json"))
+    seen = oracle(lake, [None])
+    assert seen["None"]["deltalake"] == seen["None"]["duckdb"] == ids(read_committed(lake))
+
+
 @pytest.mark.spark
 def test_a_spark_epoch_writer_keeps_the_views(spark: Any, tmp_path: Path, lake: str) -> None:
     from test_epoch_v3 import add_input, run

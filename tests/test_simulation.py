@@ -203,6 +203,15 @@ HOLES = [
         (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
         "converges",
     ),
+    # Seed 62934 of everything on: `sync-views` ran between a vacuum's commit (its floor) and its
+    # truncation of the commits below it, started the Delta view at version 0 from commits whose
+    # files vacuum had just deleted, and a lost answer stopped it at view version 1.
+    (
+        "17: a sync-views from commits below vacuum's floor",
+        62934,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
+        "views",
+    ),
 ]
 
 

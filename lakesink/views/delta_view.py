@@ -592,7 +592,8 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
     except DeltaViewUnsupported as exc:
         report.state, report.detail = "unsupported", str(exc)
         return report
-    latest = vlog.open().version
+    state = vlog.open()
+    latest = state.version
     report.lake_version = latest if latest >= 0 else None
     present = {
         int(name[:-5])
@@ -603,7 +604,12 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
     if latest < 0:
         report.state = "absent" if not present else "ok"
         return report
-    oldest = oldest_commit(storage, vlog) or 0
+    # From the oldest version the lake retains: a vacuum that committed its floor deletes the
+    # files below it before it truncates their commits, so a commit still in the log may name
+    # files that are gone, and a view version made of it would too (simulation seed 62934: a
+    # sync stopped by a lost answer left the view at such a version, which no Delta reader
+    # could open). The hook has the same floor (``_after``).
+    oldest = max(oldest_commit(storage, vlog) or 0, state.retained_from)
     interval = table_interval(storage)
     checkpoints = view_checkpoints(storage)
     # A lake whose oldest versions are vacuumed: the view cannot hold them, and starts (again)

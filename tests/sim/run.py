@@ -518,8 +518,11 @@ def _restart(env: Env, *, final: bool) -> None:
         # its user tries again.
         old = actor.data.get("continues")
         if old is not None and actor.done and (actor.killed or actor.error is not None):
-            del actor.data["continues"]
+            # Past four tries the busy phase stops retrying, but the user has not given up: the
+            # settle phase retries it (seed 62035: the fourth continuer killed, stream 0 was never
+            # finished and "lacked batches").
             if final or actor.data["try"] < 4:
+                del actor.data["continues"]
                 _continue(
                     env,
                     old,
