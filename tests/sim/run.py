@@ -516,21 +516,21 @@ def _restart(env: Env, *, final: bool) -> None:
     for actor in list(env.world.actors):
         # A continuation that failed before it started its query (killed, a read that failed):
         # its user tries again.
+        # Past four tries the busy phase stops retrying, but the user has not given up: the
+        # settle phase retries it (seed 62035: the fourth continuer killed, stream 0 was never
+        # finished and "lacked batches").
         old = actor.data.get("continues")
-        if old is not None and actor.done and (actor.killed or actor.error is not None):
-            # Past four tries the busy phase stops retrying, but the user has not given up: the
-            # settle phase retries it (seed 62035: the fourth continuer killed, stream 0 was never
-            # finished and "lacked batches").
-            if final or actor.data["try"] < 4:
-                del actor.data["continues"]
-                _continue(
-                    env,
-                    old,
-                    stop=True,
-                    offset=actor.offset,
-                    delay=0.0 if final else 60.0,
-                    tries=actor.data["try"] + 1,
-                )
+        failed = old is not None and actor.done and (actor.killed or actor.error is not None)
+        if failed and (final or actor.data["try"] < 4):
+            del actor.data["continues"]
+            _continue(
+                env,
+                old,
+                stop=True,
+                offset=actor.offset,
+                delay=0.0 if final else 60.0,
+                tries=actor.data["try"] + 1,
+            )
     for plan in list(env.writers):
         if plan.finished or plan.abandoned or plan.actor is None or not plan.actor.done:
             continue
