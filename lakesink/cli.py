@@ -63,9 +63,10 @@ def _duration(seconds: float) -> str:
     return f"{seconds:g}s"
 
 
-def _progress(stream: TextIO, what: str) -> Callable[[int, int], None]:
+def _progress(stream: TextIO, what: str, *, json_out: bool = False) -> Callable[[int, int], None] | None:
     """A ``progress(done, total)`` for long runs: a bar (tqdm) on a terminal; elsewhere (a log,
-    a CI job) a plain line at the first step and at each tenth of the way."""
+    a CI job) a plain line at the first step and at each tenth of the way -- but none beside
+    ``--json`` off a terminal, whose reader may take stderr with stdout."""
     if stream.isatty():
         # Here, not at the top: only a terminal shows a bar, and tqdm's import is not free.
         from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs: a bar is all it does here
@@ -80,6 +81,8 @@ def _progress(stream: TextIO, what: str) -> Callable[[int, int], None]:
                 bars[0].close()
 
         return bar
+    if json_out:
+        return None
     said = [-1]
 
     def lines(done: int, total: int) -> None:
@@ -113,7 +116,7 @@ def _orphans(args: argparse.Namespace) -> int:
         older_than=older_than,
         delete=args.delete,
         storage_options=parse_option_pairs(args.storage_option),
-        progress=_progress(sys.stderr, "removing"),
+        progress=_progress(sys.stderr, "removing", json_out=args.json),
     )
     if args.json:
         doc = {
@@ -168,7 +171,7 @@ def _verify(args: argparse.Namespace) -> int:
         args.path,
         deep=args.deep,
         storage_options=parse_option_pairs(args.storage_option),
-        progress=_progress(sys.stderr, "checking"),
+        progress=_progress(sys.stderr, "checking", json_out=args.json),
     )
     if args.json:
         doc = {
@@ -241,7 +244,7 @@ def _compact(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         abandon_older_than=parse_duration(args.abandon_older_than),
         storage_options=parse_option_pairs(args.storage_option),
-        progress=_progress(sys.stderr, "rewriting bins"),
+        progress=_progress(sys.stderr, "rewriting bins", json_out=args.json),
     )
     if args.json:
         doc = {
@@ -303,7 +306,7 @@ def _vacuum(args: argparse.Namespace) -> int:
         delete=args.delete,
         force=args.force,
         storage_options=parse_option_pairs(args.storage_option),
-        progress=_progress(sys.stderr, "removing"),
+        progress=_progress(sys.stderr, "removing", json_out=args.json),
     )
     if args.json:
         doc = {
@@ -391,7 +394,7 @@ def _upgrade(args: argparse.Namespace) -> int:
         args.path,
         check=args.check,
         storage_options=parse_option_pairs(args.storage_option),
-        progress=_progress(sys.stderr, "importing"),
+        progress=_progress(sys.stderr, "importing", json_out=args.json),
     )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
