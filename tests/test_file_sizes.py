@@ -112,25 +112,34 @@ def test_the_option_is_parsed_and_the_foreach_writer_refuses_it(tmp_path: Path) 
         LakeForeachWriter(lake, schema=SCHEMA, write_options=WriteOptions(max_records_per_file=10))
 
 
+def backfill(
+    spark: Any, tmp_path: Path, inputs: list[pa.Table], *, max_records_per_file: int, timeout: float
+) -> str:
+    """``inputs`` as Parquet files, streamed into a new lake in one ``availableNow`` micro-batch
+    of two tasks with ``max_records_per_file``; the lake's path."""
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i, table in enumerate(inputs):
+        pq.write_table(table, folder / f"in-{i:02d}.parquet")
+    lake = str(tmp_path / "lake")
+    query = lakesink.write_stream(
+        spark.readStream.schema("id long, label string").parquet(str(folder)).repartition(2),
+        lake, checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True},
+        max_records_per_file=max_records_per_file,
+    )  # fmt: skip
+    query.awaitTermination(timeout)
+    return lake
+
+
 @pytest.mark.spark
 def test_an_available_now_backfill_writes_files_of_at_most_max_records_per_file(
     spark: Any, tmp_path: Path
 ) -> None:
     """One micro-batch of 50,000 rows in 2 tasks, 7,000 rows a file at most: every row once, and
     the batch's files (8: 25,000 a task = 3 full and one of 4,000) in its one commit."""
-    folder = tmp_path / "in"
-    folder.mkdir()
     ids = pa.array(range(50_000), pa.int64())
-    pq.write_table(
-        pa.table({"id": ids, "label": pa.array([f"r{i}" for i in ids.to_pylist()])}), folder / "in.parquet"
-    )
-    lake = str(tmp_path / "lake")
-    query = lakesink.write_stream(
-        spark.readStream.schema("id long, label string").parquet(str(folder)).repartition(2),
-        lake, checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True},
-        max_records_per_file=7_000,
-    )  # fmt: skip
-    query.awaitTermination(300)
+    inputs = [pa.table({"id": ids, "label": pa.array([f"r{i}" for i in ids.to_pylist()])})]
+    lake = backfill(spark, tmp_path, inputs, max_records_per_file=7_000, timeout=300)
     assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(50_000))
     files = Lake(lake).files()
     assert all(f.rows is not None and f.rows <= 7_000 for f in files), [f.rows for f in files]
@@ -146,20 +155,16 @@ def test_an_available_now_backfill_of_10m_rows_writes_files_of_at_most_1m_rows(
 ) -> None:
     """Issue 36's Done-when: 10M rows, ``max_records_per_file=1_000_000``; one micro-batch in two
     tasks (5M rows each: five files of 1M), every row once (by count and by the ids' sum)."""
-    folder = tmp_path / "in"
-    folder.mkdir()
-    for i in range(10):
-        ids = pa.array(range(i * 1_000_000, (i + 1) * 1_000_000), pa.int64())
-        pq.write_table(
-            pa.table({"id": ids, "label": pa.array(["x"] * len(ids))}), folder / f"in-{i:02d}.parquet"
+    inputs = [
+        pa.table(
+            {
+                "id": pa.array(range(i * 1_000_000, (i + 1) * 1_000_000), pa.int64()),
+                "label": ["x"] * 1_000_000,
+            }
         )
-    lake = str(tmp_path / "lake")
-    query = lakesink.write_stream(
-        spark.readStream.schema("id long, label string").parquet(str(folder)).repartition(2),
-        lake, checkpoint_location=str(tmp_path / "chk"), trigger={"availableNow": True},
-        max_records_per_file=1_000_000,
-    )  # fmt: skip
-    query.awaitTermination(1200)
+        for i in range(10)
+    ]
+    lake = backfill(spark, tmp_path, inputs, max_records_per_file=1_000_000, timeout=1200)
     files = Lake(lake).files()
     assert sum(f.rows or 0 for f in files) == 10_000_000
     assert all(f.rows is not None and f.rows <= 1_000_000 for f in files), sorted(f.rows or 0 for f in files)

@@ -111,8 +111,9 @@ def batch_figures(
     if writer is None or writer.last_batch != batch:
         return None
     [entry] = opened.at(version=writer.last_version).history(limit=1)
-    later = opened.history(limit=max(0, (opened.version or 0) - writer.last_version))
-    after = next((v for v in reversed(later) if v.version == writer.last_version + 1), None)
+    # The version right after the batch's, if the log has one yet: its header alone.
+    following = writer.last_version + 1
+    after = opened.at(version=following).history(limit=1)[0] if following <= (opened.version or -1) else None
     compaction = (
         (after.version, after.remove_files, after.add_files)
         if after is not None and after.operation == "compaction"
