@@ -595,7 +595,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="format 3: what happened to a lake, one line per version, newest first",
         description=(
             "Print a format-3 lake's retained versions, newest first: when each was committed, the "
-            "operation (append, continuation, schema change, compaction, abandon, vacuum, upgrade), "
+            "operation (append, continuation, schema change, compaction, auto-compaction, abandon, "
+            "vacuum, upgrade), "
             "the writer (its tag) or the maintenance op's token, the batch, and the files, rows and "
             "bytes it added and removed. Read-only; reads the commits' first lines only."
         ),

@@ -52,8 +52,11 @@ class Writer:
         return result.version
 
 
-def compact(log: VersionedLogWriter, inputs: list[AddFile], start: int, count: int) -> int:
-    """Rewrite ``inputs`` (ids ``start..start+count-1``, in order) as one file; returns its version."""
+def compact(
+    log: VersionedLogWriter, inputs: list[AddFile], start: int, count: int, trigger: str | None = None
+) -> int:
+    """Rewrite ``inputs`` (ids ``start..start+count-1``, in order) as one file; returns its version.
+    ``trigger="auto"``: as a writer's auto-compaction commits it."""
     op = new_op_token()
     output = v3_file(log.storage, f"c{op}-00000-{'0' * 16}.parquet", start, count)
     base = log.open().version
@@ -63,6 +66,7 @@ def compact(log: VersionedLogWriter, inputs: list[AddFile], start: int, count: i
             base_version=base,
             removes=[RemoveFile(f.path, f.rows, f.size) for f in inputs],
             adds=[output],
+            trigger=trigger,
         )
     )
     assert result.status == "committed" and result.version is not None

@@ -92,7 +92,8 @@ def test_history_names_every_operation_a_lake_went_through(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``Lake.history()`` and ``lakesink history``: an upgraded format-2 lake, then a second
-    query's appends, one that changes the schema, its continuation, a compaction, a vacuum."""
+    query's appends, one that changes the schema, its continuation, a compaction, an
+    auto-compaction, a vacuum."""
     lake = str(tmp_path / "lake")
     epoch_lake(lake, epochs=2, partitions=1, rows_per_file=10)
     assert upgrade(lake).status == "upgraded"  # versions 0, 1: the epochs; 2: the upgrade
@@ -108,34 +109,36 @@ def test_history_names_every_operation_a_lake_went_through(
     schema_change.append(1_020, offsets=[{"ev": {"0": 40}}])  # 4
     Writer(log, W2, continues=Continuation(W1, 1, 4, [{"ev": {"0": 40}}], "kafka")).append(1_040)  # 5
     compact(log, live_adds(log, 3, 4), 1_000, 40)  # 6
-    log.commit(PendingCommit.vacuum(op_token=new_op_token(), retained_from=2))  # 7
+    compact(log, live_adds(log, 5), 1_040, 20, trigger="auto")  # 7: as a writer's driver commits it
+    log.commit(PendingCommit.vacuum(op_token=new_op_token(), retained_from=2))  # 8
 
     history = Lake(lake).history()
     assert [(e.version, e.operation) for e in history] == [
-        (7, "vacuum"),
+        (8, "vacuum"),
+        (7, "auto-compaction"),
         (6, "compaction"),
         (5, "continuation"),
         (4, "schema change"),
         (3, "append"),
         (2, "upgrade"),
     ]  # fmt: skip  (versions 0 and 1 are below the vacuum's retained_from)
-    assert (history[2].continues, history[2].writer, history[2].batch) == (W1, W2, 0)
-    assert (history[1].add_files, history[1].remove_files, history[1].remove_rows) == (1, 4, 40)
-    assert [e.version for e in Lake(lake).history(limit=2)] == [7, 6]
+    assert (history[3].continues, history[3].writer, history[3].batch) == (W1, W2, 0)
+    assert (history[2].add_files, history[2].remove_files, history[2].remove_rows) == (1, 4, 40)
+    assert [e.version for e in Lake(lake).history(limit=2)] == [8, 7]
     assert [e.version for e in Lake(lake, version=4).history(limit=2)] == [4, 3]  # a pinned lake's
     with pytest.raises(ValueError, match="limit must be a number of versions >= 0"):
         Lake(lake).history(limit=-1)
 
     assert main(["history", lake]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0].split()[:4] == ["version", "committed", "(UTC)", "operation"] and len(out) == 7
+    assert out[0].split()[:4] == ["version", "committed", "(UTC)", "operation"] and len(out) == 8
     assert [line.split()[3] for line in out[1:]] == [
-        "vacuum", "compaction", "continuation", "schema", "append", "upgrade",
+        "vacuum", "auto-compaction", "compaction", "continuation", "schema", "append", "upgrade",
     ]  # fmt: skip
-    assert writer_tag(W2) in out[3] and "40" in out[2].split()  # the rows the compaction removed
+    assert writer_tag(W2) in out[4] and "40" in out[3].split()  # the rows the compaction removed
     assert main(["history", lake, "--limit", "1", "--json"]) == 0
     [doc] = json.loads(capsys.readouterr().out)
-    assert (doc["version"], doc["operation"], doc["kind"]) == (7, "vacuum", "vacuum")
+    assert (doc["version"], doc["operation"], doc["kind"]) == (8, "vacuum", "vacuum")
     with pytest.raises(SystemExit):
         main(["history", lake, "--limit", "many"])
     assert "'many' is not a whole number" in capsys.readouterr().err

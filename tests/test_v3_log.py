@@ -244,6 +244,33 @@ def test_builders_refuse_commits_that_break_the_shape_of_their_kind() -> None:
         PendingCommit.abandon(op_token=new_op_token(), abandons="not-a-token")
     with pytest.raises(ValueError, match="only batch 0 continues a writer"):
         append(W2, 1, continues=Continuation(W1, 0, 0, None, "equal"))
+    with pytest.raises(
+        ValueError, match=r"op.trigger must be one of \['auto'\] in a compact commit, got 'cron'"
+    ):
+        PendingCommit.compact(
+            op_token=new_op_token(), base_version=0, removes=[RemoveFile("a", 1, 1)], adds=[], trigger="cron"
+        )
+
+
+def test_an_auto_compaction_says_so_and_a_manual_one_keeps_its_bytes() -> None:
+    """The compact op's optional ``trigger``: written only on an auto-compaction, read back."""
+
+    def commit(trigger: str | None) -> bytes:
+        pending = PendingCommit.compact(
+            op_token="0" * 16, base_version=0, removes=[RemoveFile("a", 1, 1)], adds=[], trigger=trigger,
+            token="t" * 8, committed_at=1.0,
+        )  # fmt: skip
+        return encode_commit(pending.at(1, "f" * 32))
+
+    manual, auto = commit(None), commit("auto")
+    assert b"trigger" not in manual
+    assert json.loads(auto.splitlines()[0])["commit"]["op"] == {
+        "token": "0" * 16,
+        "base_version": 0,
+        "trigger": "auto",
+    }
+    assert decode_commit(auto, where="v1").header.op.trigger == "auto"  # type: ignore[union-attr]
+    assert decode_commit(manual, where="v1").header.op.trigger is None  # type: ignore[union-attr]
 
 
 def test_the_header_is_read_without_the_actions(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ def compact_if_due(
             max_input=AUTO_COMPACT_MAX_INPUT,
             write_options=write_options,
             check_store=False,  # the writer's run checked the store when it started
+            trigger="auto",
         )
     except Exception as exc:  # noqa: BLE001 -- the batch is committed: compaction waits for the next turn
         log.warning("auto-compaction of %s after version %d failed (the query goes on): %s",

@@ -68,7 +68,13 @@ from lakesink_reader.format.v3.checkpoint import (
     open_file_list,
     usable_base,
 )
-from lakesink_reader.format.v3.commits import AddFile, PendingCommit, RemoveFile, new_op_token
+from lakesink_reader.format.v3.commits import (
+    COMPACT_TRIGGERS,
+    AddFile,
+    PendingCommit,
+    RemoveFile,
+    new_op_token,
+)
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.names import (
@@ -174,6 +180,7 @@ def compact(
     progress: Progress | None = None,
     hook: Hook | None = None,
     lease_refresh: float = LEASE_REFRESH,
+    trigger: str | None = None,
 ) -> CompactReport:
     """Rewrite the small live files of the format-3 lake at ``path_or_storage`` as one commit.
 
@@ -196,6 +203,9 @@ def compact(
         Before writing, check that the store honours create-if-absent (issue 27).
     progress, hook
         ``progress(done, total)`` per bin; ``hook(step)`` at the run's steps (tests).
+    trigger
+        ``"auto"`` when a writer's driver runs it by itself (``auto_compact``): the commit says
+        so, and ``lakesink history`` shows an auto-compaction. None for any other.
 
     Raises
     ------
@@ -208,6 +218,8 @@ def compact(
         The commit's create was never answered: it may be committed; the outputs are kept
         (a later compaction's abandon settles them if not).
     """
+    if trigger is not None and trigger not in COMPACT_TRIGGERS:
+        raise ValueError(f"trigger must be None or one of {list(COMPACT_TRIGGERS)}, got {trigger!r}")
     if min_files < 2:
         raise ValueError(f"min_files must be >= 2 (a bin of one file rewrites nothing), got {min_files}")
     if target_file_size < 1 << 10 or max_input < 1:
@@ -260,6 +272,7 @@ def compact(
             base_version=snap.version,
             removes=[RemoveFile(f.path, f.rows, f.size) for b in report.bins for f in b.inputs],
             adds=report.outputs,
+            trigger=trigger,
         )
         _call(hook, "before_commit")
         try:

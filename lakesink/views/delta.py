@@ -162,6 +162,9 @@ def _commit_info(commit: Commit, ms: int) -> dict[str, Any]:
         }
     if header.op is not None:
         info["lakesink"]["op"] = header.op.token
+        if header.op.trigger == "auto":
+            # As Delta's own autoCompact marks its OPTIMIZE commits.
+            info["operationParameters"] = {"auto": "true"}
     if header.kind == "append":
         info["operationParameters"] = {
             "outputMode": "Append",

@@ -35,7 +35,8 @@ class VersionInfo:
 
     ``writer``/``batch``: an append's; ``op``: the token of a maintenance op's commit;
     ``continues``: the writer a continuing writer's first append continues; ``schema_changed``:
-    an append that changed the lake's schema (``merge_schema``). :attr:`operation` names it.
+    an append that changed the lake's schema (``merge_schema``); ``auto``: a compaction a
+    writer's driver ran by itself (``auto_compact``). :attr:`operation` names it.
     """
 
     version: int
@@ -53,15 +54,19 @@ class VersionInfo:
     source_offsets: Any = None
     continues: str | None = None
     schema_changed: bool = False
+    auto: bool = False
 
     @property
     def operation(self) -> str:
         """What the commit did, as ``lakesink history`` says it: ``append``, ``continuation``
         (a continuing writer's first append), ``schema change`` (an append that changed the
-        schema), ``compaction``, ``abandon`` (a dead compaction's files given up), ``vacuum``
-        or ``upgrade`` (the format-2 lake's epochs imported)."""
+        schema), ``compaction``, ``auto-compaction`` (run by a writer's driver), ``abandon`` (a
+        dead compaction's files given up), ``vacuum`` or ``upgrade`` (the format-2 lake's
+        epochs imported)."""
         if self.kind == "append":
             return "continuation" if self.continues else "schema change" if self.schema_changed else "append"
+        if self.auto:
+            return "auto-compaction"
         return _OPERATIONS.get(self.kind, self.kind)
 
     @classmethod
@@ -83,6 +88,7 @@ class VersionInfo:
             header.source_offsets,
             header.continues.writer if header.continues is not None else None,
             header.schema is not None,
+            header.op is not None and header.op.trigger == "auto",
         )
 
 

@@ -142,7 +142,8 @@ class Continuation:
 class OpRef:
     """The maintenance op of a commit that is not an append; the field of its kind is set:
     compact ``base_version``, abandon ``abandons``, vacuum ``retained_from``, upgrade
-    ``from_format`` and ``fence_epoch``."""
+    ``from_format`` and ``fence_epoch``. ``trigger``: ``"auto"`` on a compaction a writer's
+    driver ran by itself (``auto_compact``); None on any other (absent from the header)."""
 
     token: str
     base_version: int | None = None
@@ -150,6 +151,7 @@ class OpRef:
     retained_from: int | None = None
     from_format: int | None = None
     fence_epoch: int | None = None
+    trigger: str | None = None
 
 
 _OP_FIELDS: dict[CommitKind, tuple[str, ...]] = {
@@ -158,6 +160,11 @@ _OP_FIELDS: dict[CommitKind, tuple[str, ...]] = {
     "vacuum": ("retained_from",),
     "upgrade": ("from_format", "fence_epoch"),
 }
+#: The op fields a kind may carry, written only when set: a manual compaction's bytes are the
+#: ones format 3 had before ``trigger`` existed.
+_OP_OPTIONAL_FIELDS: dict[CommitKind, tuple[str, ...]] = {"compact": ("trigger",)}
+#: What ran a compaction, when it was not a person or a schedule (``lakesink compact``).
+COMPACT_TRIGGERS = ("auto",)
 
 
 @dataclass(frozen=True)
@@ -322,13 +329,15 @@ class PendingCommit:
         adds: Iterable[AddFile],
         token: str | None = None,
         committed_at: float | None = None,
+        trigger: str | None = None,
     ) -> PendingCommit:
-        """A compaction: ``removes`` (live at ``base_version``) rewritten as ``adds``."""
+        """A compaction: ``removes`` (live at ``base_version``) rewritten as ``adds``;
+        ``trigger="auto"`` when a writer's driver ran it by itself."""
         return cls(
             "compact",
             token or new_commit_token(),
             time.time() if committed_at is None else committed_at,
-            op=OpRef(op_token, base_version=base_version),
+            op=OpRef(op_token, base_version=base_version, trigger=trigger),
             removes=tuple(sorted(removes, key=_path)),
             adds=tuple(sorted(adds, key=_path)),
         )
@@ -440,6 +449,9 @@ def _check_header_fields(
         if (value is None) == (name in wanted):
             needed = "required" if value is None else "not allowed"
             raise ValueError(f"op.{name} is {needed} in a {kind} commit")
+    if op.trigger is not None and (kind != "compact" or op.trigger not in COMPACT_TRIGGERS):
+        raise ValueError(f"op.trigger must be one of {list(COMPACT_TRIGGERS)} in a compact commit, "
+                         f"got {op.trigger!r} in a {kind} commit")  # fmt: skip
     if op.abandons is not None and not _OP_TOKEN.fullmatch(op.abandons):
         raise ValueError(f"op.abandons must be an op token (16 hex digits), got {op.abandons!r}")
     for name in ("base_version", "retained_from", "fence_epoch"):
@@ -537,7 +549,15 @@ def _header_doc(header: CommitHeader) -> dict[str, Any]:
         # Only the fields of the op's kind: the header says what the op is, nothing more.
         "op": None
         if op is None
-        else {"token": op.token, **{name: getattr(op, name) for name in _OP_FIELDS[header.kind]}},
+        else {
+            "token": op.token,
+            **{name: getattr(op, name) for name in _OP_FIELDS[header.kind]},
+            **{
+                name: getattr(op, name)
+                for name in _OP_OPTIONAL_FIELDS.get(header.kind, ())
+                if getattr(op, name) is not None
+            },
+        },
         "counts": _counts_doc(header.counts),
         # Only in the commits that change the schema: the others' bytes stay as they were.
         **({"schema": header.schema} if header.schema is not None else {}),
@@ -700,7 +720,7 @@ def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
         )
         op = None
         if op_doc is not None:
-            extra = set(op_doc) - {"token", *_OP_FIELDS.get(kind, ())}
+            extra = set(op_doc) - {"token", *_OP_FIELDS.get(kind, ()), *_OP_OPTIONAL_FIELDS.get(kind, ())}
             if extra:
                 raise ValueError(f"op fields {sorted(extra)} do not belong to a {kind} commit")
             op = OpRef(
@@ -710,6 +730,7 @@ def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
                 _opt_int(op_doc, "retained_from"),
                 _opt_int(op_doc, "from_format"),
                 _opt_int(op_doc, "fence_epoch"),
+                _opt_str(op_doc, "trigger"),
             )
         allow = body["allow_other_queries"]
         if allow is not None and not isinstance(allow, bool):
