@@ -3,6 +3,7 @@ once there are enough of them, never failing the query, beside a manual ``lakesi
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -154,6 +155,10 @@ def test_a_stream_with_auto_compact_keeps_its_small_files_bounded_beside_a_manua
     assert first_auto, "the stream never compacted by itself"
     # The history tells the two apart: each manual compact that committed is a "compaction".
     assert "committed" in manual and len(manuals) == manual.count("committed"), (manual, len(manuals))
+    # The Delta view marks it as Delta's own autoCompact marks its OPTIMIZE commits.
+    with open(Path(lake, "_delta_log", f"{autos[-1].version:020d}.json"), "rb") as delta_commit:
+        info = json.loads(delta_commit.readline())["commitInfo"]
+    assert (info["operation"], info["operationParameters"]) == ("OPTIMIZE", {"auto": "true"})
     # After every commit, the live small files: never past the threshold plus one batch's files.
     live_small = 0
     for v in reversed(history):  # oldest first
