@@ -5,6 +5,7 @@ lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
 lakesink status PATH [--storage-option k=v ...] [--json]
 lakesink history PATH [--limit N] [--storage-option k=v ...] [--json]
+lakesink config PATH [NAME=VALUE ...] [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
 lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
@@ -446,6 +447,33 @@ def _offsets(args: argparse.Namespace) -> int:
     return 0
 
 
+def _setting(text: str) -> tuple[str, bool | None]:
+    """``NAME=VALUE`` of ``lakesink config``: a lake default, true/false, or unset to remove it."""
+    name, sep, value = text.partition("=")
+    values = {"true": True, "false": False, "unset": None}
+    if not sep or not name.strip() or value.strip().lower() not in values:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=true, NAME=false or NAME=unset")
+    return name.strip(), values[value.strip().lower()]
+
+
+def _config(args: argparse.Namespace) -> int:
+    # Here, not at the top: table.json's schema loads pyarrow (this subcommand's alone).
+    from lakesink.maintenance.lake_defaults import LAKE_DEFAULTS, lake_defaults, set_lake_defaults
+    from lakesink_reader.format.table import read_table_metadata
+
+    storage = open_storage(args.path, parse_option_pairs(args.storage_option))
+    metadata = (
+        set_lake_defaults(storage, dict(args.settings)) if args.settings else read_table_metadata(storage)
+    )
+    defaults = lake_defaults(metadata)
+    if args.json:
+        print(json.dumps(defaults))
+        return 0
+    for name in LAKE_DEFAULTS:
+        print(f"{name} = {str(defaults[name]).lower() if name in defaults else 'unset'}")
+    return 0
+
+
 def _history(args: argparse.Namespace) -> int:
     # Here, not at the top: the reader's Lake and the v3 commit records load pyarrow (this
     # subcommand's alone).
@@ -606,6 +634,25 @@ def build_parser() -> argparse.ArgumentParser:
     _storage_option_argument(past)
     past.add_argument("--json", action="store_true", help="print the versions as JSON")
     past.set_defaults(run=_history)
+
+    config = commands.add_parser(
+        "config",
+        help="format 3: show or set the lake's defaults for its writers (auto_compact)",
+        description=(
+            "Show the defaults a format-3 lake keeps for its writers in its table.json, or set them: "
+            "auto_compact=true makes every query that does not set the auto_compact option compact the "
+            "lake's small files after its commits (a query reads it when it starts); NAME=unset "
+            "removes one. The change is a compare-and-swap of table.json: if it changed meanwhile, "
+            "nothing is written and the command fails (exit 2), to be run again."
+        ),
+    )
+    config.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    config.add_argument(
+        "settings", nargs="*", type=_setting, metavar="NAME=VALUE", help="auto_compact=true|false|unset"
+    )
+    _storage_option_argument(config)
+    config.add_argument("--json", action="store_true", help="print the defaults as JSON")
+    config.set_defaults(run=_config)
 
     comp = commands.add_parser(
         "compact",

@@ -95,7 +95,8 @@ class SinkOptions:
         64 MiB), the driver compacts them as ``lakesink compact`` does, reading at most 256 MiB
         (the bound on the delay to the next micro-batch). It never fails the query
         (``lakesink.maintenance.auto_compact`` says what it does, and why it is safe).
-        ``.option("auto_compact", "true")``.
+        ``.option("auto_compact", "true")``. None (the default): the lake's own default, which
+        ``lakesink config PATH auto_compact=true`` sets in its table.json; off when it has none.
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -108,13 +109,13 @@ class SinkOptions:
     spark_metadata: bool = True
     partition_by: tuple[str, ...] | None = None
     merge_schema: bool = False
-    auto_compact: bool = False
+    auto_compact: bool | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.merge_schema, bool):
             raise TypeError(f"merge_schema must be True or False, got {self.merge_schema!r}")
-        if not isinstance(self.auto_compact, bool):
-            raise TypeError(f"auto_compact must be True or False, got {self.auto_compact!r}")
+        if self.auto_compact is not None and not isinstance(self.auto_compact, bool):
+            raise TypeError(f"auto_compact must be True, False or None, got {self.auto_compact!r}")
         if self.partition_by is not None:
             if isinstance(self.partition_by, str) or not all(isinstance(c, str) for c in self.partition_by):
                 raise TypeError(f"partition_by must be a list of column names, got {self.partition_by!r}")
@@ -260,7 +261,9 @@ class SinkConfig:
 
 def _parse(key: str, value: str, kind: Any) -> Any:
     text = value.strip()
-    if kind is bool:
+    if kind == bool | None and text.lower() in ("", "none"):
+        return None  # auto_compact: the lake's default
+    if kind is bool or kind == bool | None:
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):

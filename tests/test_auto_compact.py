@@ -60,7 +60,8 @@ def test_compaction_is_due_at_the_threshold_and_never_raises(lake: str) -> None:
 
 def test_the_option_is_parsed() -> None:
     assert SinkConfig.from_options({"path": "/x", "auto_compact": "true"}).sink.auto_compact is True
-    assert SinkConfig.from_options({"path": "/x"}).sink.auto_compact is False
+    assert SinkConfig.from_options({"path": "/x"}).sink.auto_compact is None  # the lake's default
+    assert SinkConfig.from_options({"path": "/x", "auto_compact": "false"}).sink.auto_compact is False
     with pytest.raises(ValueError, match="option 'auto_compact' must be true or false"):
         SinkConfig.from_options({"path": "/x", "auto_compact": "sometimes"})
 
@@ -165,3 +166,64 @@ def test_a_stream_with_auto_compact_keeps_its_small_files_bounded_beside_a_manua
         live_small += v.add_files - v.remove_files
         assert live_small <= AUTO_COMPACT_MIN_SMALL + 2, (v.version, live_small)
     assert len(Lake(lake).files()) < AUTO_COMPACT_MIN_SMALL
+
+
+def test_a_lake_keeps_its_writers_auto_compact_default(lake: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``lakesink config PATH auto_compact=true``: table.json keeps the default (and what else it
+    held); a query that does not set the option takes it when it starts, one that does keeps its
+    own; a replace that lost a race with another writes nothing."""
+    from pyspark.sql.types import LongType, StringType, StructField, StructType
+
+    from lakesink.cli import main
+    from lakesink.maintenance.lake_defaults import DefaultsChangedError, set_lake_defaults
+    from lakesink.spark.datasource import LakeSinkDataSource
+    from lakesink_reader.format.table import read_table_metadata
+    from lakesink_reader.names import TABLE_FILE
+    from lakesink_reader.storage import open_storage
+
+    storage, _ = v3_table(lake)
+    schema = StructType([StructField("id", LongType()), StructField("label", StringType())])
+
+    def resolved(**options: str) -> bool:  # what a query's writer decides when it starts
+        return bool(LakeSinkDataSource({"path": lake, **options}).streamWriter(schema, False).auto_compact)
+
+    assert main(["config", lake]) == 0 and capsys.readouterr().out == "auto_compact = unset\n"
+    assert not resolved()
+    doc = json.loads(storage.read_bytes(TABLE_FILE))
+    storage.put(TABLE_FILE, json.dumps({**doc, "written_by_a_newer_lakesink": 1}).encode())
+    assert (
+        main(["config", lake, "auto_compact=true"]) == 0
+        and capsys.readouterr().out == "auto_compact = true\n"
+    )
+    after = json.loads(storage.read_bytes(TABLE_FILE))
+    assert after == {**doc, "written_by_a_newer_lakesink": 1, "auto_compact": True}  # the rest kept
+    assert read_table_metadata(storage).auto_compact is True
+    assert resolved() and not resolved(auto_compact="false")
+    assert (
+        main(["config", lake, "auto_compact=unset", "--json"]) == 0
+        and json.loads(capsys.readouterr().out) == {}
+    )
+    assert not resolved() and resolved(auto_compact="true")
+
+    assert main(["config", lake, "auto_compcat=true"]) == 2
+    assert "'auto_compcat' is not a lake default; the lake keeps ['auto_compact']" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["config", lake, "auto_compact=sometimes"])
+    assert "'auto_compact=sometimes' is not NAME=true, NAME=false or NAME=unset" in capsys.readouterr().err
+
+    class Racing(type(storage)):  # type: ignore[misc]
+        """Another ``lakesink config`` replaces table.json after this one read it."""
+
+        def stage(self, name: str) -> Any:
+            if name == TABLE_FILE and not raced:
+                raced.append(set_lake_defaults(open_storage(lake), {"auto_compact": False}))
+            return super().stage(name)
+
+    raced: list[Any] = []
+    racing = Racing.__new__(Racing)
+    racing.__dict__.update(open_storage(lake).__dict__)
+    with pytest.raises(DefaultsChangedError, match="changed while its defaults were set"):
+        set_lake_defaults(racing, {"auto_compact": True})
+    assert raced, "the race did not happen"
+    assert read_table_metadata(storage).auto_compact is False  # the other run's, not overwritten
+    assert [p.name for p in Path(lake, "_lakesink").iterdir() if "uncommitted" in p.name] == []

@@ -200,6 +200,10 @@ class LakeSinkDataSource(DataSource):
             table.log_interval,
             committed_through(self.config, start),
             table.partition_columns,
+            # The query's option, else the lake's default (lakesink config), else off.
+            self.config.sink.auto_compact
+            if self.config.sink.auto_compact is not None
+            else bool(table.auto_compact),
         )
 
     def writer(self, schema: Any, overwrite: bool) -> Any:
@@ -255,6 +259,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         checkpoint_interval: int,
         committed_through: int | None,
         partition_columns: tuple[str, ...],
+        auto_compact: bool = False,
     ) -> None:
         self.config = config
         self.schema = schema
@@ -264,6 +269,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         # This writer's last batch in the log when the run began (replays write nothing).
         self.committed_through = committed_through
         self.partition_columns = partition_columns  # table.json's: files go under their folders
+        self.auto_compact = auto_compact
 
     def __repr__(self) -> str:
         return f"LakeStreamWriter({self.config.path!r})"
@@ -345,7 +351,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
 
             sweep_after_commit(self.config.storage(), older_than=self.config.sink.staged_cleanup_age)
             memo.swept = True
-        if self.config.sink.auto_compact:
+        if self.auto_compact:
             # Here, not at the top: compaction loads pyarrow and the maintenance modules.
             from lakesink.maintenance.auto_compact import compact_if_due
 

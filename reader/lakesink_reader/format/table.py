@@ -60,7 +60,9 @@ class TableMetadata:
     the default, 100). ``partition_columns``: format 3, the columns whose values name the
     folders files are in (``lakesink_reader.format.partitions``; empty: files in the root).
     ``upgrade_version``: format 3 upgraded from format 1/2, the version of the upgrade's commit
-    (``upgraded_from``; only read here: ``lakesink upgrade`` writes it).
+    (``upgraded_from``; only read here: ``lakesink upgrade`` writes it). ``auto_compact``: the
+    lake's default for its writers' ``auto_compact`` (None: not set; writers then do not
+    auto-compact unless told to); set by ``lakesink config``, never read by readers.
 
     Parsed once, by :meth:`from_json`, for everyone (writers, maintenance, views, readers): the
     one reading of table.json (``read_table_metadata``), whose checks are the only ones.
@@ -75,6 +77,7 @@ class TableMetadata:
     checkpoint_interval: int | None = None
     partition_columns: tuple[str, ...] = ()
     upgrade_version: int | None = None
+    auto_compact: bool | None = None
 
     @property
     def has_log(self) -> bool:
@@ -131,6 +134,8 @@ class TableMetadata:
             doc["partition_columns"] = list(self.partition_columns)
         if self.reader_features:
             doc["reader_features"] = list(self.reader_features)
+        if self.auto_compact is not None:
+            doc["auto_compact"] = self.auto_compact
         return json.dumps(doc, indent=2).encode()
 
     @classmethod
@@ -179,6 +184,9 @@ class TableMetadata:
             raise CorruptFileError(f"{where}: partition_columns: {exc}") from exc
         upgraded = doc.get("upgraded_from")
         upgrade_version = upgraded.get("upgrade_version") if isinstance(upgraded, dict) else None
+        auto_compact = doc.get("auto_compact")
+        if auto_compact is not None and not isinstance(auto_compact, bool):
+            raise CorruptFileError(f"{where}: auto_compact must be true or false, got {auto_compact!r}")
         return cls(
             version,
             mode,
@@ -189,6 +197,7 @@ class TableMetadata:
             interval,
             partition_columns,
             upgrade_version if type(upgrade_version) is int and upgrade_version > 0 else None,
+            auto_compact,
         )
 
 
