@@ -212,7 +212,9 @@ def _sync_views(args: argparse.Namespace) -> int:
     docs: dict[str, Any] = {}
     ok = True
     if only in ("all", "delta"):
-        delta = delta_sync(storage, write=write)
+        delta = delta_sync(
+            storage, write=write, progress=_progress(sys.stderr, "Delta view versions", json_out=args.json)
+        )
         docs["delta"] = vars(delta)
         # (all views: a schema Delta cannot take is a state of the lake, not a failure of the sync)
         ok = ok and delta.state in ("ok", "absent", *(("unsupported",) if only == "all" else ()))

@@ -279,7 +279,10 @@ def test_delta_sync_writes_the_view_of_a_lake_written_without_it(lake: str, caps
     compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
     assert not storage.list("_delta_log")
     assert main(["sync-views", "--only", "delta", lake]) == 0
-    assert "8 commit(s) written" in capsys.readouterr().out
+    out, err = capsys.readouterr()
+    assert "8 commit(s) written" in out
+    # Off a terminal, progress is a plain line at the first step and at each tenth of the way.
+    assert err.splitlines() == [f"Delta view versions: {n}/8" for n in (1, 2, 3, 4, 5, 6, 7, 8)]
     metadata = read_table_metadata(storage)
     for version in range(8):
         commit = plain.read_commit(version)

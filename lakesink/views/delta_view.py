@@ -578,9 +578,12 @@ class DeltaViewReport:
         return self.state + (f": {self.detail}" if self.detail else "")
 
 
-def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
+def delta_sync(
+    storage: Storage, *, write: bool = True, progress: Callable[[int, int], None] | None = None
+) -> DeltaViewReport:
     """Write every Delta commit missing from the view of the lake at ``storage``, from the oldest
     retained lake version, and check the ones there (``write=False``: check only, as ``verify``).
+    ``progress(done, total)`` after each lake version (``lakesink sync-views`` shows it).
 
     Resumes a stopped view when every version holds lakesink's bytes. Views of format-2 and
     foreach lakes do not exist (FormatVersionError / ValueError, from ``open_v3``).
@@ -624,6 +627,8 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
     if write:
         probe_store(storage)  # a writing command: refuse on a store that overwrites
     for v in range(oldest, latest + 1):
+        if progress is not None and v > oldest:
+            progress(v - oldest, latest + 1 - oldest)
         commit = vlog.read_commit(v)
         if commit is None:
             raise FileNotFoundError(f"{storage.url}: lake version {v} vanished while the view was synced")
@@ -655,6 +660,8 @@ def delta_sync(storage: Storage, *, write: bool = True) -> DeltaViewReport:
             report.written.append(v)
         else:
             report.foreign.append(v)
+    if progress is not None:
+        progress(latest + 1 - oldest, latest + 1 - oldest)
     if report.foreign:
         report.state = "foreign"
         report.detail = (
