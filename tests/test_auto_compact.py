@@ -34,6 +34,12 @@ def test_compaction_is_due_at_the_threshold_and_never_raises(lake: str) -> None:
     state = log.open()
     assert small_files(state) == AUTO_COMPACT_MIN_SMALL - 2
     assert compact_if_due(storage, state) is None  # not due: nothing read, nothing written
+    # Due, but no bin to join (here: bins of 1,000): the driver looks again only once
+    # min_small more small files are live, not at every commit.
+    idle = compact_if_due(storage, state, min_small=4, min_files=1_000)
+    assert idle is not None and idle.report is not None and idle.report.status == "nothing_to_do"
+    assert idle.next_due == small_files(state) + 4
+    assert compact_if_due(storage, state, min_small=4, min_files=1_000, due=idle.next_due) is None
     writer.append(10_000)
     state = log.open()
     done = compact_if_due(storage, state)
@@ -227,3 +233,19 @@ def test_a_lake_keeps_its_writers_auto_compact_default(lake: str, capsys: pytest
     assert raced, "the race did not happen"
     assert read_table_metadata(storage).auto_compact is False  # the other run's, not overwritten
     assert [p.name for p in Path(lake, "_lakesink").iterdir() if "uncommitted" in p.name] == []
+
+
+def test_bins_of_size_tiers_keep_earlier_outputs_out_of_small_files_bins() -> None:
+    """``compact(tier_ratio=8)`` (auto-compaction's): a bin joins files within a power of 8 in
+    size, so an earlier compaction's output waits for outputs of its own size instead of being
+    rewritten with every few new files; without it, one bin takes them all."""
+    from lakesink.maintenance.compact import InputFile, make_bins
+
+    sizes = [100, 120, 900, 110, 130, 1000, 140]  # tiers (powers of 8): 2, 2, 3, 2, 2, 3, 2
+    files = [InputFile(f"f{i}.parquet", 1, size, i) for i, size in enumerate(sizes)]
+    assert [[f.size for f in b.inputs] for b in make_bins(files, 1 << 20, 2)] == [sizes]
+    assert [[f.size for f in b.inputs] for b in make_bins(files, 1 << 20, 2, tier_ratio=8)] == [
+        [100, 120, 110, 130, 140],
+        [900, 1000],
+    ]  # oldest first within each tier
+    assert make_bins(files, 1 << 20, 3, tier_ratio=8)[1:] == []  # two of tier 3: no bin of 3

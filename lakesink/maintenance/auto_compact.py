@@ -44,14 +44,22 @@ AUTO_COMPACT_MIN_SMALL = 32
 AUTO_COMPACT_MIN_FILES = 8
 #: Bytes one auto-compaction reads at most: the bound on the delay to the next micro-batch.
 AUTO_COMPACT_MAX_INPUT = 256 << 20
+#: Bins join files within one power of this of each other in size (``compact(tier_ratio=)``):
+#: without it, each compaction rewrote the earlier outputs again, and a 1-second stream's
+#: write amplification grew with its age (measured: ``bench/auto_compact_thresholds.py``).
+AUTO_COMPACT_TIER_RATIO = 8
 
 
 @dataclass(frozen=True)
 class AutoCompaction:
-    """What one auto-compaction did: the report (None when it failed) and how long it took."""
+    """What one auto-compaction did: the report (None when it failed), how long it took, and
+    the small-file count at which the next one is due: ``min_small`` more than now when it
+    found no bin to join (small files spread over size tiers or partition folders: reading
+    the file list again at the next commit would find the same), else the threshold."""
 
     report: CompactReport | None
     seconds: float
+    next_due: int = 0
 
 
 def small_files(state: TableState, target_file_size: int = DEFAULT_TARGET_FILE_SIZE) -> int:
@@ -68,12 +76,15 @@ def compact_if_due(
     write_options: WriteOptions | None = None,
     min_small: int = AUTO_COMPACT_MIN_SMALL,
     min_files: int = AUTO_COMPACT_MIN_FILES,
+    tier_ratio: int | None = AUTO_COMPACT_TIER_RATIO,
+    due: int = 0,
 ) -> AutoCompaction | None:
     """After a commit whose folded state is ``state``: compact (bins of ``min_files`` or more)
-    when at least ``min_small`` small files are live; None when not due. Never raises (but for
-    BaseExceptions: a kill is a kill). The simulation's writers call it with small numbers."""
+    when at least ``min_small`` small files (and ``due``: the last one's ``next_due``) are live;
+    None when not due. Never raises (but for BaseExceptions: a kill is a kill). The
+    simulation's writers call it with small numbers."""
     small = small_files(state)
-    if small < min_small:
+    if small < max(min_small, due):
         return None
     began = time.monotonic()
     try:
@@ -84,6 +95,7 @@ def compact_if_due(
             write_options=write_options,
             check_store=False,  # the writer's run checked the store when it started
             trigger="auto",
+            tier_ratio=tier_ratio,
         )
     except Exception as exc:  # noqa: BLE001 -- the batch is committed: compaction waits for the next turn
         log.warning("auto-compaction of %s after version %d failed (the query goes on): %s",
@@ -92,4 +104,4 @@ def compact_if_due(
     seconds = time.monotonic() - began
     log.info("auto-compaction of %s after version %d: %s (%d small files; %.2f s)",
              storage.url, state.version, report.status, small, seconds)  # fmt: skip
-    return AutoCompaction(report, seconds)
+    return AutoCompaction(report, seconds, small + min_small if report.status == "nothing_to_do" else 0)

@@ -181,6 +181,7 @@ def compact(
     hook: Hook | None = None,
     lease_refresh: float = LEASE_REFRESH,
     trigger: str | None = None,
+    tier_ratio: int | None = None,
 ) -> CompactReport:
     """Rewrite the small live files of the format-3 lake at ``path_or_storage`` as one commit.
 
@@ -203,6 +204,13 @@ def compact(
         Before writing, check that the store honours create-if-absent (issue 27).
     progress, hook
         ``progress(done, total)`` per bin; ``hook(step)`` at the run's steps (tests).
+    tier_ratio
+        Only join files of about the same size: sizes within one power of ``tier_ratio`` (2 or
+        more; auto-compaction passes its bin size, 8). Without it a bin takes the oldest small
+        files whatever their sizes, so a lake compacted often rewrites its earlier outputs with
+        each few new files until they reach half the target -- write amplification that grows
+        with the stream's age (``bench/auto_compact_thresholds.py``). With it each byte is
+        rewritten about once per tier (log base ``tier_ratio`` of target / file size).
     trigger
         ``"auto"`` when a writer's driver runs it by itself (``auto_compact``): the commit says
         so, and ``lakesink history`` shows an auto-compaction. None for any other.
@@ -222,6 +230,10 @@ def compact(
         raise ValueError(f"trigger must be None or one of {list(COMPACT_TRIGGERS)}, got {trigger!r}")
     if min_files < 2:
         raise ValueError(f"min_files must be >= 2 (a bin of one file rewrites nothing), got {min_files}")
+    if tier_ratio is not None and (
+        isinstance(tier_ratio, bool) or not isinstance(tier_ratio, int) or tier_ratio < 2
+    ):
+        raise ValueError(f"tier_ratio must be None or an int >= 2, got {tier_ratio!r}")
     if target_file_size < 1 << 10 or max_input < 1:
         raise ValueError(
             f"target_file_size must be >= 1 KiB and max_input >= 1, got {target_file_size} and {max_input}"
@@ -247,7 +259,7 @@ def compact(
     if snap.version < 0:
         return report
     picked, report.live_files = pick_files(storage, vlog, snap, target_file_size // 2, max_input)
-    report.bins = make_bins(picked, target_file_size, min_files)
+    report.bins = make_bins(picked, target_file_size, min_files, tier_ratio)
     if dry_run or not report.bins:
         return report
 
@@ -375,14 +387,35 @@ def folder_of(path: str) -> str:
     return path.rpartition("/")[0]
 
 
-def make_bins(files: list[InputFile], target: int, min_files: int) -> list[Bin]:
-    """Consecutive runs of ``files`` of about ``target`` bytes, each within one folder; those of
-    ``min_files`` or more."""
+def size_tier(size: int, ratio: int) -> int:
+    """The tier of a file of ``size`` bytes: files of one tier are within a factor ``ratio``."""
+    tier = 0
+    while size >= ratio:
+        size //= ratio
+        tier += 1
+    return tier
+
+
+def make_bins(
+    files: list[InputFile], target: int, min_files: int, tier_ratio: int | None = None
+) -> list[Bin]:
+    """Consecutive runs of ``files`` of about ``target`` bytes, each within one folder (and with
+    ``tier_ratio``, one size tier); those of ``min_files`` or more."""
+    if tier_ratio is not None:
+        # Stable: within a folder and tier, the files keep their order (oldest first).
+        files = sorted(files, key=lambda f: (folder_of(f.path), size_tier(f.size, tier_ratio)))
     bins: list[Bin] = []
     current: list[InputFile] = []
     size = 0
     for f in files:
-        if current and (size + f.size > target or folder_of(f.path) != folder_of(current[0].path)):
+        if current and (
+            size + f.size > target
+            or folder_of(f.path) != folder_of(current[0].path)
+            or (
+                tier_ratio is not None
+                and size_tier(f.size, tier_ratio) != size_tier(current[0].size, tier_ratio)
+            )
+        ):
             bins.append(Bin(tuple(current)))
             current, size = [], 0
         current.append(f)

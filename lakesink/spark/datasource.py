@@ -355,7 +355,14 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             # Here, not at the top: compaction loads pyarrow and the maintenance modules.
             from lakesink.maintenance.auto_compact import compact_if_due
 
-            compact_if_due(self.config.storage(), result.state, write_options=self.config.write)
+            done = compact_if_due(
+                self.config.storage(),
+                result.state,
+                write_options=self.config.write,
+                due=memo.auto_compact_due,
+            )
+            if done is not None:
+                memo.auto_compact_due = done.next_due
 
     def abort(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """The epoch will not be committed now: delete what its tasks published (never what the log lists)."""

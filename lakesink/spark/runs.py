@@ -55,6 +55,9 @@ class RunMemo:
     #: the schema this run's data files store: the stream's columns as the lake declares them
     #: after this run's change (``lakesink_reader.format.schemas.file_schema``)
     file_schema: pa.Schema | None = None
+    #: auto-compaction: the small-file count below which the driver does not look again (it
+    #: last found nothing to join: ``AutoCompaction.next_due``)
+    auto_compact_due: int = 0
 
 
 _RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()

@@ -120,6 +120,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
         through = known.last_batch if known is not None else None
         cursor = None
         swept = False
+        due = 0  # auto-compaction's next_due, as the data source keeps it in its run's memo
         while not plan.finished:
             b = plan.next_batch
             if idle and world.rng.random() < 0.3:
@@ -193,8 +194,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     write_options=WriteOptions(row_group_bytes=1024),
                     min_small=4,
                     min_files=2,
+                    due=due,
                 )
                 if done is not None:
+                    due = done.next_due
                     what = done.report.status if done.report is not None else "failed"
                     world.note(f"{actor.name}: auto-compaction after batch {b}: {what}")
         return "done"
