@@ -39,8 +39,9 @@ sys.path[1:1] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 
 from procmem import tree  # noqa: E402 - bench/ is a folder of scripts, not a package
 
-#: The sinks a long run compares: Spark's own, and lakesink's data source from a plain session.
-LONG_RUN_SINKS = ("parquet", "format")
+#: The sinks a long run compares: Spark's own; lakesink's data source from a plain session
+#: (``format``); ``write_stream(..., via="foreach_batch")`` (``batch``).
+LONG_RUN_SINKS = ("parquet", "format", "batch")
 _KINDS = ("jvm", "python_workers", "other")
 
 
@@ -58,12 +59,19 @@ def child(spec_path: Path) -> int:
         lakesink.register(spark)
     df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", spec["rows"]).load()
     df = df.selectExpr("value AS id", "timestamp AS ts", "CAST(value % 1000 AS STRING) AS label")
-    query = (
-        df.writeStream.format("lakesink" if spec["sink"] == "format" else spec["sink"])
-        .option("path", spec["output"])
-        .option("checkpointLocation", spec["checkpoint"])
-        .start()
-    )
+    if spec["sink"] == "batch":
+        import lakesink
+
+        query = lakesink.write_stream(
+            df, spec["output"], checkpoint_location=spec["checkpoint"], via="foreach_batch"
+        )
+    else:
+        query = (
+            df.writeStream.format("lakesink" if spec["sink"] == "format" else spec["sink"])
+            .option("path", spec["output"])
+            .option("checkpointLocation", spec["checkpoint"])
+            .start()
+        )
     events: dict[int, dict[str, Any]] = {}
     marks = Path(spec["marks"])
     with marks.open("w") as out:
@@ -87,7 +95,9 @@ def child(spec_path: Path) -> int:
     stopping = time.monotonic()
     spark.stop()
     Path(spec["result"]).write_text(
-        json.dumps({"events": [events[b] for b in sorted(events)], "stop_seconds": time.monotonic() - stopping})
+        json.dumps(
+            {"events": [events[b] for b in sorted(events)], "stop_seconds": time.monotonic() - stopping}
+        )
     )
     return 0
 
@@ -130,7 +140,9 @@ def sample_tree(root: int, interval: float, stop: threading.Event, samples: list
         stop.wait(max(0.0, interval - (time.monotonic() - began)))
 
 
-def run_sink(sink: str, work: Path, *, batches: int, rows: int, master: str, interval: float) -> dict[str, Any]:
+def run_sink(
+    sink: str, work: Path, *, batches: int, rows: int, master: str, interval: float
+) -> dict[str, Any]:
     """One sink's long run in a child process; its samples and figures."""
     folder = work / sink
     shutil.rmtree(folder, ignore_errors=True)
@@ -152,7 +164,9 @@ def run_sink(sink: str, work: Path, *, batches: int, rows: int, master: str, int
             [sys.executable, str(Path(__file__).resolve()), "--child", str(spec_path)],
             stdout=log, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
-        sampler = threading.Thread(target=sample_tree, args=(process.pid, interval, stop, samples), daemon=True)
+        sampler = threading.Thread(
+            target=sample_tree, args=(process.pid, interval, stop, samples), daemon=True
+        )
         sampler.start()
         try:
             code = process.wait()
@@ -179,7 +193,11 @@ def batch_at(marks: list[dict[str, Any]], t: float) -> int:
 
 
 def figures(
-    sink: str, samples: list[dict[str, Any]], marks: list[dict[str, Any]], result: dict[str, Any], seconds: float
+    sink: str,
+    samples: list[dict[str, Any]],
+    marks: list[dict[str, Any]],
+    result: dict[str, Any],
+    seconds: float,
 ) -> dict[str, Any]:
     mib = 1 << 20
     # While the query ran: from its first batch's end to its last's (not the stop, nor start-up).
@@ -195,7 +213,9 @@ def figures(
         xs, ys = [p["batch"] for p in half], [p["total"] for p in half]
         mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
         var = sum((x - mean_x) ** 2 for x in xs)
-        slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var * 100 if var else None
+        slope = (
+            sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / var * 100 if var else None
+        )
     events = result["events"][1:]  # the first batch starts the workers: left out of the percentiles
 
     def p50_p95(key: str) -> list[float]:
@@ -231,12 +251,18 @@ def long_run_phase(
     for sink in LONG_RUN_SINKS:
         run = run_sink(sink, work / "long-run", batches=batches, rows=rows, master=master, interval=interval)
         found["runs"][sink] = run
-        note(f"{sink}: PSS at the end {run['pss_end_mib']['total']:.0f} MiB (peak {run['pss_peak_mib']:.0f}), "
-             f"growth {run['pss_growth_mib_per_100_batches']} MiB/100 batches, addBatch p50/p95 "
-             f"{run['add_batch_ms_p50_p95']} ms")  # fmt: skip
-    ours, spark = found["runs"]["format"], found["runs"]["parquet"]
-    found["pss_end_ratio"] = round(ours["pss_end_mib"]["total"] / spark["pss_end_mib"]["total"], 2)
-    found["trigger_p50_ratio"] = round(spark["trigger_ms_p50_p95"][0] / max(ours["trigger_ms_p50_p95"][0], 1), 2)
+        note(f"{sink}: PSS at the end {run['pss_end_mib']['total']:.0f} MiB "
+             f"(peak {run['pss_peak_mib']:.0f}), growth {run['pss_growth_mib_per_100_batches']} "
+             f"MiB/100 batches, addBatch p50/p95 {run['add_batch_ms_p50_p95']} ms")  # fmt: skip
+    spark = found["runs"]["parquet"]
+    for sink in LONG_RUN_SINKS[1:]:
+        ours = found["runs"][sink]
+        found.setdefault("pss_end_ratio", {})[sink] = round(
+            ours["pss_end_mib"]["total"] / spark["pss_end_mib"]["total"], 2
+        )
+        found.setdefault("trigger_p50_ratio", {})[sink] = round(
+            spark["trigger_ms_p50_p95"][0] / max(ours["trigger_ms_p50_p95"][0], 1), 2
+        )
     return found
 
 
@@ -251,8 +277,8 @@ def chart(found: dict[str, Any], path: Path) -> None:
     for sink, run in found["runs"].items():
         xs = [p["batch"] for p in run["series"]]
         ax.plot(xs, [p["total"] for p in run["series"]], label=f"{sink}: whole tree")
-        if sink == "format":
-            for kind in _KINDS:
+        if sink != "parquet":
+            for kind in ("jvm", "python_workers"):
                 ax.plot(xs, [p[kind] for p in run["series"]], linestyle=":", label=f"{sink}: {kind}")
     ax.set_xlabel("micro-batch")
     ax.set_ylabel("PSS (MiB)")
@@ -264,13 +290,17 @@ def chart(found: dict[str, Any], path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--child", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--batches", type=int, default=600)
     parser.add_argument("--rows", type=int, default=2000, help="rows a micro-batch")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
-    parser.add_argument("--out", type=Path, default=Path("long-run.json"), help="JSON; the PNG goes beside it")
+    parser.add_argument(
+        "--out", type=Path, default=Path("long-run.json"), help="JSON; the PNG goes beside it"
+    )
     args = parser.parse_args(argv)
     if args.child is not None:
         return child(args.child)
@@ -280,8 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         )
     args.out.write_text(json.dumps(found, indent=2) + "\n")
     chart(found, args.out.with_suffix(".png"))
-    print(f"PSS at the end: lakesink/Spark {found['pss_end_ratio']}x; trigger p50 Spark/lakesink "
-          f"{found['trigger_p50_ratio']}x -> {args.out}")  # fmt: skip
+    print(f"PSS at the end, lakesink/Spark: {found['pss_end_ratio']}; trigger p50, Spark/lakesink: "
+          f"{found['trigger_p50_ratio']} -> {args.out}")  # fmt: skip
     return 0
 
 

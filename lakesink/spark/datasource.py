@@ -279,15 +279,22 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     # pyspark annotates the Arrow variant with its parent's Iterator[Row] signature, hence the ignore.
     def write(self, iterator: Iterator[pa.RecordBatch]) -> EpochCommitMessage:  # type: ignore[override]
         """Stage and publish this task's batches (``lakesink.commit.tasks``); report them to the driver."""
+        ctx = TaskContext.get()
+        if ctx is None:  # pragma: no cover - Spark always runs write inside a task
+            raise RuntimeError("LakeStreamWriter.write must run inside a Spark task")
+        return self.write_partition(
+            iterator, ctx.partitionId(), batch_id(ctx), ctx.getLocalProperty("sql.streaming.queryId")
+        )
+
+    def write_partition(
+        self, iterator: Iterator[pa.RecordBatch], partition: int, epoch: int, query_id: str | None
+    ) -> EpochCommitMessage:
+        """``write``'s work, told its partition, batch and query (``lakesink.spark.batches``'
+        tasks know them from their closure, not from Spark's local properties)."""
         # Here, not at the top: the commit protocol loads pyarrow (HOOK_MODULES).
         from lakesink.commit.tasks import write_task
 
         freeze_heap_once()
-        ctx = TaskContext.get()
-        if ctx is None:  # pragma: no cover - Spark always runs write inside a task
-            raise RuntimeError("LakeStreamWriter.write must run inside a Spark task")
-        partition, epoch = ctx.partitionId(), batch_id(ctx)
-        query_id = ctx.getLocalProperty("sql.streaming.queryId")
         # A replay of a committed epoch writes nothing: the driver will skip it whole (it told
         # the tasks how far the log holds this query: ``committed_through``).
         if self.committed_through is not None and epoch <= self.committed_through:
@@ -318,7 +325,12 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """Commit the batch as one version of the lake's log (the commit point; see
         ``lakesink.commit.batches``), from this run's cursor when it has one."""
-        freeze_heap_once()
+        freeze_heap_once()  # a worker of Spark's: its heap is the commit's alone
+        self.commit_batch(messages, batchId)
+
+    def commit_batch(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
+        """``commit``'s work, in any process (``lakesink.spark.batches`` commits in the user's
+        own, whose heap is not lakesink's to freeze)."""
         ours, batch = _messages(messages, batchId), batchId
         memo = run_memo(self.config.storage().url, self.run_token)
         batches = self._batches(ours)
@@ -382,7 +394,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         return BatchCommitter(
             storage,
             table_id=self.table_id,
-            writer_id=self._writer_id(messages),
+            writer_id=self.writer_id(messages),
             run=self.run_token,
             allow_other_queries=sink.allow_other_queries,
             checkpoint_interval=self.checkpoint_interval,
@@ -394,7 +406,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             in_doubt=run_memo(storage.url, self.run_token).in_doubt,
         )
 
-    def _writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:
+    def writer_id(self, messages: Sequence[EpochCommitMessage]) -> str:
         """The writer: Spark's query id, from the checkpoint's ``metadata`` (or the tasks' messages).
 
         Every batch needs it, empty ones included (they keep the writer's batches contiguous):

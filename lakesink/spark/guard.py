@@ -39,7 +39,8 @@ from lakesink.spark.rows import arrow_schema
 from lakesink_reader.errors import StorageError
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
 
 log = logging.getLogger(__name__)
 
@@ -243,6 +244,34 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
         return query
 
     return checked
+
+
+def start_foreach_batch(
+    df: DataFrame, config: SinkConfig, *, trigger: Mapping[str, Any] | None, query_name: str | None
+) -> StreamingQuery:
+    """``write_stream(..., via="foreach_batch")``: the checks a ``format("lakesink")`` start
+    makes, then the query through ``foreachBatch`` (``lakesink.spark.batches``)."""
+    # Here, not at the top: the door's module is write_stream's alone.
+    from lakesink.spark.batches import LakeBatchWrite
+
+    if not hasattr(df, "_jdf"):  # a Spark Connect DataFrame has no JVM object
+        raise ValueError(
+            "via='foreach_batch' runs in classic PySpark sessions only: under Spark Connect the "
+            "server runs foreachBatch's function; use the default via='data_source' there"
+        )
+    writer = df.writeStream.foreachBatch(LakeBatchWrite(config))
+    writer = writer.option("checkpointLocation", config.checkpoint_location)
+    if trigger:
+        writer = writer.trigger(**trigger)
+    if query_name:
+        writer = writer.queryName(query_name)
+    pending = _classic_pending(writer)
+    if pending is not None:
+        check_stream(pending, config.path, config)
+    with query_conf(df.sparkSession, STREAM_CONF):
+        query = raising_lakesink_errors(writer.start())
+    batch_log.watch(df.sparkSession, query, config)
+    return query
 
 
 def _may_be_lakesink(writer: Any) -> bool:

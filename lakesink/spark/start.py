@@ -127,6 +127,7 @@ def write_stream(
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     observer: Observer | None = None,
+    via: str = "data_source",
     **options: Any,
 ) -> StreamingQuery:
     """Start an epoch-mode streaming write of ``df`` into the lake at ``path``.
@@ -153,6 +154,12 @@ def write_stream(
         ``spark.sql.streaming.checkpointLocation`` set, the folder of its checkpoint).
     observer
         Told of each step of the commit protocol (``lakesink.commit.observer``); pickled.
+    via
+        ``"data_source"`` (the default): through ``format("lakesink")``, the Python Data
+        Source API. ``"foreach_batch"``: through ``foreachBatch`` and ``mapInArrow``, which
+        start one kind of Python worker instead of five and commit in this process
+        (``lakesink.spark.batches``; classic sessions only). The lake, the protocol and every
+        guarantee are the same.
     **options
         The fields of :class:`lakesink.WriteOptions` (``row_group_bytes``, ``compression``,
         ``compression_level``, ``use_dictionary``, ``dictionary_page_bytes``) and
@@ -188,10 +195,15 @@ def write_stream(
         observer=observer,
         **options,
     )
+    if via not in ("data_source", "foreach_batch"):
+        raise ValueError(f"via must be 'data_source' or 'foreach_batch', got {via!r}")
     # register's start() refuses a table of another schema, mode or query before the query
     # starts, judging the config parsed here (handed on, not parsed again from the strings); a
     # new table is created by the query's first epoch, so a query that never starts leaves none.
-    register(df.sparkSession)
+    # The foreachBatch door starts none of the data source's driver workers: nothing to warm up.
+    register(df.sparkSession, warm_up=via == "data_source")
+    if via == "foreach_batch":
+        return guard.start_foreach_batch(df, config, trigger=trigger, query_name=query_name)
     writer = guard.hand_config(df.writeStream.format(SOURCE_NAME).options(**config.to_options()), config)
     if trigger:
         writer = writer.trigger(**trigger)

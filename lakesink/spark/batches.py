@@ -1,0 +1,75 @@
+"""``write_stream(..., via="foreach_batch")``: the epoch-mode sink through ``foreachBatch`` and
+``mapInArrow`` instead of the Python Data Source API (issue 38).
+
+The data source door (``format("lakesink")``) makes Spark start five kinds of Python worker,
+each under a daemon of its own that lives as long as the session: one to look data sources
+up, one to create the source, one to plan the write, the tasks' workers, and one that runs the
+commit (``pyspark.sql.worker.python_streaming_sink_runner``). This door starts one kind: the
+tasks run lakesink's writer in ``mapInArrow`` (the same workers as any Arrow UDF), and the
+commit runs in the user's own Python process, where ``foreachBatch`` calls back.
+
+The protocol is the same object's: a :class:`LakeStreamWriter` made once per run, as the data
+source's ``streamWriter`` makes it (the lake checked or created, the replays' bound, a
+continuation checked), whose ``write_partition`` each task calls with the batch id and query id
+this function hands it (Spark's local properties do not reach a ``foreachBatch`` job), and
+whose ``commit_batch`` commits the messages the tasks return. ``foreachBatch`` is at least
+once: a batch Spark runs again is a replay the log recognises (the writer is the query id,
+read from the checkpoint's ``metadata``), as on the data source door.
+
+What differs: a task that fails leaves what it published to the sweep (the data source door's
+``abort`` deletes it at once); the commit runs in the user's process, whose heap lakesink does
+not freeze. Classic sessions only: under Spark Connect, ``foreachBatch`` runs the function on
+the server, and the data source door is the one to use there.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from pyspark import TaskContext
+
+from lakesink.spark.datasource import LakeSinkDataSource, LakeStreamWriter
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from lakesink.config import SinkConfig
+
+#: What each task returns: its pickled ``EpochCommitMessage``.
+MESSAGE_SCHEMA = "message binary"
+
+
+class LakeBatchWrite:
+    """The ``foreachBatch`` function of one run of a lakesink query (made anew at each start)."""
+
+    def __init__(self, config: SinkConfig) -> None:
+        self.config = config
+        # A run token of its own, as the data source door's instance has per query start.
+        self.source = LakeSinkDataSource(config.to_options())
+        self.writer: LakeStreamWriter | None = None
+        self.query_id: str | None = None
+
+    def __repr__(self) -> str:
+        return f"LakeBatchWrite({self.config.path!r})"
+
+    def __call__(self, df: Any, batch_id: int) -> None:
+        if self.writer is None:
+            # The lake checked or created, the replays' bound read: once per run, at its first batch.
+            self.writer = self.source.streamWriter(df.schema, False)
+            self.query_id = self.writer.writer_id([])
+        writer, query_id = self.writer, self.query_id
+
+        def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+            # Here, not at the top: pyarrow loads in the task's worker, not at the import.
+            import pyarrow as pa
+
+            ctx = TaskContext.get()
+            if ctx is None:  # pragma: no cover - mapInArrow runs inside a task
+                raise RuntimeError("lakesink's foreachBatch task must run inside a Spark task")
+            message = writer.write_partition(batches, ctx.partitionId(), batch_id, query_id)
+            yield pa.record_batch([pa.array([pickle.dumps(message)], pa.binary())], names=["message"])
+
+        messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
+        writer.commit_batch(messages, batch_id)

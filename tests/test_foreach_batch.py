@@ -1,0 +1,99 @@
+"""``write_stream(..., via="foreach_batch")`` (issue 38): the same lake and guarantees through
+``foreachBatch`` + ``mapInArrow``, with one kind of Python worker instead of five."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import lakesink
+from lakesink_reader import Lake, read_committed
+
+pytestmark = pytest.mark.spark
+
+
+def _inputs(folder: Path, files: int, rows: int) -> None:
+    folder.mkdir()
+    for i in range(files):
+        ids = pa.array(range(i * rows, (i + 1) * rows), pa.int64())
+        pq.write_table(pa.table({"id": ids, "label": pa.array([f"r{v}" for v in ids.to_pylist()])}),
+                       folder / f"in-{i:04d}.parquet")  # fmt: skip
+
+
+def _daemon_modules() -> set[str]:
+    """The worker modules of the Python daemons this process's JVM started (Spark runs one
+    daemon per kind of worker: ``pyspark.daemon <worker module>``)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            args = Path(f"/proc/{entry}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"pyspark.daemon" in args:
+            found.add(args[args.index(b"pyspark.daemon") + 1].decode())
+    return found
+
+
+def _stream(spark: Any, folder: Path, lake: str, chk: Path) -> Any:
+    df = spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 2).parquet(str(folder))
+    return lakesink.write_stream(
+        df.repartition(2),
+        lake,
+        checkpoint_location=str(chk),
+        trigger={"availableNow": True},
+        via="foreach_batch",
+    )
+
+
+def test_foreach_batch_writes_every_row_once_and_a_replayed_batch_is_skipped(
+    spark: Any, tmp_path: Path
+) -> None:
+    folder, lake, chk = tmp_path / "in", str(tmp_path / "lake"), tmp_path / "chk"
+    _inputs(folder, 8, 500)
+    sink_runners_before = "pyspark.sql.worker.python_streaming_sink_runner" in _daemon_modules()
+    query = _stream(spark, folder, lake, chk)
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(4_000))
+    history = Lake(lake).history()
+    assert [v.batch for v in reversed(history) if v.operation == "append"] == [0, 1, 2, 3]
+    assert {v.writer for v in history if v.writer} == {str(query.id)}  # the query id is the writer
+    assert {len(Lake(lake, version=v.version).files()) for v in history[-1:]} == {2}  # two tasks, two files
+    # No Python Data Source worker of its own: the commits ran in this process.
+    if not sink_runners_before:
+        assert "pyspark.sql.worker.python_streaming_sink_runner" not in _daemon_modules()
+
+    # Spark runs the last batch again (its commit record lost, as after a crash between the
+    # lake's commit and Spark's): the log knows the batch, nothing is written twice.
+    last = max(int(p.name) for p in (chk / "commits").iterdir() if p.name.isdigit())
+    (chk / "commits" / str(last)).unlink()
+    (chk / "commits" / f".{last}.crc").unlink(missing_ok=True)  # else Spark takes it for another query's
+    versions_before = Lake(lake).version
+    replay = _stream(spark, folder, lake, chk)
+    replay.awaitTermination(300)
+    assert replay.exception() is None
+    assert last in {p["batchId"] for p in replay.recentProgress}, "Spark did not run the batch again"
+    assert Lake(lake).version == versions_before  # a replay commits nothing
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(4_000))
+    # The Delta view followed, as on the data source door.
+    delta = json.loads(
+        (Path(lake) / "_delta_log" / f"{versions_before:020d}.json").read_text().splitlines()[0]
+    )
+    assert delta["commitInfo"]["operation"] == "STREAMING UPDATE"
+
+
+def test_a_bad_door_is_refused_before_anything_starts(spark: Any, tmp_path: Path) -> None:
+    df = spark.readStream.format("rate").load()
+    with pytest.raises(ValueError, match="via must be 'data_source' or 'foreach_batch', got 'batch'"):
+        lakesink.write_stream(
+            df, str(tmp_path / "lake"), checkpoint_location=str(tmp_path / "c"), via="batch"
+        )
+    assert not (tmp_path / "lake").exists()
