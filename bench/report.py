@@ -16,6 +16,7 @@ MiB = 1 << 20
 NAMES = {
     "parquet": '(a) Spark format("parquet")',
     "epoch": "lakesink.write_stream",
+    "epoch-batch": 'write_stream(via="foreach_batch")',
     "format": 'format("lakesink"), plain session',
     "submit": "spark-submit jobs/stream_to_lake.py",
     "epoch-s3": "write_stream into moto S3",
@@ -80,7 +81,7 @@ def sections(results: Mapping[str, Any]) -> list[Section]:
     makers = (entry_points, sinks, s3_tax, first_epoch, small_epochs, wide_epochs, foreach_profile)
     found = [
         make(results)
-        for make in (*makers, source, reader, memory, hdfs, log_scale, log_scale_latency, failures)
+        for make in (*makers, source, reader, memory, long_run, hdfs, log_scale, log_scale_latency, failures)
     ]
     return [section for section in found if section is not None and section.rows]
 
@@ -346,6 +347,41 @@ def memory(results: Mapping[str, Any]) -> Section | None:
                 + [_mib(f[f"peak_rss_{kind}_bytes"]) for kind in peaks]
                 + [_mib(f["peak_rss_bytes"]), _n(f["rows_per_second"])]
             )
+    return section
+
+
+#: The long run's sinks, as the tables name them.
+_LONG_RUN_NAMES = {"parquet": NAMES["parquet"], "format": NAMES["format"], "batch": NAMES["epoch-batch"]}
+
+
+def long_run(results: Mapping[str, Any]) -> Section | None:
+    found = results.get("long_run")
+    if not found:
+        return None
+    section = Section(
+        f"Long run: {found['batches']} micro-batches of {found['rows_per_batch']:,} rows, process-tree PSS",
+        ["sink", "PSS at the end", "vs Spark", "JVM", "Python workers", "peak", "MiB/100 batches",
+         "batch p50/p95 ms", "Python daemons"],
+    )  # fmt: skip
+    for sink, run in found["runs"].items():
+        end = run["pss_end_mib"]
+        daemons = sum(1 for m in run["by_module_end"] if m.startswith("pyspark."))
+        section.rows.append(
+            [
+                _LONG_RUN_NAMES.get(sink, sink),
+                f"{end['total']:,.0f} MiB",
+                "1.00x" if sink == "parquet" else _x(found["pss_end_ratio"][sink]),
+                f"{end['jvm']:,.0f}",
+                f"{end['python_workers']:,.0f}",
+                f"{run['pss_peak_mib']:,.0f}",
+                _s(run["pss_growth_mib_per_100_batches"], 1),
+                "/".join(f"{v:.0f}" for v in run["trigger_ms_p50_p95"]),
+                str(daemons),
+            ]
+        )
+    section.notes.append(
+        "PSS: pages shared between processes counted once; the end is the median of the last tenth"
+    )
     return section
 
 

@@ -17,7 +17,11 @@ the baseline the performance target was set with), in phases, each with a progre
             two DataNodes and replication 2 by default, ``--hdfs-datanodes N`` another count);
 8. log scale: a synthetic format-3 lake of 100,000 commits and 1M live files: ``Lake(...)``'s
             open, a writer's first commit, the checkpoint, per-commit latency
-            (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out).
+            (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out);
+9. long run: 600 micro-batches of 2,000 rows (``rate-micro-batch``) from a plain session into
+            Spark's sink, ``format("lakesink")`` and ``write_stream(via="foreach_batch")``: the
+            process tree's PSS over the run, by worker module, and each batch's latency
+            (long_run.py; ~8 min; a PNG of its own; ``--skip-long-run`` leaves it out).
 
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
@@ -60,6 +64,7 @@ sys.path[1:1] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 import charts  # noqa: E402 - after the path set-up above
 import commit_latency  # noqa: E402
 import log_scale  # noqa: E402
+import long_run  # noqa: E402
 import readers  # noqa: E402
 import report  # noqa: E402
 import source  # noqa: E402
@@ -102,6 +107,7 @@ def plan(args: argparse.Namespace) -> list[str]:
         "memory": not args.skip_memory and bool(args.memory_rows),
         "hdfs": "hdfs" in args.sinks.split(","),
         "log-scale": not args.skip_log_scale,
+        "long-run": not args.skip_long_run and args.long_run_batches > 0,
     }
     return [name for name, on in wanted.items() if on]
 
@@ -223,6 +229,17 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         )
         failures.update(found.pop("failures"))
         results["log_scale"] = found
+    if "long-run" in phases:
+        progress.phase(
+            "long-run", f"{args.long_run_batches} micro-batches of 2,000 rows: the process tree's PSS"
+        )
+        try:
+            results["long_run"] = long_run.long_run_phase(
+                work, batches=args.long_run_batches, rows=2_000, master=args.master, interval=1.0,
+                note=progress.note,
+            )  # fmt: skip
+        except RuntimeError as exc:
+            failures["long-run"] = str(exc)
     results["failures"] = failures
     results["moto_pids"] = stores.MOTO_PIDS
     if not args.keep:
@@ -357,6 +374,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--log-scale-interval", type=int, default=100, help="its checkpoint interval")
     add("--log-scale-repeats", type=int, default=5, help="fresh processes opening it (the median counts)")
     add("--log-scale-latency-commits", type=int, default=200, help="commits in a row per latency series")
+    add("--skip-long-run", action="store_true", help="no long-run (PSS over many micro-batches) phase")
+    add("--long-run-batches", type=int, default=600, help="micro-batches of the long-run phase")
     add(
         "--hdfs-datanodes",
         type=int,
@@ -394,6 +413,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.write_text(json.dumps(results, indent=2) + "\n")
     picture = charts.draw(results, out.with_suffix(".png"))
+    if "long_run" in results:
+        long_run.chart(results["long_run"], out.with_name(out.stem + "-long-run.png"))
     print()
     print(report.render_text(results))
     print("\nMarkdown (docs/guide/performance.md):\n")

@@ -200,10 +200,12 @@ def write_stream(
     # register's start() refuses a table of another schema, mode or query before the query
     # starts, judging the config parsed here (handed on, not parsed again from the strings); a
     # new table is created by the query's first epoch, so a query that never starts leaves none.
-    # The foreachBatch door starts none of the data source's driver workers: nothing to warm up.
-    register(df.sparkSession, warm_up=via == "data_source")
     if via == "foreach_batch":
+        # No register: the foreachBatch door uses no data source, and registering one makes
+        # Spark start its lookup worker (a daemon that lives as long as the session). Its
+        # start makes the checks register's would (the workers' Python among them).
         return guard.start_foreach_batch(df, config, trigger=trigger, query_name=query_name)
+    register(df.sparkSession)
     writer = guard.hand_config(df.writeStream.format(SOURCE_NAME).options(**config.to_options()), config)
     if trigger:
         writer = writer.trigger(**trigger)
