@@ -56,7 +56,7 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
             or (".sinks.parquet." in key and "python_worker" in key)  # local and HDFS phases
             or (".runs.parquet." in key and "python_workers" in key)  # the long run's
             or "growth" in key  # the long run's PSS may shrink a little once warm
-            or key.endswith((".relative", ".count", ".epoch"))
+            or key.endswith((".relative", ".count", ".epoch", ".batch"))  # the long run's series: batch 0
             or "_ms" in key
             or "shares" in key
             or key.startswith(".foreach_profile.top")
