@@ -261,9 +261,11 @@ class SinkConfig:
 
 def _parse(key: str, value: str, kind: Any) -> Any:
     text = value.strip()
-    if kind == bool | None and text.lower() in ("", "none"):
-        return None  # auto_compact: the lake's default
-    if kind is bool or kind == bool | None:
+    if kind == bool | None:  # auto_compact: empty or "none" is the lake's default
+        if text.lower() in ("", "none"):
+            return None
+        kind = bool
+    if kind is bool:
         if text.lower() in ("true", "1", "yes"):
             return True
         if text.lower() in ("false", "0", "no"):

@@ -401,21 +401,18 @@ def make_bins(
 ) -> list[Bin]:
     """Consecutive runs of ``files`` of about ``target`` bytes, each within one folder (and with
     ``tier_ratio``, one size tier); those of ``min_files`` or more."""
+
+    def group(f: InputFile) -> tuple[str, int]:  # what one bin never mixes
+        return folder_of(f.path), size_tier(f.size, tier_ratio) if tier_ratio is not None else 0
+
     if tier_ratio is not None:
         # Stable: within a folder and tier, the files keep their order (oldest first).
-        files = sorted(files, key=lambda f: (folder_of(f.path), size_tier(f.size, tier_ratio)))
+        files = sorted(files, key=group)
     bins: list[Bin] = []
     current: list[InputFile] = []
     size = 0
     for f in files:
-        if current and (
-            size + f.size > target
-            or folder_of(f.path) != folder_of(current[0].path)
-            or (
-                tier_ratio is not None
-                and size_tier(f.size, tier_ratio) != size_tier(current[0].size, tier_ratio)
-            )
-        ):
+        if current and (size + f.size > target or group(f) != group(current[0])):
             bins.append(Bin(tuple(current)))
             current, size = [], 0
         current.append(f)

@@ -81,9 +81,10 @@ def set_lake_defaults(
             doc.pop(name, None)
         else:
             doc[name] = value
+    written = json.dumps(doc, indent=2).encode()
     staged = storage.stage(TABLE_FILE)
     try:
-        staged.write(json.dumps(doc, indent=2).encode())
+        staged.write(written)
         sealed = staged.seal()
     except BaseException:
         staged.discard()
@@ -94,4 +95,4 @@ def set_lake_defaults(
             f"{storage.url}/{TABLE_FILE} changed while its defaults were set (another `lakesink config`, "
             "or the lake deleted and created again): nothing was written; run it again"
         )
-    return read_table_metadata(storage)
+    return TableMetadata.from_json(written, f"{storage.url}/{TABLE_FILE}")

@@ -238,12 +238,18 @@ def _checked_start(start: Any, read: Callable[[Any], PendingWrite | None]) -> An
         config = check_stream(pending, path, getattr(self, _CONFIG_ATTR, None))
         if pending.partitioning:
             self.option(PARTITION_BY_OPTION, partition_option(pending.partitioning, pending.options))
-        with query_conf(pending.spark, STREAM_CONF):
-            query = raising_lakesink_errors(start(self, path))
-        batch_log.watch(pending.spark, query, config)  # register(spark, batch_log=True)'s line per batch
-        return query
+        return _start_checked(pending.spark, lambda: start(self, path), config)
 
     return checked
+
+
+def _start_checked(spark: Any, start: Callable[[], Any], config: SinkConfig) -> Any:
+    """Start a checked lakesink query: lakesink's per-query settings around ``start``, its
+    refusals raised as themselves, and ``register(spark, batch_log=True)``'s line per batch."""
+    with query_conf(spark, STREAM_CONF):
+        query = raising_lakesink_errors(start())
+    batch_log.watch(spark, query, config)
+    return query
 
 
 def start_foreach_batch(
@@ -268,10 +274,7 @@ def start_foreach_batch(
     pending = _classic_pending(writer)
     if pending is not None:
         check_stream(pending, config.path, config)
-    with query_conf(df.sparkSession, STREAM_CONF):
-        query = raising_lakesink_errors(writer.start())
-    batch_log.watch(df.sparkSession, query, config)
-    return query
+    return _start_checked(df.sparkSession, writer.start, config)  # type: ignore[no-any-return]
 
 
 def _may_be_lakesink(writer: Any) -> bool:

@@ -197,14 +197,14 @@ def write_stream(
     )
     if via not in ("data_source", "foreach_batch"):
         raise ValueError(f"via must be 'data_source' or 'foreach_batch', got {via!r}")
-    # register's start() refuses a table of another schema, mode or query before the query
-    # starts, judging the config parsed here (handed on, not parsed again from the strings); a
-    # new table is created by the query's first epoch, so a query that never starts leaves none.
     if via == "foreach_batch":
         # No register: the foreachBatch door uses no data source, and registering one makes
         # Spark start its lookup worker (a daemon that lives as long as the session). Its
         # start makes the checks register's would (the workers' Python among them).
         return guard.start_foreach_batch(df, config, trigger=trigger, query_name=query_name)
+    # register's start() refuses a table of another schema, mode or query before the query
+    # starts, judging the config parsed here (handed on, not parsed again from the strings); a
+    # new table is created by the query's first epoch, so a query that never starts leaves none.
     register(df.sparkSession)
     writer = guard.hand_config(df.writeStream.format(SOURCE_NAME).options(**config.to_options()), config)
     if trigger:
