@@ -97,3 +97,40 @@ def test_a_bad_door_is_refused_before_anything_starts(spark: Any, tmp_path: Path
             df, str(tmp_path / "lake"), checkpoint_location=str(tmp_path / "c"), via="batch"
         )
     assert not (tmp_path / "lake").exists()
+
+
+def test_a_refusal_inside_the_function_reaches_await_termination_as_lakesink_s_own_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A second query past the start's check (two starts racing): the log refuses its commit in
+    foreachBatch's function, in this process; the wait raises that refusal itself, as the data
+    source door's does (``lakesink.spark.failures``), not Spark's wrapping of a Python error."""
+    from lakesink.config import SinkConfig
+    from lakesink.spark.batches import LakeBatchWrite
+    from lakesink.spark.guard import _start_checked
+    from lakesink_reader.errors import CommitRefusedError, OtherQueryError
+
+    first_in, second_in, lake = tmp_path / "a", tmp_path / "b", str(tmp_path / "lake")
+    _inputs(first_in, 2, 100)
+    first = _stream(spark, first_in, lake, tmp_path / "chk-a")
+    first.awaitTermination(300)
+    assert first.exception() is None
+    with pytest.raises(OtherQueryError, match="allow_other_queries=True"):  # the start's check
+        _stream(spark, first_in, lake, tmp_path / "chk-b")
+    _inputs(second_in, 1, 100)
+    config = SinkConfig.from_keywords(lake, checkpoint_location=str(tmp_path / "chk-b"))
+    df = spark.readStream.schema("id long, label string").parquet(str(second_in))
+    writer = (
+        df.writeStream.foreachBatch(LakeBatchWrite(config))
+        .option("checkpointLocation", config.checkpoint_location)
+        .trigger(availableNow=True)
+    )
+    second = _start_checked(spark, writer.start, config)  # the door's start, without its check
+    with pytest.raises(CommitRefusedError, match="allow_other_queries") as refused:
+        second.awaitTermination(300)
+    assert "Traceback" not in str(refused.value) and "\n" not in str(refused.value).split("\n\n")[0]
+    assert "CommitRefusedError" in str(second.exception())  # Spark's whole story stays there
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(200))  # nothing of b
+    assert len(Lake(lake).history()) == 1
+    # Its tasks' files went with the refusal, as the data source door's abort deletes them.
+    assert len([n for n in os.listdir(lake) if n.endswith(".parquet")]) == len(Lake(lake).files())

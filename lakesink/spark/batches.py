@@ -16,14 +16,17 @@ whose ``commit_batch`` commits the messages the tasks return. ``foreachBatch`` i
 once: a batch Spark runs again is a replay the log recognises (the writer is the query id,
 read from the checkpoint's ``metadata``), as on the data source door.
 
-What differs: a task that fails leaves what it published to the sweep (the data source door's
-``abort`` deletes it at once); the commit runs in the user's process, whose heap lakesink does
-not freeze. Classic sessions only: under Spark Connect, ``foreachBatch`` runs the function on
-the server, and the data source door is the one to use there.
+What differs: when a task fails, what the others published is left to the sweep (Spark hands
+the data source door's ``abort`` every task's message; ``collect`` returns none), while a
+failed commit's files are deleted at once on both doors. The commit runs in the user's
+process, whose heap lakesink does not freeze. Classic sessions only: under Spark Connect,
+``foreachBatch`` runs the function on the server, and the data source door is the one to use
+there.
 """
 
 from __future__ import annotations
 
+import logging
 import pickle
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -36,6 +39,8 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from lakesink.config import SinkConfig
+
+log = logging.getLogger(__name__)
 
 #: What each task returns: its pickled ``EpochCommitMessage``.
 MESSAGE_SCHEMA = "message binary"
@@ -72,4 +77,14 @@ class LakeBatchWrite:
             yield pa.record_batch([pa.array([pickle.dumps(message)], pa.binary())], names=["message"])
 
         messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
-        writer.commit_batch(messages, batch_id)
+        try:
+            writer.commit_batch(messages, batch_id)
+        except BaseException:
+            # As Spark aborts the data source door's batch when its commit fails: the tasks'
+            # files go now, unless the log holds them or may yet (``BatchCommitter.abort``).
+            try:
+                writer.abort(messages, batch_id)
+            except Exception:
+                log.warning("abort of batch %d of %s failed; the sweep removes its files", batch_id,
+                            self.config.path, exc_info=True)  # fmt: skip
+            raise
