@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -74,7 +75,7 @@ class LakeBatchWrite:
             if ctx is None:  # pragma: no cover - mapInArrow runs inside a task
                 raise RuntimeError("lakesink's foreachBatch task must run inside a Spark task")
             message = writer.write_partition(batches, ctx.partitionId(), batch_id, query_id)
-            yield pa.record_batch([pa.array([pickle.dumps(message)], pa.binary())], names=["message"])
+            yield pa.record_batch([_one_binary(pa, pickle.dumps(message))], names=["message"])
 
         messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
         try:
@@ -88,3 +89,11 @@ class LakeBatchWrite:
                 log.warning("abort of batch %d of %s failed; the sweep removes its files", batch_id,
                             self.config.path, exc_info=True)  # fmt: skip
             raise
+
+
+def _one_binary(pa: Any, data: bytes) -> pa.Array:
+    """A one-value binary array of ``data``, from its buffers: ``pa.array([data])`` would ask
+    pyarrow's pandas shim whether the list is a pandas object, and that imports pandas (~22 MiB
+    in each task worker Spark keeps, measured: issue 38's memory target)."""
+    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
+    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
