@@ -92,7 +92,8 @@ def test_foreach_batch_writes_every_row_once_and_a_replayed_batch_is_skipped(
 
 def test_a_bad_door_is_refused_before_anything_starts(spark: Any, tmp_path: Path) -> None:
     df = spark.readStream.format("rate").load()
-    with pytest.raises(ValueError, match="via must be 'data_source' or 'foreach_batch', got 'batch'"):
+    refusal = "via must be one of 'auto', 'foreach_batch', 'data_source', got 'batch'"
+    with pytest.raises(ValueError, match=refusal):
         lakesink.write_stream(
             df, str(tmp_path / "lake"), checkpoint_location=str(tmp_path / "c"), via="batch"
         )

@@ -26,6 +26,7 @@ there.
 
 from __future__ import annotations
 
+import importlib
 import logging
 import pickle
 import struct
@@ -42,6 +43,15 @@ if TYPE_CHECKING:
     from lakesink.config import SinkConfig
 
 log = logging.getLogger(__name__)
+
+#: What the first commit imports in the user's process: ~0.3 s, imported while Spark plans the
+#: first batch instead of after its tasks (:func:`import_commit_modules`).
+COMMIT_MODULES = (
+    "pyarrow",
+    "lakesink.commit.batches",
+    "lakesink.commit.continuation",
+    "lakesink.views.derived",
+)
 
 #: What each task returns: its pickled ``EpochCommitMessage``.
 MESSAGE_SCHEMA = "message binary"
@@ -75,7 +85,7 @@ class LakeBatchWrite:
             if ctx is None:  # pragma: no cover - mapInArrow runs inside a task
                 raise RuntimeError("lakesink's foreachBatch task must run inside a Spark task")
             message = writer.write_partition(batches, ctx.partitionId(), batch_id, query_id)
-            yield pa.record_batch([_one_binary(pa, pickle.dumps(message))], names=["message"])
+            yield pa.record_batch([_one_binary(pickle.dumps(message))], names=["message"])
 
         messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
         try:
@@ -91,9 +101,24 @@ class LakeBatchWrite:
             raise
 
 
-def _one_binary(pa: Any, data: bytes) -> pa.Array:
+def _one_binary(data: bytes) -> pa.Array[Any]:
     """A one-value binary array of ``data``, from its buffers: ``pa.array([data])`` would ask
     pyarrow's pandas shim whether the list is a pandas object, and that imports pandas (~22 MiB
     in each task worker Spark keeps, measured: issue 38's memory target)."""
-    offsets = pa.py_buffer(struct.pack("<ii", 0, len(data)))
-    return pa.Array.from_buffers(pa.binary(), 1, [None, offsets, pa.py_buffer(data)])
+    import pyarrow  # here, not at the top: pyarrow loads in the task's worker
+
+    offsets = pyarrow.py_buffer(struct.pack("<ii", 0, len(data)))
+    array: pa.Array[Any] = pyarrow.Array.from_buffers(
+        pyarrow.binary(), 1, [None, offsets, pyarrow.py_buffer(data)]
+    )
+    return array
+
+
+def import_commit_modules() -> None:
+    """Import :data:`COMMIT_MODULES` (the door's start runs this on a thread of its own, so the
+    first batch's commit finds them loaded). Best effort: the commit imports them anyway."""
+    try:
+        for module in COMMIT_MODULES:
+            importlib.import_module(module)
+    except Exception:  # the commit's own import will raise it where it matters
+        log.debug("lakesink: the commit's modules were not imported ahead", exc_info=True)

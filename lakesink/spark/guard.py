@@ -27,6 +27,7 @@ import functools
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -258,12 +259,13 @@ def start_foreach_batch(
     """``write_stream(..., via="foreach_batch")``: the checks a ``format("lakesink")`` start
     makes, then the query through ``foreachBatch`` (``lakesink.spark.batches``)."""
     # Here, not at the top: the door's module is write_stream's alone.
-    from lakesink.spark.batches import LakeBatchWrite
+    from lakesink.spark.batches import LakeBatchWrite, import_commit_modules
 
     if not hasattr(df, "_jdf"):  # a Spark Connect DataFrame has no JVM object
         raise ValueError(
             "via='foreach_batch' runs in classic PySpark sessions only: under Spark Connect the "
-            "server runs foreachBatch's function; use the default via='data_source' there"
+            "server runs foreachBatch's function; use via='data_source' there (what the default, "
+            "via='auto', picks)"
         )
     writer = df.writeStream.foreachBatch(LakeBatchWrite(config))
     writer = writer.option("checkpointLocation", config.checkpoint_location)
@@ -274,6 +276,8 @@ def start_foreach_batch(
     pending = _classic_pending(writer)
     if pending is not None:
         check_stream(pending, config.path, config)
+    # While Spark plans the first batch, not after its tasks: what its commit imports here.
+    threading.Thread(target=import_commit_modules, name="lakesink-commit-imports", daemon=True).start()
     return _start_checked(df.sparkSession, writer.start, config)  # type: ignore[no-any-return]
 
 

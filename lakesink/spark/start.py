@@ -118,6 +118,10 @@ def _quiet_jvm_logger(spark: SparkSession, name: str) -> Iterator[None]:
         configurator.setLevel(name, level)
 
 
+#: ``write_stream``'s ``via``: which door into Spark (lakesink.spark.batches, lakesink.spark.datasource).
+DOORS = ("auto", "foreach_batch", "data_source")
+
+
 def write_stream(
     df: DataFrame,
     path: str,
@@ -127,7 +131,7 @@ def write_stream(
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     observer: Observer | None = None,
-    via: str = "data_source",
+    via: str = "auto",
     **options: Any,
 ) -> StreamingQuery:
     """Start an epoch-mode streaming write of ``df`` into the lake at ``path``.
@@ -155,11 +159,12 @@ def write_stream(
     observer
         Told of each step of the commit protocol (``lakesink.commit.observer``); pickled.
     via
-        ``"data_source"`` (the default): through ``format("lakesink")``, the Python Data
-        Source API. ``"foreach_batch"``: through ``foreachBatch`` and ``mapInArrow``, which
-        start one kind of Python worker instead of five and commit in this process
-        (``lakesink.spark.batches``; classic sessions only). The lake, the protocol and every
-        guarantee are the same.
+        The door into Spark. ``"foreach_batch"``: through ``foreachBatch`` and ``mapInArrow``,
+        which start one kind of Python worker instead of five and commit in this process
+        (``lakesink.spark.batches``; classic sessions only). ``"data_source"``: through
+        ``format("lakesink")``, the Python Data Source API. ``"auto"`` (the default): the
+        first in a classic session, the second under Spark Connect. The lake, the protocol
+        and every guarantee are the same.
     **options
         The fields of :class:`lakesink.WriteOptions` (``row_group_bytes``, ``compression``,
         ``compression_level``, ``use_dictionary``, ``dictionary_page_bytes``) and
@@ -195,8 +200,12 @@ def write_stream(
         observer=observer,
         **options,
     )
-    if via not in ("data_source", "foreach_batch"):
-        raise ValueError(f"via must be 'data_source' or 'foreach_batch', got {via!r}")
+    if via not in DOORS:
+        raise ValueError(f"via must be one of {', '.join(map(repr, DOORS))}, got {via!r}")
+    if via == "auto":
+        # A Spark Connect DataFrame has no JVM object; there foreachBatch's function would run
+        # on the server, so the data source door is the one that works.
+        via = "foreach_batch" if hasattr(df, "_jdf") else "data_source"
     if via == "foreach_batch":
         # No register: the foreachBatch door uses no data source, and registering one makes
         # Spark start its lookup worker (a daemon that lives as long as the session). Its
