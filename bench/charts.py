@@ -17,7 +17,7 @@ from report import NAMES, compact
 COLORS = {
     "parquet": "#7f7f7f",
     "epoch": "#1f77b4",
-    "epoch-batch": "#bcbd22",
+    "epoch-source": "#bcbd22",
     "format": "#2ca02c",
     "submit": "#9467bd",
     "epoch-s3": "#ff7f0e",

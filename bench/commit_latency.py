@@ -100,19 +100,19 @@ def measured_run(
 def small_epochs_phase(stream: Stream, with_s3: bool, note: Callable[[str], None]) -> dict[str, Any]:
     """1-file epochs through Spark's sink and lakesink: per-epoch latencies and their p50/p95;
     ``epoch-auto`` is ``write_stream`` with ``auto_compact=True`` (issue 36: its cost to the
-    stream is the difference of its p50/p95 to ``epoch``'s); ``epoch-batch`` is
-    ``write_stream(via="foreach_batch")`` (issue 38)."""
+    stream is the difference of its p50/p95 to ``epoch``'s); ``epoch-source`` is
+    ``write_stream(via="data_source")``, the door ``format("lakesink")`` takes (issue 38)."""
     found: dict[str, Any] = {"runs": {}, "failures": {}}
     kinds: list[tuple[str, Sink, bool]] = [
-        ("parquet", "parquet", False), ("epoch", "epoch", False), ("epoch-batch", "epoch", False),
+        ("parquet", "parquet", False), ("epoch", "epoch", False), ("epoch-source", "epoch", False),
         ("epoch-auto", "epoch", False),
     ]  # fmt: skip
     if with_s3:
         kinds.append(("epoch-s3", "epoch", True))
     for label, sink, remote in kinds:
         extra = {"auto_compact": True} if label == "epoch-auto" else {}
-        if label == "epoch-batch":
-            extra = {"via": "foreach_batch"}  # write_stream's foreachBatch door (issue 38)
+        if label == "epoch-source":
+            extra = {"via": "data_source"}  # the Python Data Source door (issue 38)
         note(f"{label}: {stream.rows:,} rows in 1-file epochs")
         name = f"small-{label}"
         try:

@@ -36,8 +36,8 @@ from stores import BUCKET, s3_store
 #: The runs of the main stream, by the names ``--sinks`` takes.
 RUNS = {
     "parquet": "Spark's own writeStream.format('parquet'): the baseline",
-    "epoch": "lakesink.write_stream (epoch mode, Arrow batches), local disk",
-    "epoch-batch": "lakesink.write_stream(via='foreach_batch'): foreachBatch + mapInArrow, local disk",
+    "epoch": "lakesink.write_stream (its default door: foreachBatch + mapInArrow), local disk",
+    "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
     "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
     "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
@@ -52,13 +52,13 @@ SINK_OF: dict[str, Sink] = {
     "parquet": "parquet",
     "epoch": "epoch",
     "epoch-stock": "epoch",
-    "epoch-batch": "epoch",
+    "epoch-source": "epoch",
     "foreach": "foreach",
 }
 #: The runs compared with the baseline run ``--repeats`` times; the others once.
-REPEATED = ("parquet", "epoch", "epoch-batch", "format", "submit", "epoch-s3")
+REPEATED = ("parquet", "epoch", "epoch-source", "format", "submit", "epoch-s3")
 #: The ways to start the epoch mode, each compared with the baseline.
-ENTRY_POINTS = ("parquet", "epoch", "epoch-batch", "format", "submit")
+ENTRY_POINTS = ("parquet", "epoch", "epoch-source", "format", "submit")
 
 
 @dataclass(frozen=True)
@@ -173,7 +173,7 @@ def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
     else:
         env = bench_env(stock_spark_home=name == "epoch-stock")
         # write_stream takes the door as a keyword, as it takes the write options.
-        door = {"via": "foreach_batch"} if name == "epoch-batch" else {}
+        door = {"via": "data_source"} if name == "epoch-source" else {}
         spec = stream.spec(label, SINK_OF[name], out, write_options={**stream.write_options, **door})
         figures = run_child(spec, stream.work, env, stream.rss_interval)
     figures["output_bytes"], figures["output_files"] = output_bytes_local(out)

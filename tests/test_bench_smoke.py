@@ -138,15 +138,15 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--long-run-batches", "6",
         timeout=880,
     )  # fmt: skip
-    sinks = {"parquet", "epoch", "epoch-batch", "format", "submit", "epoch-stock", "foreach"}
+    sinks = {"parquet", "epoch", "epoch-source", "format", "submit", "epoch-stock", "foreach"}
     assert set(results["sinks"]) == sinks
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
     assert runs == {**dict.fromkeys(sinks, 2), "epoch-stock": 1, "foreach": 1}
-    assert set(results["entry_points"]) == {"parquet", "epoch", "epoch-batch", "format", "submit"}
+    assert set(results["entry_points"]) == {"parquet", "epoch", "epoch-source", "format", "submit"}
     assert results["entry_points"]["submit"]["rows_per_second"] is None  # spark-submit: launch to exit only
     assert results["sinks"]["submit"]["epochs"] == 2
     small = results["small_epochs"]["runs"]
-    assert set(small) == {"parquet", "epoch", "epoch-batch", "epoch-auto"}
+    assert set(small) == {"parquet", "epoch", "epoch-source", "epoch-auto"}
     assert [len(run["epochs"]) for run in small.values()] == [3, 3, 3, 3]
     assert small["epoch"]["summary"]["driver_commit"]["count"] == 2  # the epochs after the first
     assert sum(results["foreach_profile"]["shares"].values()) > 0
