@@ -365,9 +365,9 @@ def test_a_lost_checkpoint_continues_from_the_lake_without_gap_or_duplicate(
     late = "^writer .* the continuation names no start offsets"
     with pytest.raises(CommitRefusedError, match=late) as refused:
         query.awaitTermination(300)
-    # Spark's wrapping of a Python error: the foreachBatch door's (the default), or the data
-    # source door's.
-    wrapping = re.compile("FOREACH_BATCH_USER_FUNCTION_ERROR|PYTHON_DATA_SOURCE_ERROR")
+    # Spark's wrapping of the worker's Python error: the foreachBatch door's (the default:
+    # py4j's "Python Proxy"), or the data source door's.
+    wrapping = re.compile("Python Proxy|PYTHON_DATA_SOURCE_ERROR")
     assert refused.value.__cause__ is None and wrapping.search(str(query.exception()))
     shown = "".join(traceback.format_exception(refused.value))
     assert not wrapping.search(shown) and len(shown.splitlines()) < 12, shown
