@@ -22,6 +22,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("stream_to_lake")
@@ -54,6 +55,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--trigger-seconds", type=float, default=2.0, help="micro-batch interval")
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
     p.add_argument(
+        "--via",
+        choices=("data_source", "foreach_batch"),
+        help="epoch mode: lakesink.write_stream's door (default: write_stream's own, data_source); "
+        "foreach_batch starts one kind of Python worker instead of five (classic sessions only)",
+    )
+    p.add_argument(
         "--partitions",
         type=int,
         default=0,
@@ -84,6 +91,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--source {args.source} needs --input {'DIR' if args.source == 'files' else 'LAKE'}")
     if args.source == "kafka":
         check_kafka_args(p, args)
+    if args.via and args.mode != "epoch":
+        p.error("--via chooses the door of epoch mode (--mode epoch)")
     if args.continue_writer and args.source != "kafka":
         p.error("--continue-writer is for --source kafka (continuing from the Kafka offsets a lake records)")
     if args.rows_per_second < 1:
@@ -474,18 +483,23 @@ class EpochLogger:
         )
 
 
+def trigger_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The keywords of ``DataStreamWriter.trigger`` the arguments ask for."""
+    if args.available_now:
+        return {"availableNow": True}
+    return {"processingTime": f"{args.trigger_seconds} seconds"}
+
+
 def start_query(df: Any, args: argparse.Namespace, options: dict[str, Any]) -> Any:
-    trigger = (
-        {"availableNow": True}
-        if args.available_now
-        else {"processingTime": f"{args.trigger_seconds} seconds"}
-    )
+    trigger = trigger_of(args)
     if args.mode == "epoch":
         from lakesink import write_stream
 
         sink: dict[str, Any] = {}
         if getattr(args, "continue_writer", None):
             sink["continue_writer"] = args.continue_writer
+        if args.via:  # else write_stream's default door
+            sink["via"] = args.via
         return write_stream(
             df,
             args.lake,
@@ -558,17 +572,24 @@ def cause(error: BaseException) -> str:
     return next((line for line in lines if line), type(error).__name__)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, start: Callable[..., Any] = start_query) -> int:
+    """The job: the session, the stream, ``start(df, args, storage_options)``, a line per epoch.
+
+    ``start`` is the query's sink: bench/parquet_job.py passes Spark's parquet sink, to time
+    Spark's own sink in this same job (launch to exit, like with like).
+    """
     options = args.storage_options
     if args.source == "kafka" and args.starting_offsets == "lake":
         lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
-    if args.mode == "epoch":
+    if args.mode == "epoch" and args.via != "foreach_batch":
         import lakesink
 
         # Before the input is set up: lakesink starts its driver-side Python workers meanwhile.
+        # (Not for the foreachBatch door: it uses no data source, and registering one starts
+        # Spark's lookup worker, which that door exists to spare.)
         lakesink.register(spark)
-    query = start_query(build_stream(spark, args), args, options)
+    query = start(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
     deadline = time.monotonic() + args.duration if args.duration else None
     try:
@@ -592,6 +613,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         if query.isActive:
             query.stop()
+        # What comes after this line is Spark's shutdown: the time a job takes to exit once done.
+        log.info("stopping Spark")
         spark.stop()
 
 

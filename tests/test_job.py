@@ -30,12 +30,33 @@ def run_job(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
         (["--rows-per-second", "0"], "--rows-per-second must be >= 1, got 0"),
         (["--duration", "5", "--available-now"], "not allowed with argument"),
         (["--storage-option", "novalue"], "--storage-option number 1 is not KEY=VALUE"),
+        (["--via", "foreach_batch"], "--via chooses the door of epoch mode (--mode epoch)"),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, args: list[str], complaint: str) -> None:
     out = run_job("--lake", str(tmp_path / "l"), "--checkpoint", str(tmp_path / "c"), *args, timeout=60)
     assert out.returncode != 0
     assert complaint in out.stderr
+
+
+def test_via_reaches_write_stream_and_none_keeps_its_default(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import importlib.util
+
+    import lakesink
+
+    spec = importlib.util.spec_from_file_location("stream_to_lake", JOB)
+    assert spec is not None and spec.loader is not None
+    job = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(job)
+    doors: list[str] = []
+    record = lambda df, path, **kw: doors.append(kw.get("via", "default"))  # noqa: E731
+    monkeypatch.setattr(lakesink, "write_stream", record)
+    common = ["--lake", str(tmp_path / "l"), "--checkpoint", str(tmp_path / "c"), "--mode", "epoch"]
+    for via in ([], ["--via", "foreach_batch"], ["--via", "data_source"]):
+        job.start_query(object(), job.parse_args([*common, *via]), {})
+    assert doors == ["default", "foreach_batch", "data_source"]
 
 
 @pytest.mark.spark
