@@ -20,6 +20,8 @@ COLORS = {
     "epoch-source": "#bcbd22",
     "format": "#2ca02c",
     "submit": "#9467bd",
+    "submit-batch": "#c5b0d5",
+    "python": "#e377c2",
     "epoch-s3": "#ff7f0e",
     "epoch-auto": "#8c564b",
     "epoch-stock": "#17becf",
@@ -37,14 +39,16 @@ def draw(results: Mapping[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    sinks = {k: v for k, v in results["sinks"].items() if k != "submit"}
+    # The job runs have launch to exit only.
+    sinks = {k: v for k, v in results["sinks"].items() if v.get("rows_per_second") is not None}
     if not sinks and not results.get("small_epochs", {}).get("runs"):
         return None
     fig, (rates, launch, latency) = plt.subplots(
         1, 3, figsize=(18, 5.5), gridspec_kw={"width_ratios": [3, 2, 3]}
     )
     _bars(rates, {k: v["runs_rows_per_second"] for k, v in sinks.items()}, "rows/s, start() to the end")
-    entry = {k: v for k, v in results["sinks"].items() if k in results.get("entry_points", {})}
+    launched = {**results.get("entry_points", {}), **results.get("launch_to_exit", {})}
+    entry = {k: v for k, v in results["sinks"].items() if k in launched}
     _bars(launch, {k: v["runs_rows_per_process_second"] for k, v in entry.items()}, "rows/s, launch to exit")
     _latency(latency, results.get("small_epochs", {}).get("runs", {}))
     thousands = FuncFormatter(lambda value, _: f"{value:,.0f}")

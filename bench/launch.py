@@ -1,13 +1,15 @@
-"""Starting one measured run from the bench's parent: a child (``child.py``) or ``spark-submit`` of the job.
+"""Starting one measured run from the bench's parent: a child (``child.py``), or the job as a user runs it.
 
-Owns the environments a run gets (the bench's, or a user's), the one ``spark-submit``
-invocation of ``jobs/stream_to_lake.py`` (its flags are named here and nowhere else),
-watching the run's process tree for peak RSS (``procmem``), and checking what a run wrote:
-bytes and files a plain reader sees, and the rows read back.
+Owns the environments a run gets (the bench's, or a user's), the invocations of
+``jobs/stream_to_lake.py`` and of its twin with Spark's parquet sink (``parquet_job.py``),
+under ``spark-submit`` or plain ``python`` (their flags are named here and nowhere else), what
+the job's log lines tell, watching the run's process tree for peak RSS (``procmem``), and
+checking what a run wrote: bytes and files a plain reader sees, and the rows read back.
 """
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import re
@@ -15,17 +17,27 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from child import STORAGE_OPTIONS_ENV, ChildSpec
 from procmem import PeakRSS, TreeSampler
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
-#: The job of the spark-submit entry point.
+#: The job of the spark-submit and python entry points.
 SUBMIT_JOB = ROOT / "jobs" / "stream_to_lake.py"
-#: What the job logs for each epoch: "epoch 3: rows=1000000 files=2 seconds=0.88".
-_JOB_EPOCH_LINE = re.compile(r"epoch (\d+): rows=(\d+) files=\S+ seconds=([\d.]+)")
+#: The job with Spark's parquet sink: their baseline, launched the same ways.
+PARQUET_JOB = BENCH_DIR / "parquet_job.py"
+#: How a job run is started, and what it writes with.
+Launcher = Literal["spark-submit", "python"]
+JobSink = Literal["lakesink", "parquet"]
+#: What the job logs for each epoch, after logging's time: "2026-11-27 12:58:57,170
+#: stream_to_lake epoch 3: rows=1000000 files=2 seconds=0.88". Not anchored to the start of a
+#: line: under spark-submit, Spark's console progress bar ends in a carriage return, not a newline.
+_LOGGED = r"(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) stream_to_lake "
+_JOB_EPOCH_LINE = re.compile(_LOGGED + r"epoch (\d+): rows=(\d+) files=\S+ seconds=([\d.]+)")
+#: What the job logs right before ``spark.stop()``.
+_JOB_STOP_LINE = re.compile(_LOGGED + "stopping Spark")
 #: Variables that the bench (devtools.spark.prepare_environment) or the Makefile set, and that
 #: a user running a script or spark-submit would not have.
 _BENCH_ONLY_VARIABLES = ("SPARK_HOME", "PYSPARK_DRIVER_PYTHON", "PYTHONPATH", STORAGE_OPTIONS_ENV)
@@ -75,15 +87,32 @@ def run_child(spec: ChildSpec, work: Path, env: dict[str, str], rss_interval: fl
     return _with_process(figures, seconds, peak)
 
 
-def submit_command(
-    input_dir: Path, lake: str, checkpoint: str, *, master: str, files_per_trigger: int
+def job_command(
+    launcher: Launcher,
+    sink: JobSink,
+    input_dir: Path,
+    lake: str,
+    checkpoint: str,
+    *,
+    master: str,
+    files_per_trigger: int,
+    via: str | None = None,
 ) -> list[str]:
-    """``spark-submit`` of the job in epoch mode over ``input_dir``, ending when the input is read."""
+    """The job in epoch mode (``sink`` "lakesink") or its parquet twin over ``input_dir``, ending when
+    the input is read; ``via`` is write_stream's door (None: its default).
+
+    Under spark-submit the master is spark-submit's, as a user passes it; with plain python the
+    job's own ``--master``.
+    """
+    script = SUBMIT_JOB if sink == "lakesink" else PARQUET_JOB
+    if launcher == "spark-submit":
+        cmd = [str(Path(sys.executable).parent / "spark-submit"), "--master", master, str(script)]
+    else:
+        cmd = [sys.executable, str(script), "--master", master]
+    if sink == "lakesink":
+        cmd += ["--mode", "epoch", *(["--via", via] if via else [])]
     return [
-        str(Path(sys.executable).parent / "spark-submit"),
-        "--master", master,
-        str(SUBMIT_JOB),
-        "--mode", "epoch",
+        *cmd,
         "--source", "files",
         "--input", str(input_dir),
         "--max-files-per-trigger", str(files_per_trigger),
@@ -93,38 +122,62 @@ def submit_command(
     ]  # fmt: skip
 
 
-def run_submit(
+def run_job(
     name: str,
     input_dir: Path,
     lake: str,
     work: Path,
     *,
+    launcher: Launcher,
+    sink: JobSink,
     master: str,
     files_per_trigger: int,
     rss_interval: float,
+    via: str | None = None,
 ) -> dict[str, Any]:
-    """``spark-submit`` the job in a user's environment; rows and epochs from the job's log lines.
+    """The job (or its parquet twin) as a user runs it, in a user's environment, launch to exit.
 
-    The job reports neither when its query started nor its CPU, so a spark-submit run has the
-    process's figures only: wall time from launch to exit (JVM start included) and peak RSS.
+    The job reports neither when its query started nor its CPU, so a job run has the process's
+    figures -- wall time from launch to exit (JVM start included) and peak RSS -- and what its
+    log lines tell: rows and epochs; launch to the first epoch's line (the job looks at its
+    query's progress every 0.5 s: up to that much late, alike for both sinks); and from the
+    "stopping Spark" line to exit (``spark.stop()``, then the interpreter's and the JVM's exit).
     """
-    cmd = submit_command(
-        input_dir, lake, str(work / "chk" / name), master=master, files_per_trigger=files_per_trigger
+    cmd = job_command(
+        launcher,
+        sink,
+        input_dir,
+        lake,
+        str(work / "chk" / name),
+        master=master,
+        files_per_trigger=files_per_trigger,
+        via=via,
     )
     log = work / f"log-{name}.txt"
-    seconds, peak = _run(cmd, user_env(), log, rss_interval)
-    epochs = [
-        (int(m[1]), int(m[2]), float(m[3])) for m in _JOB_EPOCH_LINE.finditer(log.read_text(errors="replace"))
-    ]
+    env = user_env()
+    env["PYTHONUNBUFFERED"] = "1"  # the job's lines whole, in a log the JVM writes into too
+    launched = time.time()
+    seconds, peak = _run(cmd, env, log, rss_interval)
+    text = log.read_text(errors="replace")
+    epochs = [(_logged_at(m[1]), int(m[3]), float(m[4])) for m in _JOB_EPOCH_LINE.finditer(text) if int(m[3])]
+    stops = _JOB_STOP_LINE.findall(text)
     figures = {
         "name": name,
-        "sink": "epoch",
-        "session": "spark-submit",
-        "rows": sum(rows for _, rows, _ in epochs if rows),
-        "epochs": sum(1 for _, rows, _ in epochs if rows),
-        "epoch_seconds": [seconds for _, rows, seconds in epochs if rows],
+        "sink": "epoch" if sink == "lakesink" else "parquet",
+        "session": launcher,
+        "via": via,
+        "rows": sum(rows for _, rows, _ in epochs),
+        "epochs": len(epochs),
+        "epoch_seconds": [seconds for _, _, seconds in epochs],
+        "launch_to_first_epoch_seconds": epochs[0][0] - launched if epochs else None,
+        "stop_to_exit_seconds": launched + seconds - _logged_at(stops[-1]) if stops else None,
     }
     return _with_process(figures, seconds, peak)
+
+
+def _logged_at(stamp: str) -> float:
+    """The epoch seconds of logging's default time ("2026-11-27 12:58:57,170", local time)."""
+    return dt.datetime.strptime(stamp, "%Y-%m-%d %H:%M:%S,%f").timestamp()  # local time, as logged
 
 
 def run_profile(rows: int, work: Path, env: dict[str, str], rss_interval: float) -> dict[str, Any]:

@@ -5,7 +5,13 @@ One deterministic input stream (Parquet files read with the ``readStream`` file 
 the baseline the performance target was set with), in phases, each with a progress line:
 
 1. stream:  every sink and entry point over the stream, each run in a fresh JVM, with the
-            ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py);
+            ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py):
+            bench children (``parquet``, the baseline; ``epoch``, ``epoch-source``, ``format``,
+            ``epoch-s3``, ``epoch-stock``, ``foreach``); the job launched as a user does,
+            launch to exit (``submit``, ``submit-batch`` with ``--via foreach_batch``,
+            ``python``), each against the job's twin with Spark's sink launched the same way
+            (``submit-parquet``, ``python-parquet``: parquet_job.py). ``--sinks`` picks runs
+            by these names;
 2. small:   1-file epochs of 5,000 rows: p50/p95 latency and commit time per epoch (commit_latency.py);
 3. wide:    an epoch of 1,000 files into moto behind 50 ms a request, next to a 1-file epoch;
 4. profile: where the foreach writer's time goes (profile_writer.py);
@@ -26,7 +32,7 @@ the baseline the performance target was set with), in phases, each with a progre
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
 
-    .venv/bin/python bench/run.py                                       # the full run (~25 min, 2 cores)
+    .venv/bin/python bench/run.py                                       # the full run (~30 min, 2 cores)
     .venv/bin/python bench/run.py --rows 2000000 --repeats 1 --skip-s3   # a quick one
     .venv/bin/python bench/run.py --sinks parquet,epoch --skip-small --skip-wide --skip-profile \\
         --spark-conf spark.sql.execution.arrow.maxBytesPerBatch=67108864   # Spark's default byte cap
@@ -35,9 +41,10 @@ PNG beside it. Runs that fail are reported and the others go on; the exit status
 
 bench/ is a folder of scripts, not a package; each module says in its first line what it owns:
 inputs (the stream), child (one run in a fresh JVM), launch (starting runs, checking their
-output), procmem (CPU and RSS from /proc), commit_times (the commit observer), stores (moto and
-the delaying proxy), throughput, commit_latency, profile_writer, readers, log_scale (the phases), figures
-(medians, spreads, percentiles), report (tables) and charts (the PNG).
+output), parquet_job (the job with Spark's sink), procmem (CPU and RSS from /proc), commit_times
+(the commit observer), stores (moto and the delaying proxy), throughput, commit_latency,
+profile_writer, readers, log_scale (the phases), figures (medians, spreads, percentiles), report
+(tables) and charts (the PNG).
 """
 
 from __future__ import annotations

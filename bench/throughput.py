@@ -6,6 +6,10 @@ One deterministic stream (``inputs.py``; ``maxFilesPerTrigger`` files an epoch,
 hits them alike, and count by their median run; the spread of their runs is reported beside
 it. Every run's output is read back and must hold every row once.
 
+Most runs are compared with ``parquet``, Spark's sink in a bench child. Those that are not
+that kind of process have a baseline of their own kind (:data:`BASELINE_OF`): the job runs
+(:data:`JOB_RUNS`, launch to exit) the job's parquet twin launched the same way.
+
 Then the memory runs: one writer, ONE partition of 1M and of 10M rows (``--memory-rows``),
 to show that a writer's memory does not grow with its partition.
 """
@@ -13,7 +17,7 @@ to show that a writer's memory does not grow with its partition.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -22,13 +26,15 @@ from child import ChildSpec, Sink
 from figures import median_run, middle, ratio, spread
 from inputs import link_subset
 from launch import (
+    JobSink,
+    Launcher,
     RunFailed,
     bench_env,
     count_rows,
     output_bytes_local,
     output_bytes_s3,
     run_child,
-    run_submit,
+    run_job,
     user_env,
 )
 from stores import BUCKET, s3_store
@@ -40,6 +46,10 @@ RUNS = {
     "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
     "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
+    "submit-batch": "the same with --via foreach_batch (write_stream's foreachBatch door)",
+    "submit-parquet": "spark-submit bench/parquet_job.py (the job, Spark's parquet sink): submit's baseline",
+    "python": "python jobs/stream_to_lake.py --mode epoch --master M, in a user's environment",
+    "python-parquet": "python bench/parquet_job.py --master M: python's baseline",
     "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
     "epoch-stock": "write_stream with Spark's stock Python worker setup (workers compile pyspark.zip)",
     "foreach": "LakeForeachWriter (row at a time)",
@@ -59,6 +69,24 @@ SINK_OF: dict[str, Sink] = {
 REPEATED = ("parquet", "epoch", "epoch-source", "format", "submit", "epoch-s3")
 #: The ways to start the epoch mode, each compared with the baseline.
 ENTRY_POINTS = ("parquet", "epoch", "epoch-source", "format", "submit")
+#: The job runs, measured from launch to exit: how each is launched, what the job writes with,
+#: and lakesink's door (None: write_stream's default).
+JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
+    "submit": ("spark-submit", "lakesink", None),
+    "submit-batch": ("spark-submit", "lakesink", "foreach_batch"),
+    "submit-parquet": ("spark-submit", "parquet", None),
+    "python": ("python", "lakesink", None),
+    "python-parquet": ("python", "parquet", None),
+}
+#: Runs compared with a baseline of their own kind, not with the ``parquet`` child: launched the
+#: same way. Each baseline comes first, then what it measures.
+BASELINE_OF = {
+    "submit-parquet": "submit-parquet",
+    "submit": "submit-parquet",
+    "submit-batch": "submit-parquet",
+    "python-parquet": "python-parquet",
+    "python": "python-parquet",
+}
 
 
 @dataclass(frozen=True)
@@ -120,6 +148,7 @@ def stream_phase(
     return {
         "sinks": {name: summary(name, rs) for name, rs in runs.items()},
         "entry_points": entry_points(runs),
+        "launch_to_exit": versus(runs, JOB_RUNS, _LAUNCH_FIGURES),
         "s3_tax": s3_tax(runs),
         "first_epoch": first_epoch(runs),
         "failures": failures,
@@ -135,8 +164,8 @@ def summary(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def rate_key(name: str) -> str:
-    """The rate a run counts by: from ``start()`` to the end, or launch to exit for spark-submit."""
-    return "rows_per_process_second" if name == "submit" else "rows_per_second"
+    """The rate a run counts by: from ``start()`` to the end, or launch to exit for the job runs."""
+    return "rows_per_process_second" if name in JOB_RUNS else "rows_per_second"
 
 
 def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
@@ -157,12 +186,16 @@ def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
                 store.moto_endpoint, BUCKET, f"{label}/"
             )
             return checked(figures, stream.rows, count_rows("epoch", url, options), url)
-    if name == "submit":
-        figures = run_submit(
+    if name in JOB_RUNS:
+        launcher, sink, via = JOB_RUNS[name]
+        figures = run_job(
             label,
             stream.input,
             out,
             stream.work,
+            launcher=launcher,
+            sink=sink,
+            via=via,
             master=stream.master,
             files_per_trigger=stream.files_per_trigger,
             rss_interval=stream.rss_interval,
@@ -253,6 +286,39 @@ def first_epoch(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     for figures in found.values():
         figures["vs_parquet"] = ratio(figures["median"], base["median"]) if base else None
     return found
+
+
+#: What the job runs are compared by: from launch to exit, and what their log lines tell.
+_LAUNCH_FIGURES = (
+    "process_seconds",
+    "rows_per_process_second",
+    "launch_to_first_epoch_seconds",
+    "stop_to_exit_seconds",
+    "peak_rss_bytes",
+)
+
+
+def versus(
+    runs: dict[str, list[dict[str, Any]]], names: Mapping[str, Any], keys: tuple[str, ...]
+) -> dict[str, Any]:
+    """The runs of ``names`` that ran, each with the medians of ``keys`` and each median's ratio to
+    that of its baseline (:data:`BASELINE_OF`), in the order of BASELINE_OF."""
+    found: dict[str, Any] = {}
+    for name, base in BASELINE_OF.items():
+        if name not in names or name not in runs:
+            continue
+        figures: dict[str, Any] = {"baseline": base, "runs": len(runs[name])}
+        for key in keys:
+            figures[key] = _median(runs[name], key)
+            theirs = _median(runs[base], key) if base != name and base in runs else None
+            figures[f"{key}_vs_baseline"] = ratio(figures[key], theirs)
+        found[name] = figures
+    return found
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float | None:
+    values = [r[key] for r in runs if r.get(key) is not None]
+    return middle(values) if values else None
 
 
 # Memory -----------------------------------------------------------------------------------------

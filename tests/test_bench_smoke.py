@@ -7,8 +7,9 @@ report and the PNG are written, and no moto server is left running.
 - ``test_bench_minimal``: 2 child JVMs (Spark's sink and ``write_stream``), the reader, the
   report. Marked ``bench`` since 2026-11-27 (``make test`` was over its 20 minutes): ``make
   bench`` runs it with the full harness before measuring.
-- The full harness (every sink and entry point, small and wide epochs, the profile, memory,
-  S3) is marked ``bench``: ``make bench`` runs it before the bench itself.
+- The full harness (every sink and entry point -- the job launched as a user does against its
+  parquet twin --, small and wide epochs, the profile, memory, S3) is marked ``bench``: ``make
+  bench`` runs it before the bench itself.
 - The format-3 log-scale phase alone, at 1,000 commits / 10,000 files (no Spark), is marked
   ``bench`` too.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,7 +55,8 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
         return (
             "load_average" in key
             or "driver_python" in key
-            or (".sinks.parquet." in key and "python_worker" in key)  # local and HDFS phases
+            # Spark's sink, in every kind of run, local and HDFS.
+            or (re.search(r"\.sinks\.[\w-]*parquet\.", key) is not None and "python_worker" in key)
             or (".runs.parquet." in key and "python_workers" in key)  # the long run's
             or "growth" in key  # the long run's PSS may shrink a little once warm
             or key.endswith((".relative", ".count", ".epoch", ".batch"))  # the long run's series: batch 0
@@ -126,7 +129,8 @@ def test_bench_minimal(tmp_path: Path) -> None:
 @pytest.mark.bench
 @pytest.mark.timeout(900)
 def test_bench_harness_local(tmp_path: Path) -> None:
-    """Every local sink and entry point (two turns of the repeated ones), small epochs, profile, memory."""
+    """Every local sink and entry point (two turns of the repeated ones), the job against its parquet twin,
+    small epochs, profile, memory."""
     results = _run_bench(
         tmp_path,
         "--skip-s3",
@@ -138,13 +142,23 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--long-run-batches", "6",
         timeout=880,
     )  # fmt: skip
-    sinks = {"parquet", "epoch", "epoch-source", "format", "submit", "epoch-stock", "foreach"}
-    assert set(results["sinks"]) == sinks
+    repeated = {"parquet", "epoch", "epoch-source", "format", "submit"}
+    once = {"epoch-stock", "foreach", "submit-batch", "submit-parquet", "python", "python-parquet"}
+    assert set(results["sinks"]) == repeated | once
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
-    assert runs == {**dict.fromkeys(sinks, 2), "epoch-stock": 1, "foreach": 1}
+    assert runs == {**dict.fromkeys(repeated, 2), **dict.fromkeys(once, 1)}
     assert set(results["entry_points"]) == {"parquet", "epoch", "epoch-source", "format", "submit"}
     assert results["entry_points"]["submit"]["rows_per_second"] is None  # spark-submit: launch to exit only
-    assert results["sinks"]["submit"]["epochs"] == 2
+    # The job and its parquet twin, launched the same ways: every figure from their logs, and a ratio.
+    launched = results["launch_to_exit"]
+    assert list(launched) == ["submit-parquet", "submit", "submit-batch", "python-parquet", "python"]
+    for name, f in launched.items():
+        assert results["sinks"][name]["epochs"] == 2, name
+        assert f["launch_to_first_epoch_seconds"] < f["process_seconds"], name
+        assert 0 < f["stop_to_exit_seconds"] < f["process_seconds"], name
+        if not name.endswith("-parquet"):
+            assert f["rows_per_process_second_vs_baseline"] > 0, name
+    assert results["sinks"]["submit-batch"]["via"] == "foreach_batch"
     small = results["small_epochs"]["runs"]
     assert set(small) == {"parquet", "epoch", "epoch-source", "epoch-auto"}
     assert [len(run["epochs"]) for run in small.values()] == [3, 3, 3, 3]
