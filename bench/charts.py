@@ -22,6 +22,7 @@ COLORS = {
     "submit": "#9467bd",
     "submit-batch": "#c5b0d5",
     "python": "#e377c2",
+    "connect": "#98df8a",
     "epoch-s3": "#ff7f0e",
     "epoch-auto": "#8c564b",
     "epoch-stock": "#17becf",
@@ -39,7 +40,7 @@ def draw(results: Mapping[str, Any], path: Path) -> Path | None:
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-    # The job runs have launch to exit only.
+    # The job runs have launch to exit only; the Connect runs a rate from start() like the others.
     sinks = {k: v for k, v in results["sinks"].items() if v.get("rows_per_second") is not None}
     if not sinks and not results.get("small_epochs", {}).get("runs"):
         return None

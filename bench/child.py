@@ -3,12 +3,14 @@
     .venv/bin/python bench/child.py SPEC.json
 
 It reads a :class:`ChildSpec`, builds the session -- the bench's
-(``devtools.spark.local_session``: fast-starting workers) or a plain
-``SparkSession.builder.master(...)`` as any user's script would --, streams the spec's input
-folder into the sink, and writes what it measured to ``spec.result``: rows, seconds from
-``start()`` to the end, the CPU of its own process tree (this Python, the JVM, Spark's
-Python workers; a moto server is no part of it) and every progress event of the query.
-A run in a process of its own has a JVM of its own: no JIT, cache or worker carries over.
+(``devtools.spark.local_session``: fast-starting workers), a plain
+``SparkSession.builder.master(...)`` as any user's script would, or a Spark Connect client
+(``SparkSession.builder.remote(...)``) --, streams the spec's input folder into the sink, and
+writes what it measured to ``spec.result``: rows, seconds from ``start()`` to the end, the CPU
+of its own process tree (this Python, the JVM, Spark's Python workers; a moto server is no
+part of it; a Connect client's tree is this Python alone) and every progress event of the query.
+A run in a process of its own has a JVM of its own: no JIT, cache or worker carries over
+(a Connect server's do: ``connect_runs.py``).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from procmem import tree_cpu_seconds  # noqa: E402 - bench/ is a folder of scrip
 STORAGE_OPTIONS_ENV = "LAKESINK_BENCH_STORAGE_OPTIONS"
 
 Sink = Literal["parquet", "foreach", "epoch", "format"]
-Session = Literal["bench", "plain"]
+Session = Literal["bench", "plain", "connect"]
 
 
 @dataclass(frozen=True)
@@ -43,8 +45,9 @@ class ChildSpec:
 
     ``sink``: ``parquet`` (Spark's ``format("parquet")``), ``foreach`` (``LakeForeachWriter``),
     ``epoch`` (``lakesink.write_stream``) or ``format`` (``format("lakesink")`` after
-    ``lakesink.register``). ``session``: ``bench`` or ``plain`` (see the module docstring; a
-    plain session takes no ``spark_conf``).
+    ``lakesink.register``). ``session``: ``bench``, ``plain`` or ``connect`` (a client of the
+    Spark Connect server at ``remote``; see the module docstring; plain and Connect sessions
+    take no ``spark_conf``).
     """
 
     name: str
@@ -64,6 +67,7 @@ class ChildSpec:
     spark_conf: dict[str, str] = field(default_factory=dict)
     write_options: dict[str, Any] = field(default_factory=dict)
     observer_file: str | None = None  # lakesink sinks: CommitTimes writes the protocol's steps here
+    remote: str | None = None  # session "connect": the server's sc:// URL
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2))
@@ -77,7 +81,8 @@ def main(argv: list[str]) -> int:
     spec = ChildSpec.load(Path(argv[0]))
     raw_options = os.environ.get(STORAGE_OPTIONS_ENV)
     storage_options = json.loads(raw_options) if raw_options else None
-    spark = plain_session(spec) if spec.session == "plain" else bench_session(spec)
+    sessions = {"plain": plain_session, "connect": connect_session, "bench": bench_session}
+    spark = sessions[spec.session](spec)
     # CPU is counted from here: lakesink.register (plain sessions) starts Python workers in
     # the background (lakesink.spark.warmup), and their CPU belongs to the query's.
     cpu_ready = tree_cpu_seconds(os.getpid())
@@ -118,6 +123,20 @@ def plain_session(spec: ChildSpec) -> Any:
     from pyspark.sql import SparkSession
 
     return SparkSession.builder.master(spec.master).getOrCreate()
+
+
+def connect_session(spec: ChildSpec) -> Any:
+    """A Spark Connect client of ``spec.remote``, as a user builds one: the builder and the URL.
+
+    No ``lakesink.register``: the server finds ``format("lakesink")`` by itself (lakesink is
+    installed in its Python), and a plain ``format("lakesink")`` needs nothing of lakesink on
+    the client (docs/guide/connect.md). The server has its own settings.
+    """
+    if spec.spark_conf or not spec.remote:
+        raise SystemExit(f"{spec.name}: a Connect session takes a remote URL and no Spark settings")
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(spec.remote).getOrCreate()
 
 
 def input_stream(spark: Any, spec: ChildSpec) -> Any:
@@ -199,14 +218,20 @@ def await_progress(query: Any) -> list[dict[str, Any]]:
     return [
         {
             "epoch": batch,
-            "rows": int(event["numInputRows"]),
+            "rows": _rows(event),
             # Spark's timestamp is the trigger's start, in UTC with milliseconds ("...T12:58:57.170Z").
             "start": dt.datetime.fromisoformat(event["timestamp"]).timestamp(),
             "durations_ms": {key: int(ms) for key, ms in event["durationMs"].items()},
         }
         for batch, event in sorted(seen.items())
-        if int(event["numInputRows"]) > 0
+        if _rows(event) > 0
     ]
+
+
+def _rows(event: Any) -> int:
+    """An event's input rows: a Connect client's has them in its sources only (the property sums them)."""
+    rows = getattr(event, "numInputRows", None)
+    return int(event["numInputRows"] if rows is None else rows)
 
 
 # What the run measured -----------------------------------------------------------------------

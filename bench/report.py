@@ -12,8 +12,8 @@ from typing import Any
 
 MiB = 1 << 20
 
-#: How the runs are named in the tables: "a" is the baseline most ratios divide by; "b" and "c"
-#: those of the job's runs, which are not bench children (launched as a user does).
+#: How the runs are named in the tables: "a" is the baseline most ratios divide by; "b", "c" and
+#: "d" those of the runs that are not bench children (launched as a user does, or through Connect).
 NAMES = {
     "parquet": '(a) Spark format("parquet")',
     "epoch": "lakesink.write_stream",
@@ -24,6 +24,8 @@ NAMES = {
     "submit-parquet": "(b) spark-submit bench/parquet_job.py",
     "python": "python jobs/stream_to_lake.py",
     "python-parquet": "(c) python bench/parquet_job.py",
+    "connect": 'Spark Connect client, format("lakesink")',
+    "connect-parquet": '(d) Spark Connect client, format("parquet")',
     "epoch-s3": "write_stream into moto S3",
     "epoch-auto": "write_stream, auto_compact=True",
     "epoch-stock": "write_stream, Spark's stock workers",
@@ -84,7 +86,7 @@ def _name(key: str) -> str:
 def sections(results: Mapping[str, Any]) -> list[Section]:
     """Every part of the results that has figures, in the order of the report."""
     makers = (
-        *(entry_points, launch_to_exit, sinks, s3_tax, first_epoch, small_epochs, wide_epochs),
+        *(entry_points, launch_to_exit, connect, sinks, s3_tax, first_epoch, small_epochs, wide_epochs),
         *(foreach_profile, source, reader, memory, long_run, hdfs, log_scale, log_scale_latency, failures),
     )
     found = [make(results) for make in makers]
@@ -132,7 +134,7 @@ def sinks(results: Mapping[str, Any]) -> Section:
 
     for name, f in results["sinks"].items():
         if f.get("session") in _OWN_SECTIONS:
-            continue  # launch to exit only: their own section
+            continue  # launch to exit only, or the work on a Connect server: their own sections
         section.rows.append(
             [
                 _name(name),
@@ -154,7 +156,7 @@ def sinks(results: Mapping[str, Any]) -> Section:
 
 
 #: Runs whose figures are not a bench child's (by their session): each kind has a section of its own.
-_OWN_SECTIONS = ("spark-submit", "python")
+_OWN_SECTIONS = ("spark-submit", "python", "connect")
 
 
 def launch_to_exit(results: Mapping[str, Any]) -> Section | None:
@@ -189,6 +191,40 @@ def launch_to_exit(results: Mapping[str, Any]) -> Section | None:
         "to 1st epoch: launch to the job's log line of its first epoch (it looks every 0.5 s); stop to "
         "exit: its 'stopping Spark' line to the process's exit (spark.stop(), the interpreter's and the "
         "JVM's exit).",
+    ]
+    return section
+
+
+def connect(results: Mapping[str, Any]) -> Section | None:
+    found = results.get("connect")
+    if not found:
+        return None
+    section = Section(
+        "Spark Connect: a client's writeStream through one server on 127.0.0.1, from start() to the end",
+        ["run", "rows/s", "vs d", "1st epoch, s", "vs d", "server CPU-s", "rows/CPU-s", "vs d",
+         "server peak RSS", "vs d"],
+    )  # fmt: skip
+    for name, f in found.items():
+        section.rows.append(
+            [
+                _name(name),
+                _n(f["rows_per_second"]),
+                _x(f["rows_per_second_vs_baseline"]),
+                _s(f["first_epoch_seconds"]),
+                _x(f["first_epoch_seconds_vs_baseline"]),
+                _s(f["server_cpu_seconds"], 1),
+                _n(f["rows_per_cpu_second"]),
+                _x(f["rows_per_cpu_second_vs_baseline"]),
+                _mib(f["server_peak_rss_bytes"]),
+                _x(f["server_peak_rss_bytes_vs_baseline"]),
+            ]
+        )
+    section.notes = [
+        "One server (devtools.connect, the stream's master) for both; the clients build their session with "
+        "SparkSession.builder.remote(url) alone (no lakesink.register). Each sink runs one epoch's files "
+        "unmeasured right before its run: a long-lived server is warm.",
+        "CPU: the server's process tree over the client's life, plus the client's own over the query; "
+        "server peak RSS: over the client's life, lakesink's Python workers included.",
     ]
     return section
 

@@ -10,8 +10,9 @@ the baseline the performance target was set with), in phases, each with a progre
             ``epoch-s3``, ``epoch-stock``, ``foreach``); the job launched as a user does,
             launch to exit (``submit``, ``submit-batch`` with ``--via foreach_batch``,
             ``python``), each against the job's twin with Spark's sink launched the same way
-            (``submit-parquet``, ``python-parquet``: parquet_job.py). ``--sinks`` picks runs
-            by these names;
+            (``submit-parquet``, ``python-parquet``: parquet_job.py); and Spark Connect
+            clients through one server on 127.0.0.1 (``connect``, against ``connect-parquet``:
+            connect_runs.py). ``--sinks`` picks runs by these names;
 2. small:   1-file epochs of 5,000 rows: p50/p95 latency and commit time per epoch (commit_latency.py);
 3. wide:    an epoch of 1,000 files into moto behind 50 ms a request, next to a 1-file epoch;
 4. profile: where the foreach writer's time goes (profile_writer.py);
@@ -41,10 +42,10 @@ PNG beside it. Runs that fail are reported and the others go on; the exit status
 
 bench/ is a folder of scripts, not a package; each module says in its first line what it owns:
 inputs (the stream), child (one run in a fresh JVM), launch (starting runs, checking their
-output), parquet_job (the job with Spark's sink), procmem (CPU and RSS from /proc), commit_times
-(the commit observer), stores (moto and the delaying proxy), throughput, commit_latency,
-profile_writer, readers, log_scale (the phases), figures (medians, spreads, percentiles), report
-(tables) and charts (the PNG).
+output), parquet_job (the job with Spark's sink), connect_runs (the Connect server and its
+clients), procmem (CPU and RSS from /proc), commit_times (the commit observer), stores (moto and
+the delaying proxy), throughput, commit_latency, profile_writer, readers, log_scale (the phases),
+figures (medians, spreads, percentiles), report (tables) and charts (the PNG).
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ sys.path[1:1] = [str(BENCH_DIR), str(BENCH_DIR.parent)]
 
 import charts  # noqa: E402 - after the path set-up above
 import commit_latency  # noqa: E402
+import connect_runs  # noqa: E402
 import log_scale  # noqa: E402
 import long_run  # noqa: E402
 import readers  # noqa: E402
@@ -249,6 +251,7 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
             failures["long-run"] = str(exc)
     results["failures"] = failures
     results["moto_pids"] = stores.MOTO_PIDS
+    results["connect_pids"] = connect_runs.SERVER_PIDS
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
         del results["workdir"]

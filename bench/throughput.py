@@ -8,7 +8,9 @@ it. Every run's output is read back and must hold every row once.
 
 Most runs are compared with ``parquet``, Spark's sink in a bench child. Those that are not
 that kind of process have a baseline of their own kind (:data:`BASELINE_OF`): the job runs
-(:data:`JOB_RUNS`, launch to exit) the job's parquet twin launched the same way.
+(:data:`JOB_RUNS`, launch to exit) the job's parquet twin launched the same way, and the
+Connect runs (``connect_runs.py``, one server for them all, run last) Spark's sink through
+the same server.
 
 Then the memory runs: one writer, ONE partition of 1M and of 10M rows (``--memory-rows``),
 to show that a writer's memory does not grow with its partition.
@@ -20,9 +22,10 @@ import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from child import ChildSpec, Sink
+from connect_runs import CONNECT_RUNS, run_connect, start_server
 from figures import median_run, middle, ratio, spread
 from inputs import link_subset
 from launch import (
@@ -39,6 +42,9 @@ from launch import (
 )
 from stores import BUCKET, s3_store
 
+if TYPE_CHECKING:
+    from devtools.connect import ConnectServer
+
 #: The runs of the main stream, by the names ``--sinks`` takes.
 RUNS = {
     "parquet": "Spark's own writeStream.format('parquet'): the baseline",
@@ -50,6 +56,8 @@ RUNS = {
     "submit-parquet": "spark-submit bench/parquet_job.py (the job, Spark's parquet sink): submit's baseline",
     "python": "python jobs/stream_to_lake.py --mode epoch --master M, in a user's environment",
     "python-parquet": "python bench/parquet_job.py --master M: python's baseline",
+    "connect-parquet": "a Spark Connect client's format('parquet'), through one server on 127.0.0.1",
+    "connect": "a Connect client's format('lakesink') through the same server, after connect-parquet",
     "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
     "epoch-stock": "write_stream with Spark's stock Python worker setup (workers compile pyspark.zip)",
     "foreach": "LakeForeachWriter (row at a time)",
@@ -79,13 +87,15 @@ JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
     "python-parquet": ("python", "parquet", None),
 }
 #: Runs compared with a baseline of their own kind, not with the ``parquet`` child: launched the
-#: same way. Each baseline comes first, then what it measures.
+#: same way, or through the same Connect server. Each baseline comes first, then what it measures.
 BASELINE_OF = {
     "submit-parquet": "submit-parquet",
     "submit": "submit-parquet",
     "submit-batch": "submit-parquet",
     "python-parquet": "python-parquet",
     "python": "python-parquet",
+    "connect-parquet": "connect-parquet",
+    "connect": "connect-parquet",
 }
 
 
@@ -120,10 +130,15 @@ class Stream:
 
 
 def schedule(sinks: list[str], repeats: int) -> list[tuple[str, int]]:
-    """(run, attempt) in run order: the repeated runs take turns, then the others once each."""
+    """(run, attempt) in run order: the repeated runs take turns, then the others once each; the
+    Connect runs last (their server runs from the first of them to the end of the phase), Spark's
+    sink first (it must not find lakesink's Python workers on the server)."""
     repeated = [s for s in sinks if s in REPEATED]
     order = [(sink, i) for i in range(repeats) for sink in repeated]
-    return order + [(sink, 0) for sink in sinks if sink not in REPEATED]
+    order += [(sink, 0) for sink in sinks if sink not in REPEATED]
+    connect = list(CONNECT_RUNS)
+    # sorted is stable: the order of the other runs is kept.
+    return sorted(order, key=lambda run: connect.index(run[0]) + 1 if run[0] in connect else 0)
 
 
 def stream_phase(
@@ -133,22 +148,31 @@ def stream_phase(
     runs: dict[str, list[dict[str, Any]]] = {}
     failures: dict[str, str] = {}
     order = schedule(sinks, repeats)
-    for i, (name, attempt) in enumerate(order, 1):
-        if name in failures:
-            continue  # a run that failed once fails again: do not spend minutes on it
-        note(f"{name} run {attempt + 1} ({i}/{len(order)})")
-        try:
-            figures = run_one(stream, name, f"-{attempt}" if attempt else "")
-        except RunFailed as exc:
-            failures[name] = str(exc)
-            note(f"{name} FAILED: {str(exc).splitlines()[0]}")
-            continue
-        note(f"{name}: {_rate_line(figures)}")
-        runs.setdefault(name, []).append(figures)
+    server: ConnectServer | None = None
+    try:
+        for i, (name, attempt) in enumerate(order, 1):
+            if name in failures:
+                continue  # a run that failed once fails again: do not spend minutes on it
+            note(f"{name} run {attempt + 1} ({i}/{len(order)})")
+            try:
+                if name in CONNECT_RUNS and server is None:
+                    server, seconds = start_server(stream)
+                    note(f"Spark Connect server {server.url} ready in {seconds:.1f} s")
+                figures = run_one(stream, name, f"-{attempt}" if attempt else "", server)
+            except RunFailed as exc:
+                failures[name] = str(exc)
+                note(f"{name} FAILED: {str(exc).splitlines()[0]}")
+                continue
+            note(f"{name}: {_rate_line(figures)}")
+            runs.setdefault(name, []).append(figures)
+    finally:
+        if server is not None:
+            server.stop()  # by its PID (its process group): the server and its Python workers
     return {
         "sinks": {name: summary(name, rs) for name, rs in runs.items()},
         "entry_points": entry_points(runs),
         "launch_to_exit": versus(runs, JOB_RUNS, _LAUNCH_FIGURES),
+        "connect": versus(runs, CONNECT_RUNS, _CONNECT_FIGURES),
         "s3_tax": s3_tax(runs),
         "first_epoch": first_epoch(runs),
         "failures": failures,
@@ -168,8 +192,8 @@ def rate_key(name: str) -> str:
     return "rows_per_process_second" if name in JOB_RUNS else "rows_per_second"
 
 
-def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
-    """One run of ``name``, its output counted and read back."""
+def run_one(stream: Stream, name: str, tag: str, server: ConnectServer | None = None) -> dict[str, Any]:
+    """One run of ``name``, its output counted and read back (``server``: the Connect runs')."""
     label = f"{name}{tag}"
     out = str(stream.work / "out" / label)
     if name == "epoch-s3":
@@ -200,6 +224,9 @@ def run_one(stream: Stream, name: str, tag: str) -> dict[str, Any]:
             files_per_trigger=stream.files_per_trigger,
             rss_interval=stream.rss_interval,
         )
+    elif name in CONNECT_RUNS:
+        assert server is not None  # stream_phase starts it for the first Connect run
+        figures = run_connect(stream, server, name, label, out)
     elif name == "format":
         spec = stream.spec(label, "format", out, session="plain", spark_conf={})
         figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
@@ -279,6 +306,8 @@ def first_epoch(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Seconds from ``start()`` to the first committed epoch, per run kind, and against the baseline."""
     found: dict[str, Any] = {}
     for name, rs in runs.items():
+        if name in CONNECT_RUNS:
+            continue  # against Spark's sink through the same server: see versus
         values = [r["first_epoch_seconds"] for r in rs if r.get("first_epoch_seconds") is not None]
         if values:
             found[name] = spread(values)
@@ -295,6 +324,14 @@ _LAUNCH_FIGURES = (
     "launch_to_first_epoch_seconds",
     "stop_to_exit_seconds",
     "peak_rss_bytes",
+)
+#: What the Connect runs are compared by: from ``start()`` to the end, and the server's share.
+_CONNECT_FIGURES = (
+    "rows_per_second",
+    "first_epoch_seconds",
+    "server_cpu_seconds",
+    "rows_per_cpu_second",
+    "server_peak_rss_bytes",
 )
 
 

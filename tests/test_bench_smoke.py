@@ -8,8 +8,8 @@ report and the PNG are written, and no moto server is left running.
   report. Marked ``bench`` since 2026-11-27 (``make test`` was over its 20 minutes): ``make
   bench`` runs it with the full harness before measuring.
 - The full harness (every sink and entry point -- the job launched as a user does against its
-  parquet twin --, small and wide epochs, the profile, memory, S3) is marked ``bench``: ``make
-  bench`` runs it before the bench itself.
+  parquet twin, Spark Connect clients through one server --, small and wide epochs, the
+  profile, memory, S3) is marked ``bench``: ``make bench`` runs it before the bench itself.
 - The format-3 log-scale phase alone, at 1,000 commits / 10,000 files (no Spark), is marked
   ``bench`` too.
 """
@@ -55,8 +55,9 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
         return (
             "load_average" in key
             or "driver_python" in key
-            # Spark's sink, in every kind of run, local and HDFS.
+            # Spark's sink, in every kind of run, local and HDFS; a Connect client (the server works).
             or (re.search(r"\.sinks\.[\w-]*parquet\.", key) is not None and "python_worker" in key)
+            or (".sinks.connect" in key and ("jvm" in key or "python_worker" in key))
             or (".runs.parquet." in key and "python_workers" in key)  # the long run's
             or "growth" in key  # the long run's PSS may shrink a little once warm
             or key.endswith((".relative", ".count", ".epoch", ".batch"))  # the long run's series: batch 0
@@ -96,12 +97,13 @@ def _run_bench(tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
     assert "Entry points" in done.stdout and "| entry point |" in done.stdout  # text and Markdown
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
     assert not _not_positive(results), f"figures that should be > 0: {_not_positive(results)}"
-    for pid in results["moto_pids"]:
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except FileNotFoundError:
-            cmdline = b""
-        assert b"moto" not in cmdline, f"the bench left its moto server {pid} running"
+    for pids, what in ((results["moto_pids"], b"moto"), (results["connect_pids"], b"SparkConnectServer")):
+        for pid in pids:
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            except FileNotFoundError:
+                cmdline = b""
+            assert what not in cmdline, f"the bench left its {what.decode()} server {pid} running"
     return results
 
 
@@ -130,7 +132,7 @@ def test_bench_minimal(tmp_path: Path) -> None:
 @pytest.mark.timeout(900)
 def test_bench_harness_local(tmp_path: Path) -> None:
     """Every local sink and entry point (two turns of the repeated ones), the job against its parquet twin,
-    small epochs, profile, memory."""
+    Connect, small epochs, profile, memory."""
     results = _run_bench(
         tmp_path,
         "--skip-s3",
@@ -144,6 +146,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     )  # fmt: skip
     repeated = {"parquet", "epoch", "epoch-source", "format", "submit"}
     once = {"epoch-stock", "foreach", "submit-batch", "submit-parquet", "python", "python-parquet"}
+    once |= {"connect", "connect-parquet"}
     assert set(results["sinks"]) == repeated | once
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
     assert runs == {**dict.fromkeys(repeated, 2), **dict.fromkeys(once, 1)}
@@ -159,6 +162,9 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         if not name.endswith("-parquet"):
             assert f["rows_per_process_second_vs_baseline"] > 0, name
     assert results["sinks"]["submit-batch"]["via"] == "foreach_batch"
+    assert list(results["connect"]) == ["connect-parquet", "connect"]
+    assert results["connect"]["connect"]["rows_per_second_vs_baseline"] > 0
+    assert len(results["connect_pids"]) == 1  # one server for both Connect runs
     small = results["small_epochs"]["runs"]
     assert set(small) == {"parquet", "epoch", "epoch-source", "epoch-auto"}
     assert [len(run["epochs"]) for run in small.values()] == [3, 3, 3, 3]
