@@ -91,8 +91,9 @@ def _run_bench(tmp_path: Path, *args: str, timeout: float) -> dict[str, Any]:
     for key in ("date", "command", "machine"):
         assert results[key], key
     assert results["failures"] == {}
-    for phase in (results, results.get("hdfs") or {"sinks": {}}):
-        for sink, figures in phase["sinks"].items():
+    # The hdfs phase has no sinks when it was skipped: its cluster is not built here (make hdfs-jars).
+    for sinks in (results["sinks"], (results.get("hdfs") or {}).get("sinks", {})):
+        for sink, figures in sinks.items():
             assert figures["rows"] == figures["rows_read_back"] == ROWS, sink
     assert "Entry points" in done.stdout and "| entry point |" in done.stdout  # text and Markdown
     assert out.with_suffix(".png").read_bytes().startswith(b"\x89PNG")
@@ -129,7 +130,7 @@ def test_bench_minimal(tmp_path: Path) -> None:
 
 
 @pytest.mark.bench
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1200)
 def test_bench_harness_local(tmp_path: Path) -> None:
     """Every local sink and entry point (two turns of the repeated ones), the job against its parquet twin,
     Connect, small epochs, profile, memory."""
@@ -142,7 +143,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--memory-rows", str(ROWS),
         "--memory-sinks", "epoch",
         "--long-run-batches", "6",
-        timeout=880,
+        timeout=1180,
     )  # fmt: skip
     repeated = {"parquet", "epoch", "epoch-source", "format", "submit"}
     once = {"epoch-stock", "foreach", "submit-batch", "submit-parquet", "python", "python-parquet"}
