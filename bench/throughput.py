@@ -160,7 +160,9 @@ def stream_phase(
                     note(f"Spark Connect server {server.url} ready in {seconds:.1f} s")
                 figures = run_one(stream, name, f"-{attempt}" if attempt else "", server)
             except RunFailed as exc:
-                failures[name] = str(exc)
+                # A Connect server that did not start fails every Connect run: it is not tried again.
+                for failed in CONNECT_RUNS if name in CONNECT_RUNS and server is None else (name,):
+                    failures[failed] = str(exc)
                 note(f"{name} FAILED: {str(exc).splitlines()[0]}")
                 continue
             note(f"{name}: {_rate_line(figures)}")
