@@ -56,9 +56,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--mode", choices=("foreach", "epoch"), default="foreach", help="lakesink writer mode")
     p.add_argument(
         "--via",
-        choices=("data_source", "foreach_batch"),
-        help="epoch mode: lakesink.write_stream's door (default: write_stream's own, data_source); "
-        "foreach_batch starts one kind of Python worker instead of five (classic sessions only)",
+        choices=("auto", "foreach_batch", "data_source"),
+        help="epoch mode: lakesink.write_stream's door (default: write_stream's own, auto: "
+        "foreach_batch in a classic session, data_source under Spark Connect); data_source is "
+        "format('lakesink')'s, which starts five kinds of Python worker where foreach_batch starts one",
     )
     p.add_argument(
         "--partitions",
@@ -582,12 +583,13 @@ def run(args: argparse.Namespace, start: Callable[..., Any] = start_query) -> in
     if args.source == "kafka" and args.starting_offsets == "lake":
         lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
-    if args.mode == "epoch" and args.via != "foreach_batch":
+    if args.mode == "epoch" and args.via == "data_source":
         import lakesink
 
-        # Before the input is set up: lakesink starts its driver-side Python workers meanwhile.
-        # (Not for the foreachBatch door: it uses no data source, and registering one starts
-        # Spark's lookup worker, which that door exists to spare.)
+        # Before the input is set up: lakesink starts the data source door's driver-side Python
+        # workers meanwhile. Not for the foreachBatch door (write_stream's default in a classic
+        # session): it uses no data source, and registering one starts Spark's lookup worker,
+        # which that door spares. Under Spark Connect write_stream registers by itself.
         lakesink.register(spark)
     query = start(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)

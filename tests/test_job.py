@@ -54,9 +54,9 @@ def test_via_reaches_write_stream_and_none_keeps_its_default(
     record = lambda df, path, **kw: doors.append(kw.get("via", "default"))  # noqa: E731
     monkeypatch.setattr(lakesink, "write_stream", record)
     common = ["--lake", str(tmp_path / "l"), "--checkpoint", str(tmp_path / "c"), "--mode", "epoch"]
-    for via in ([], ["--via", "foreach_batch"], ["--via", "data_source"]):
+    for via in ([], ["--via", "data_source"], ["--via", "foreach_batch"], ["--via", "auto"]):
         job.start_query(object(), job.parse_args([*common, *via]), {})
-    assert doors == ["default", "foreach_batch", "data_source"]
+    assert doors == ["default", "data_source", "foreach_batch", "auto"]
 
 
 @pytest.mark.spark
