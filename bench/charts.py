@@ -20,7 +20,7 @@ COLORS = {
     "epoch-source": "#bcbd22",
     "format": "#2ca02c",
     "submit": "#9467bd",
-    "submit-batch": "#c5b0d5",
+    "submit-source": "#c5b0d5",
     "python": "#e377c2",
     "connect": "#98df8a",
     "epoch-s3": "#ff7f0e",

@@ -20,7 +20,7 @@ NAMES = {
     "epoch-source": 'write_stream(via="data_source")',
     "format": 'format("lakesink"), plain session',
     "submit": "spark-submit jobs/stream_to_lake.py",
-    "submit-batch": "spark-submit jobs/stream_to_lake.py --via foreach_batch",
+    "submit-source": "spark-submit jobs/stream_to_lake.py --via data_source",
     "submit-parquet": "(b) spark-submit bench/parquet_job.py",
     "python": "python jobs/stream_to_lake.py",
     "python-parquet": "(c) python bench/parquet_job.py",

@@ -8,7 +8,7 @@ the baseline the performance target was set with), in phases, each with a progre
             ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py):
             bench children (``parquet``, the baseline; ``epoch``, ``epoch-source``, ``format``,
             ``epoch-s3``, ``epoch-stock``, ``foreach``); the job launched as a user does,
-            launch to exit (``submit``, ``submit-batch`` with ``--via foreach_batch``,
+            launch to exit (``submit``, ``submit-source`` with ``--via data_source``,
             ``python``), each against the job's twin with Spark's sink launched the same way
             (``submit-parquet``, ``python-parquet``: parquet_job.py); and Spark Connect
             clients through one server on 127.0.0.1 (``connect``, against ``connect-parquet``:

@@ -52,7 +52,7 @@ RUNS = {
     "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
     "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
-    "submit-batch": "the same with --via foreach_batch (write_stream's foreachBatch door)",
+    "submit-source": "the same with --via data_source (the Python Data Source door)",
     "submit-parquet": "spark-submit bench/parquet_job.py (the job, Spark's parquet sink): submit's baseline",
     "python": "python jobs/stream_to_lake.py --mode epoch --master M, in a user's environment",
     "python-parquet": "python bench/parquet_job.py --master M: python's baseline",
@@ -81,7 +81,7 @@ ENTRY_POINTS = ("parquet", "epoch", "epoch-source", "format", "submit")
 #: and lakesink's door (None: write_stream's default).
 JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
     "submit": ("spark-submit", "lakesink", None),
-    "submit-batch": ("spark-submit", "lakesink", "foreach_batch"),
+    "submit-source": ("spark-submit", "lakesink", "data_source"),
     "submit-parquet": ("spark-submit", "parquet", None),
     "python": ("python", "lakesink", None),
     "python-parquet": ("python", "parquet", None),
@@ -91,7 +91,7 @@ JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
 BASELINE_OF = {
     "submit-parquet": "submit-parquet",
     "submit": "submit-parquet",
-    "submit-batch": "submit-parquet",
+    "submit-source": "submit-parquet",
     "python-parquet": "python-parquet",
     "python": "python-parquet",
     "connect-parquet": "connect-parquet",

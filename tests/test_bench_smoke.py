@@ -146,7 +146,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         timeout=1180,
     )  # fmt: skip
     repeated = {"parquet", "epoch", "epoch-source", "format", "submit"}
-    once = {"epoch-stock", "foreach", "submit-batch", "submit-parquet", "python", "python-parquet"}
+    once = {"epoch-stock", "foreach", "submit-source", "submit-parquet", "python", "python-parquet"}
     once |= {"connect", "connect-parquet"}
     assert set(results["sinks"]) == repeated | once
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
@@ -155,14 +155,14 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     assert results["entry_points"]["submit"]["rows_per_second"] is None  # spark-submit: launch to exit only
     # The job and its parquet twin, launched the same ways: every figure from their logs, and a ratio.
     launched = results["launch_to_exit"]
-    assert list(launched) == ["submit-parquet", "submit", "submit-batch", "python-parquet", "python"]
+    assert list(launched) == ["submit-parquet", "submit", "submit-source", "python-parquet", "python"]
     for name, f in launched.items():
         assert results["sinks"][name]["epochs"] == 2, name
         assert f["launch_to_first_epoch_seconds"] < f["process_seconds"], name
         assert 0 < f["stop_to_exit_seconds"] < f["process_seconds"], name
         if not name.endswith("-parquet"):
             assert f["rows_per_process_second_vs_baseline"] > 0, name
-    assert results["sinks"]["submit-batch"]["via"] == "foreach_batch"
+    assert results["sinks"]["submit-source"]["via"] == "data_source"
     assert list(results["connect"]) == ["connect-parquet", "connect"]
     assert results["connect"]["connect"]["rows_per_second_vs_baseline"] > 0
     assert len(results["connect_pids"]) == 1  # one server for both Connect runs
