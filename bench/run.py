@@ -5,7 +5,9 @@ One deterministic input stream (Parquet files read with the ``readStream`` file 
 the baseline the performance target was set with), in phases, each with a progress line:
 
 1. stream:  every sink and entry point over the stream, each run in a fresh JVM, with the
-            ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py);
+            ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py),
+            and to the peer ``delta-peer``: the Delta table a PySpark 4.3 user would build
+            instead, deltalake's append in ``foreachBatch`` (delta_peer.py);
 2. small:   1-file epochs of 5,000 rows: p50/p95 latency and commit time per epoch (commit_latency.py);
 3. wide:    an epoch of 1,000 files into moto behind 50 ms a request, next to a 1-file epoch;
 4. profile: where the foreach writer's time goes (profile_writer.py);
@@ -34,10 +36,11 @@ PNG beside it. Runs that fail are reported and the others go on; the exit status
         --skip-memory                                                   # the log-scale phase alone
 
 bench/ is a folder of scripts, not a package; each module says in its first line what it owns:
-inputs (the stream), child (one run in a fresh JVM), launch (starting runs, checking their
-output), procmem (CPU and RSS from /proc), commit_times (the commit observer), stores (moto and
-the delaying proxy), throughput, commit_latency, profile_writer, readers, log_scale (the phases), figures
-(medians, spreads, percentiles), report (tables) and charts (the PNG).
+inputs (the stream), child (one run in a fresh JVM), delta_peer (the peer's sink and its count),
+launch (starting runs, checking their output), procmem (CPU and RSS from /proc), commit_times
+(the commit observer), stores (moto and the delaying proxy), throughput, commit_latency,
+profile_writer, readers, log_scale (the phases), figures (medians, spreads, percentiles), report
+(tables) and charts (the PNG).
 """
 
 from __future__ import annotations
