@@ -16,6 +16,7 @@ from report import NAMES, compact
 
 COLORS = {
     "parquet": "#7f7f7f",
+    "delta-peer": "#e377c2",
     "epoch": "#1f77b4",
     "epoch-source": "#bcbd22",
     "format": "#2ca02c",

@@ -35,7 +35,7 @@ from procmem import tree_cpu_seconds  # noqa: E402 - bench/ is a folder of scrip
 #: file: they may hold credentials, and a command line is visible to every user (ps).
 STORAGE_OPTIONS_ENV = "LAKESINK_BENCH_STORAGE_OPTIONS"
 
-Sink = Literal["parquet", "foreach", "epoch", "format"]
+Sink = Literal["parquet", "foreach", "epoch", "format", "delta-peer"]
 Session = Literal["bench", "plain", "connect"]
 
 
@@ -44,10 +44,11 @@ class ChildSpec:
     """What one child runs.
 
     ``sink``: ``parquet`` (Spark's ``format("parquet")``), ``foreach`` (``LakeForeachWriter``),
-    ``epoch`` (``lakesink.write_stream``) or ``format`` (``format("lakesink")`` after
-    ``lakesink.register``). ``session``: ``bench``, ``plain`` or ``connect`` (a client of the
-    Spark Connect server at ``remote``; see the module docstring; plain and Connect sessions
-    take no ``spark_conf``).
+    ``epoch`` (``lakesink.write_stream``), ``format`` (``format("lakesink")`` after
+    ``lakesink.register``) or ``delta-peer`` (deltalake in ``foreachBatch``: ``delta_peer.py``;
+    it takes no ``write_options``, as a user's would not). ``session``: ``bench``, ``plain`` or
+    ``connect`` (a client of the Spark Connect server at ``remote``; see the module docstring;
+    plain and Connect sessions take no ``spark_conf``).
     """
 
     name: str
@@ -179,6 +180,10 @@ def start_sink(df: Any, spec: ChildSpec, storage_options: dict[str, Any] | None)
                 observer=observer,
             )
         )
+    elif spec.sink == "delta-peer":
+        import delta_peer
+
+        return delta_peer.start(df, out, chk)
     elif spec.sink == "format":
         writer = df.writeStream.format("lakesink").option("path", out)
         if storage_options:

@@ -260,6 +260,20 @@ def count_rows(sink: str, out: str, storage_options: dict[str, Any] | None) -> i
         import pyarrow.dataset as ds
 
         return int(ds.dataset(out, format="parquet").count_rows())
+    if sink == "delta-peer":
+        return _count_delta(out)
     from lakesink_reader import Lake
 
     return int(Lake(out, storage_options).dataset().count_rows())
+
+
+def _count_delta(out: str) -> int:
+    """Rows of the peer's Delta table, counted by ``delta_peer.py count`` in a process of its own.
+
+    Not here: deltalake stays out of the bench's own process (delta_peer.py says why).
+    """
+    cmd = [sys.executable, str(BENCH_DIR / "delta_peer.py"), "count", out]
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, timeout=600, check=False)
+    if done.returncode != 0:
+        raise RunFailed(f"{shorten(cmd)} {out} failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
+    return int(done.stdout)

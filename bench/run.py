@@ -7,7 +7,10 @@ the baseline the performance target was set with), in phases, each with a progre
 1. stream:  every sink and entry point over the stream, each run in a fresh JVM, with the
             ratio to Spark's ``format("parquet")`` measured in the same run (throughput.py):
             bench children (``parquet``, the baseline; ``epoch``, ``epoch-source``, ``format``,
-            ``epoch-s3``, ``epoch-stock``, ``foreach``); the job launched as a user does,
+            ``epoch-s3``, ``epoch-stock``, ``foreach``); the peer ``delta-peer``, the Delta
+            table a PySpark 4.3 user would build instead (deltalake's append in
+            ``foreachBatch``: delta_peer.py), which lakesink's entry points are compared with
+            too; the job launched as a user does,
             launch to exit (``submit``, ``submit-source`` with ``--via data_source``,
             ``python``), each against the job's twin with Spark's sink launched the same way
             (``submit-parquet``, ``python-parquet``: parquet_job.py); and Spark Connect
@@ -41,11 +44,12 @@ PNG beside it. Runs that fail are reported and the others go on; the exit status
         --skip-memory                                                   # the log-scale phase alone
 
 bench/ is a folder of scripts, not a package; each module says in its first line what it owns:
-inputs (the stream), child (one run in a fresh JVM), launch (starting runs, checking their
-output), parquet_job (the job with Spark's sink), connect_runs (the Connect server and its
-clients), procmem (CPU and RSS from /proc), commit_times (the commit observer), stores (moto and
-the delaying proxy), throughput, commit_latency, profile_writer, readers, log_scale (the phases),
-figures (medians, spreads, percentiles), report (tables) and charts (the PNG).
+inputs (the stream), child (one run in a fresh JVM), delta_peer (the peer's sink and its count),
+launch (starting runs, checking their output), parquet_job (the job with Spark's sink),
+connect_runs (the Connect server and its clients), procmem (CPU and RSS from /proc),
+commit_times (the commit observer), stores (moto and the delaying proxy), throughput,
+commit_latency, profile_writer, readers, log_scale (the phases), figures (medians, spreads,
+percentiles), report (tables) and charts (the PNG).
 """
 
 from __future__ import annotations

@@ -12,6 +12,10 @@ that kind of process have a baseline of their own kind (:data:`BASELINE_OF`): th
 Connect runs (``connect_runs.py``, one server for them all, run last) Spark's sink through
 the same server.
 
+Beside the baseline runs the peer (``delta_peer.py``): the Delta table a PySpark 4.3 user
+would build instead of lakesink, in the bench's session as the ``epoch`` run; lakesink's
+entry points are compared with it too.
+
 Then the memory runs: one writer, ONE partition of 1M and of 10M rows (``--memory-rows``),
 to show that a writer's memory does not grow with its partition.
 """
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
 #: The runs of the main stream, by the names ``--sinks`` takes.
 RUNS = {
     "parquet": "Spark's own writeStream.format('parquet'): the baseline",
+    "delta-peer": "deltalake.write_deltalake in foreachBatch, idempotent by app transactions: the peer",
     "epoch": "lakesink.write_stream (its default door: foreachBatch + mapInArrow), local disk",
     "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
@@ -74,9 +79,9 @@ SINK_OF: dict[str, Sink] = {
     "foreach": "foreach",
 }
 #: The runs compared with the baseline run ``--repeats`` times; the others once.
-REPEATED = ("parquet", "epoch", "epoch-source", "format", "submit", "epoch-s3")
-#: The ways to start the epoch mode, each compared with the baseline.
-ENTRY_POINTS = ("parquet", "epoch", "epoch-source", "format", "submit")
+REPEATED = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "submit", "epoch-s3")
+#: The ways to start the epoch mode and the peer's, each compared with the baseline.
+ENTRY_POINTS = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "submit")
 #: The job runs, measured from launch to exit: how each is launched, what the job writes with,
 #: and lakesink's door (None: write_stream's default).
 JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
@@ -175,6 +180,7 @@ def stream_phase(
         "entry_points": entry_points(runs),
         "launch_to_exit": versus(runs, JOB_RUNS, _LAUNCH_FIGURES),
         "connect": versus(runs, CONNECT_RUNS, _CONNECT_FIGURES),
+        "vs_delta_peer": vs_delta_peer(runs),
         "s3_tax": s3_tax(runs),
         "first_epoch": first_epoch(runs),
         "failures": failures,
@@ -229,6 +235,10 @@ def run_one(stream: Stream, name: str, tag: str, server: ConnectServer | None = 
     elif name in CONNECT_RUNS:
         assert server is not None  # stream_phase starts it for the first Connect run
         figures = run_connect(stream, server, name, label, out)
+    elif name == "delta-peer":
+        # The epoch run's session and environment; lakesink's write options are not the peer's.
+        spec = stream.spec(label, "delta-peer", out, write_options={})
+        figures = run_child(spec, stream.work, bench_env(), stream.rss_interval)
     elif name == "format":
         spec = stream.spec(label, "format", out, session="plain", spark_conf={})
         figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
@@ -282,6 +292,25 @@ def entry_points(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "rows_per_process_second": spread(process),
             "process_vs_parquet": ratio(middle(process), base_process),
         }
+    return found
+
+
+def vs_delta_peer(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any] | None:
+    """Each of lakesink's entry points against the peer: ratios of the medians of rows/s and rows/CPU-s."""
+    if "delta-peer" not in runs:
+        return None
+    peer = runs["delta-peer"]
+    found: dict[str, Any] = {}
+    for name in ENTRY_POINTS:
+        if name in ("parquet", "delta-peer") or name not in runs:
+            continue
+        figures = {}
+        for key in ("rows_per_second", "rows_per_cpu_second"):
+            ours = [r[key] for r in runs[name] if r.get(key)]
+            if ours:  # spark-submit's runs have neither (launch to exit only)
+                figures[key] = ratio(middle(ours), middle([r[key] for r in peer]))
+        if figures:
+            found[name] = figures
     return found
 
 

@@ -49,15 +49,17 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
     """Figures that are 0 or less although they should not be."""
 
     def zero_ok(key: str) -> bool:
-        # The machine's load may be 0; Spark's own sink has no Python workers; the driver's
-        # Python mostly sleeps (its CPU may round to 0 ticks); spreads of equal runs are 0; a
-        # query's first epoch may spend 0 ms in a phase.
+        # The machine's load may be 0; Spark's own sink and the peer (deltalake in foreachBatch,
+        # in the driver) have no Python workers; the driver's Python mostly sleeps (its CPU may
+        # round to 0 ticks); spreads of equal runs are 0; a query's first epoch may spend 0 ms
+        # in a phase.
         return (
             "load_average" in key
             or "driver_python" in key
             # Spark's sink, in every kind of run, local and HDFS; a Connect client (the server works).
             or (re.search(r"\.sinks\.[\w-]*parquet\.", key) is not None and "python_worker" in key)
             or (".sinks.connect" in key and ("jvm" in key or "python_worker" in key))
+            or (".sinks.delta-peer." in key and "python_worker" in key)
             or (".runs.parquet." in key and "python_workers" in key)  # the long run's
             or "growth" in key  # the long run's PSS may shrink a little once warm
             or key.endswith((".relative", ".count", ".epoch", ".batch"))  # the long run's series: batch 0
@@ -132,8 +134,8 @@ def test_bench_minimal(tmp_path: Path) -> None:
 @pytest.mark.bench
 @pytest.mark.timeout(1200)
 def test_bench_harness_local(tmp_path: Path) -> None:
-    """Every local sink and entry point (two turns of the repeated ones), the job against its parquet twin,
-    Connect, small epochs, profile, memory."""
+    """Every local sink and entry point and the peer (two turns of the repeated ones), the job
+    against its parquet twin, Connect, small epochs, profile, memory."""
     results = _run_bench(
         tmp_path,
         "--skip-s3",
@@ -145,13 +147,15 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--long-run-batches", "6",
         timeout=1180,
     )  # fmt: skip
-    repeated = {"parquet", "epoch", "epoch-source", "format", "submit"}
+    repeated = {"parquet", "delta-peer", "epoch", "epoch-source", "format", "submit"}
     once = {"epoch-stock", "foreach", "submit-source", "submit-parquet", "python", "python-parquet"}
     once |= {"connect", "connect-parquet"}
     assert set(results["sinks"]) == repeated | once
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
     assert runs == {**dict.fromkeys(repeated, 2), **dict.fromkeys(once, 1)}
-    assert set(results["entry_points"]) == {"parquet", "epoch", "epoch-source", "format", "submit"}
+    assert set(results["entry_points"]) == repeated
+    # lakesink's entry points over the peer's medians; spark-submit has no rate from start() to compare
+    assert set(results["vs_delta_peer"]) == {"epoch", "epoch-source", "format"}
     assert results["entry_points"]["submit"]["rows_per_second"] is None  # spark-submit: launch to exit only
     # The job and its parquet twin, launched the same ways: every figure from their logs, and a ratio.
     launched = results["launch_to_exit"]
