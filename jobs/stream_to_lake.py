@@ -573,23 +573,26 @@ def cause(error: BaseException) -> str:
     return next((line for line in lines if line), type(error).__name__)
 
 
-def run(args: argparse.Namespace, start: Callable[..., Any] = start_query) -> int:
+def run(args: argparse.Namespace, start: Callable[..., Any] | None = None) -> int:
     """The job: the session, the stream, ``start(df, args, storage_options)``, a line per epoch.
 
-    ``start`` is the query's sink: bench/parquet_job.py passes Spark's parquet sink, to time
-    Spark's own sink in this same job (launch to exit, like with like).
+    ``start`` is the query's sink (None: :func:`start_query`, looked up when the job runs, so
+    tests/cluster_job.py can replace it): bench/parquet_job.py passes Spark's parquet sink, to
+    time Spark's own sink in this same job (launch to exit, like with like).
     """
+    start = start or start_query
     options = args.storage_options
     if args.source == "kafka" and args.starting_offsets == "lake":
         lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
-    if args.mode == "epoch" and args.via == "data_source":
+    if args.mode == "epoch" and args.via in (None, "data_source"):
         import lakesink
 
         # Before the input is set up: lakesink starts the data source door's driver-side Python
-        # workers meanwhile. Not for the foreachBatch door (write_stream's default in a classic
-        # session): it uses no data source, and registering one starts Spark's lookup worker,
-        # which that door spares. Under Spark Connect write_stream registers by itself.
+        # workers meanwhile (the default door). Not for the foreachBatch door (--via
+        # foreach_batch, or auto in a classic session): it uses no data source, and registering
+        # one starts Spark's lookup worker, which that door spares. Under Spark Connect
+        # write_stream registers by itself.
         lakesink.register(spark)
     query = start(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
