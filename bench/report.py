@@ -18,7 +18,7 @@ MiB = 1 << 20
 NAMES = {
     "parquet": '(a) Spark format("parquet")',
     "delta-peer": "(p) deltalake in foreachBatch",
-    "epoch": "lakesink.write_stream",
+    "epoch": 'lakesink.write_stream(via="auto")',
     "epoch-source": 'write_stream(via="data_source")',
     "format": 'format("lakesink"), plain session',
     "submit": "spark-submit jobs/stream_to_lake.py",

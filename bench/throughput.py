@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 RUNS = {
     "parquet": "Spark's own writeStream.format('parquet'): the baseline",
     "delta-peer": "deltalake.write_deltalake in foreachBatch, idempotent by app transactions: the peer",
-    "epoch": "lakesink.write_stream (its default door: foreachBatch + mapInArrow), local disk",
+    "epoch": "lakesink.write_stream(via='auto'): foreachBatch + mapInArrow, local disk",
     "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
     "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
@@ -85,10 +85,10 @@ ENTRY_POINTS = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "sub
 #: The job runs, measured from launch to exit: how each is launched, what the job writes with,
 #: and lakesink's door (None: write_stream's default).
 JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
-    "submit": ("spark-submit", "lakesink", None),
+    "submit": ("spark-submit", "lakesink", "auto"),
     "submit-source": ("spark-submit", "lakesink", "data_source"),
     "submit-parquet": ("spark-submit", "parquet", None),
-    "python": ("python", "lakesink", None),
+    "python": ("python", "lakesink", "auto"),
     "python-parquet": ("python", "parquet", None),
 }
 #: Runs compared with a baseline of their own kind, not with the ``parquet`` child: launched the
