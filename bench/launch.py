@@ -30,7 +30,7 @@ SUBMIT_JOB = ROOT / "jobs" / "stream_to_lake.py"
 PARQUET_JOB = BENCH_DIR / "parquet_job.py"
 #: How a job run is started, and what it writes with.
 Launcher = Literal["spark-submit", "python"]
-JobSink = Literal["lakesink", "parquet"]
+JobSink = Literal["lakesink", "parquet", "parquet-arrow"]
 #: What the job logs for each epoch, after logging's time: "2026-11-27 12:58:57,170
 #: stream_to_lake epoch 3: rows=1000000 files=2 seconds=0.88". Not anchored to the start of a
 #: line: under spark-submit, Spark's console progress bar ends in a carriage return, not a newline.
@@ -111,6 +111,8 @@ def job_command(
         cmd = [sys.executable, str(script), "--master", master]
     if sink == "lakesink":
         cmd += ["--mode", "epoch", *(["--via", via] if via else [])]
+    elif sink == "parquet-arrow":
+        cmd += ["--through-arrow"]
     return [
         *cmd,
         "--source", "files",

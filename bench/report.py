@@ -26,6 +26,7 @@ NAMES = {
     "submit-parquet": "(b) spark-submit bench/parquet_job.py",
     "python": "python jobs/stream_to_lake.py",
     "python-parquet": "(c) python bench/parquet_job.py",
+    "python-parquet-arrow": "python bench/parquet_job.py --through-arrow",
     "connect": 'Spark Connect client, format("lakesink")',
     "connect-parquet": '(d) Spark Connect client, format("parquet")',
     "epoch-s3": "write_stream into moto S3",

@@ -61,6 +61,7 @@ RUNS = {
     "submit-parquet": "spark-submit bench/parquet_job.py (the job, Spark's parquet sink): submit's baseline",
     "python": "python jobs/stream_to_lake.py --mode epoch --master M, in a user's environment",
     "python-parquet": "python bench/parquet_job.py --master M: python's baseline",
+    "python-parquet-arrow": "the same behind an identity mapInArrow: what any Python step costs",
     "connect-parquet": "a Spark Connect client's format('parquet'), through one server on 127.0.0.1",
     "connect": "a Connect client's format('lakesink') through the same server, after connect-parquet",
     "epoch-s3": "lakesink.write_stream into a moto S3 server on 127.0.0.1 (a fresh one per run)",
@@ -90,6 +91,7 @@ JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
     "submit-parquet": ("spark-submit", "parquet", None),
     "python": ("python", "lakesink", "auto"),
     "python-parquet": ("python", "parquet", None),
+    "python-parquet-arrow": ("python", "parquet-arrow", None),
 }
 #: Runs compared with a baseline of their own kind, not with the ``parquet`` child: launched the
 #: same way, or through the same Connect server. Each baseline comes first, then what it measures.
@@ -98,6 +100,7 @@ BASELINE_OF = {
     "submit": "submit-parquet",
     "submit-source": "submit-parquet",
     "python-parquet": "python-parquet",
+    "python-parquet-arrow": "python-parquet",
     "python": "python-parquet",
     "connect-parquet": "connect-parquet",
     "connect": "connect-parquet",
