@@ -69,6 +69,9 @@ class ChildSpec:
     write_options: dict[str, Any] = field(default_factory=dict)
     observer_file: str | None = None  # lakesink sinks: CommitTimes writes the protocol's steps here
     remote: str | None = None  # session "connect": the server's sc:// URL
+    #: A plain session's ``lakesink.register(spark)``; False: pyspark finds ``format("lakesink")``
+    #: by itself (``pyspark_lakesink``), as for a user who never calls lakesink.
+    register: bool = True
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2))
@@ -87,7 +90,7 @@ def main(argv: list[str]) -> int:
     # CPU is counted from here: lakesink.register (plain sessions) starts Python workers in
     # the background (lakesink.spark.warmup), and their CPU belongs to the query's.
     cpu_ready = tree_cpu_seconds(os.getpid())
-    if spec.session == "plain":
+    if spec.session == "plain" and spec.register:
         import lakesink
 
         lakesink.register(spark)

@@ -21,6 +21,7 @@ NAMES = {
     "epoch": 'lakesink.write_stream(via="auto")',
     "epoch-source": 'write_stream(via="data_source")',
     "format": 'format("lakesink"), plain session',
+    "format-found": 'format("lakesink"), no register',
     "submit": "spark-submit jobs/stream_to_lake.py",
     "submit-source": "spark-submit jobs/stream_to_lake.py --via data_source",
     "submit-parquet": "(b) spark-submit bench/parquet_job.py",
@@ -120,7 +121,9 @@ def entry_points(results: Mapping[str, Any]) -> Section:
         "session, query, stop) -- the only rate spark-submit of the job can give. Its ratio here is to a "
         "bench child's; 'Launch to exit, like with like' has it against Spark's sink launched the same way.",
         'format("lakesink") runs as a user\'s script would: SparkSession.builder.master(...) and '
-        "lakesink.register(spark) only, no SPARK_HOME view, Spark's default Arrow byte cap.",
+        "lakesink.register(spark) only, no SPARK_HOME view, Spark's default Arrow byte cap; 'no "
+        "register' leaves out register too (pyspark finds pyspark_lakesink, and no driver-side worker "
+        "is started ahead).",
     ]
     if results.get("vs_delta_peer"):
         section.notes.append(_vs_peer(results["vs_delta_peer"]))

@@ -56,6 +56,7 @@ RUNS = {
     "epoch": "lakesink.write_stream(via='auto'): foreachBatch + mapInArrow, local disk",
     "epoch-source": "lakesink.write_stream(via='data_source'): the Python Data Source door, local disk",
     "format": "df.writeStream.format('lakesink') on a plain session, in a user's environment",
+    "format-found": "the same without lakesink.register: pyspark finds pyspark_lakesink itself",
     "submit": "spark-submit jobs/stream_to_lake.py --mode epoch, in a user's environment",
     "submit-source": "the same with --via data_source (the Python Data Source door)",
     "submit-parquet": "spark-submit bench/parquet_job.py (the job, Spark's parquet sink): submit's baseline",
@@ -82,7 +83,7 @@ SINK_OF: dict[str, Sink] = {
 #: The runs compared with the baseline run ``--repeats`` times; the others once.
 REPEATED = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "submit", "epoch-s3")
 #: The ways to start the epoch mode and the peer's, each compared with the baseline.
-ENTRY_POINTS = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "submit")
+ENTRY_POINTS = ("parquet", "delta-peer", "epoch", "epoch-source", "format", "format-found", "submit")
 #: The job runs, measured from launch to exit: how each is launched, what the job writes with,
 #: and lakesink's door (None: write_stream's default).
 JOB_RUNS: dict[str, tuple[Launcher, JobSink, str | None]] = {
@@ -242,8 +243,8 @@ def run_one(stream: Stream, name: str, tag: str, server: ConnectServer | None = 
         # The epoch run's session and environment; lakesink's write options are not the peer's.
         spec = stream.spec(label, "delta-peer", out, write_options={})
         figures = run_child(spec, stream.work, bench_env(), stream.rss_interval)
-    elif name == "format":
-        spec = stream.spec(label, "format", out, session="plain", spark_conf={})
+    elif name in ("format", "format-found"):
+        spec = stream.spec(label, "format", out, session="plain", spark_conf={}, register=name == "format")
         figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
     else:
         env = bench_env(stock_spark_home=name == "epoch-stock")
