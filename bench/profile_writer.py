@@ -62,7 +62,7 @@ class ProfiledWriter(LakeForeachWriter):
         self.profile_dir = profile_dir
 
     def open(self, partition_id: int, epoch_id: int) -> bool:
-        self._profiler = cProfile.Profile()
+        self._profiler = _profiler()
         self._profile_name = f"p{partition_id}-e{epoch_id}-{os.getpid()}.pstats"
         self._profiler.enable()
         return super().open(partition_id, epoch_id)
@@ -81,13 +81,15 @@ def profiled_epoch_source(profile_dir: str) -> Any:
 
     class ProfiledStreamWriter(LakeStreamWriter):
         def write(self, iterator: Any) -> Any:
-            profiler = cProfile.Profile()
+            parts = _profile_part_uploads(profile_dir)
+            profiler = _profiler()
             profiler.enable()
             try:
                 return super().write(iterator)
             finally:
                 profiler.disable()
                 profiler.dump_stats(os.path.join(profile_dir, f"write-{os.getpid()}-{id(iterator)}.pstats"))
+                parts()
 
     class ProfiledSource(LakeSinkDataSource):
         @classmethod
@@ -96,9 +98,54 @@ def profiled_epoch_source(profile_dir: str) -> Any:
 
         def streamWriter(self, schema: Any, overwrite: bool) -> Any:
             plain = super().streamWriter(schema, overwrite)
-            return ProfiledStreamWriter(plain.config, plain.schema, plain.run_token)
+            profiled = object.__new__(ProfiledStreamWriter)  # the same writer, its write profiled
+            profiled.__dict__.update(plain.__dict__)
+            return profiled
 
     return ProfiledSource
+
+
+def _profile_part_uploads(profile_dir: str) -> Any:
+    """Profile S3 part uploads too: they run on the storage's threads, which the task's profiler
+    does not see. Each upload runs under a profiler of its own, dumped as ``part-*.pstats`` when
+    the returned function is called (at the end of the task's write)."""
+    from lakesink_reader.storage.s3_upload import S3StagedFile
+
+    plain = S3StagedFile.__dict__.get("_plain_put_part") or S3StagedFile._put_part
+    done: list[cProfile.Profile] = []
+
+    def put_part(self: Any, number: int, body: Any) -> Any:
+        profiler = _profiler()
+        profiler.enable()
+        try:
+            return plain(self, number, body)
+        finally:
+            profiler.disable()
+            done.append(profiler)
+
+    S3StagedFile._plain_put_part = plain  # type: ignore[attr-defined]
+    S3StagedFile._put_part = put_part  # type: ignore[method-assign]
+
+    def dump() -> None:
+        for i, profiler in enumerate(done):
+            profiler.dump_stats(os.path.join(profile_dir, f"part-{os.getpid()}-{id(done)}-{i}.pstats"))
+        done.clear()
+
+    return dump
+
+
+#: The profilers' clock: wall time (cProfile's default), or with ``--cpu`` the CPU time of the
+#: thread being profiled (``time.thread_time``), which another process's load does not inflate.
+#: Read by the task's worker from its environment (the driver's is inherited).
+CPU_CLOCK_ENV = "LAKESINK_PROFILE_CPU"
+
+
+def _profiler() -> cProfile.Profile:
+    if os.environ.get(CPU_CLOCK_ENV):
+        import time
+
+        return cProfile.Profile(time.thread_time)
+    return cProfile.Profile()
 
 
 # The shares -------------------------------------------------------------------------------------
@@ -110,14 +157,14 @@ def _own_share(func: Func) -> str | None:
     """The share of ``func`` by what it is; None when it counts where it was called from."""
     path, _, name = func
     if path == "~":  # a built-in: only a read of the JVM's socket and import machinery count by name
-        if any(read in name for read in _READS):
+        if _is_read(func):
             return SHARES[0]
         return SHARES[6] if "marshal" in name or "builtins.exec" in name or "_imp." in name else None
     if "/lakesink/spark/rows.py" in path:
         return SHARES[3]
     if "/pyarrow/parquet/" in path:
         return SHARES[4]
-    if "/lakesink/storage/" in path:
+    if "/lakesink/storage/" in path or "/lakesink_reader/storage/" in path or "/botocore/" in path:
         return SHARES[5]
     if "/lakesink/" in path:
         return SHARES[2]
@@ -126,6 +173,14 @@ def _own_share(func: Func) -> str | None:
     if "importlib" in path or name == "<module>":
         return SHARES[6]
     return None  # the standard library and other packages: on behalf of their caller
+
+
+def _is_read(func: Func) -> bool:
+    return func[0] == "~" and any(read in func[2] for read in _READS)
+
+
+def _from_http(caller: Func) -> bool:
+    return any(part in caller[0] for part in ("/http/client.py", "/urllib3/", "/ssl.py", "/socket.py"))
 
 
 def shares(stats: pstats.Stats) -> dict[str, float]:
@@ -141,6 +196,16 @@ def shares(stats: pstats.Stats) -> dict[str, float]:
         # Each caller edge holds the callee's own time on behalf of that caller (its third field).
         edges = {c: edge[2] for c, edge in callers.items() if edge[2] > 0 and c not in visiting}
         total = sum(edges.values())
+        if share == SHARES[0] and total and any(_from_http(c) for c in edges):
+            # A socket read on behalf of an HTTP client (S3) is not the JVM's: per caller edge.
+            found = defaultdict(float)
+            for caller, seconds in edges.items():
+                for name, part in (
+                    split_of(caller, visiting | {func}) if _from_http(caller) else {share: 1.0}
+                ).items():
+                    found[name] += part * seconds / total
+            split[func] = found
+            return found
         if share is not None or not total:
             found = {share or SHARES[7]: 1.0}
         else:
@@ -178,8 +243,46 @@ def top_functions(stats: pstats.Stats, count: int) -> list[dict[str, Any]]:
 # The run ----------------------------------------------------------------------------------------
 
 
-def profile_partition(writer: str, rows: int, base: Path, batch_rows: int | None) -> pstats.Stats:
-    """Stream ``rows`` rows as one partition through ``writer`` under cProfile; the merged profiles."""
+def profile_partition(
+    writer: str,
+    rows: int,
+    base: Path,
+    batch_rows: int | None,
+    s3: bool = False,
+    files_per_trigger: int = 1 << 20,
+) -> pstats.Stats:
+    """Stream ``rows`` rows as one partition through ``writer`` under cProfile; the merged profiles.
+
+    ``s3``: the epoch writer's lake is on a fresh moto server on 127.0.0.1 (``stores.s3_store``).
+    ``files_per_trigger``: input files (250,000 rows each) per epoch; by default one epoch.
+    """
+    if s3:
+        if writer != "epoch":
+            raise SystemExit("--s3 profiles the epoch writer only")
+        from stores import s3_store
+
+        with s3_store() as store:
+            return _profile_partition(
+                writer,
+                rows,
+                base,
+                batch_rows,
+                store.url("profiled"),
+                store.storage_options(),
+                files_per_trigger,
+            )
+    return _profile_partition(writer, rows, base, batch_rows, None, None, files_per_trigger)
+
+
+def _profile_partition(
+    writer: str,
+    rows: int,
+    base: Path,
+    batch_rows: int | None,
+    lake_url: str | None,
+    storage_options: dict[str, Any] | None,
+    files_per_trigger: int,
+) -> pstats.Stats:
     import inputs  # the bench's input generator
 
     from devtools.spark import local_session
@@ -194,7 +297,7 @@ def profile_partition(writer: str, rows: int, base: Path, batch_rows: int | None
 
     df = (
         spark.readStream.schema(from_arrow_schema(inputs.input_schema()))
-        .option("maxFilesPerTrigger", 1 << 20)
+        .option("maxFilesPerTrigger", files_per_trigger)
         .parquet(str(folder))
         .coalesce(1)
     )
@@ -208,13 +311,18 @@ def profile_partition(writer: str, rows: int, base: Path, batch_rows: int | None
         stream = df.writeStream.foreach(ProfiledWriter(str(lake), str(profiles), **kwargs))
     else:
         spark.dataSource.register(profiled_epoch_source(str(profiles)))
-        stream = df.writeStream.format("lakesink_profiled").option("path", str(lake))
+        stream = df.writeStream.format("lakesink_profiled").option("path", lake_url or str(lake))
+        if storage_options:
+            stream = stream.option("storage_options", json.dumps(storage_options))
     query = stream.option("checkpointLocation", str(chk)).trigger(availableNow=True).start()
     query.awaitTermination()
     spark.stop()
     dumps = glob.glob(str(profiles / "*.pstats"))
     if not dumps:
         raise SystemExit(f"no profile was written to {profiles}: did the query read any rows?")
+    parts = glob.glob(str(profiles / "part-*.pstats"))
+    if parts:  # the S3 part uploads' threads: beside the task's own thread, all storage
+        print(f"S3 part uploads on the storage's threads: {pstats.Stats(*parts).total_tt:.2f} s profiled")
     return pstats.Stats(*dumps)
 
 
@@ -226,9 +334,16 @@ def main() -> None:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--workdir", default=None)
     p.add_argument("--json", default=None, help="also write the shares and top functions here")
+    p.add_argument("--s3", action="store_true", help="epoch: the lake on a moto server on 127.0.0.1")
+    p.add_argument("--cpu", action="store_true", help="profile CPU time (time.thread_time), not wall time")
+    p.add_argument(
+        "--files-per-trigger", type=int, default=1 << 20, help="input files per epoch (default: one epoch)"
+    )
     args = p.parse_args()
     base = Path(args.workdir or tempfile.mkdtemp(prefix="lakesink-profile-"))
-    stats = profile_partition(args.writer, args.rows, base, args.batch_rows)
+    if args.cpu:
+        os.environ[CPU_CLOCK_ENV] = "1"  # before the session: its workers inherit it
+    stats = profile_partition(args.writer, args.rows, base, args.batch_rows, args.s3, args.files_per_trigger)
     stats.sort_stats("tottime").print_stats(args.top)
     stats.sort_stats("cumulative").print_stats(args.top)
     found = shares(stats)

@@ -500,9 +500,9 @@ def hdfs(results: Mapping[str, Any]) -> Section | None:
         "HDFS: both sinks into one MiniDFSCluster on 127.0.0.1, checkpoints there too (medians)",
         ["sink", "rows/s", "vs a", "rows/CPU-s", "vs a", "launch to exit", "vs a", "peak RSS", "output"],
     )
-    vs = found.get("vs_parquet") or {}
     for name, f in found["sinks"].items():
         ours = name != "parquet"
+        vs = found.get("epoch_vs_parquet" if name == "epoch" else "vs_parquet") or {}
         section.rows.append(
             [
                 _name(name) + " -> hdfs://",

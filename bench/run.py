@@ -221,7 +221,13 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         progress.phase(
             "hdfs", f"{args.rows:,} rows, format('lakesink') vs format('parquet') on one MiniDFSCluster"
         )
-        found = throughput.hdfs_phase(stream, args.repeats, progress.note, datanodes=args.hdfs_datanodes)
+        found = throughput.hdfs_phase(
+            stream,
+            args.repeats,
+            progress.note,
+            datanodes=args.hdfs_datanodes,
+            runs_of=tuple(args.hdfs_runs.split(",")),
+        )
         failures.update(found.pop("failures"))
         results["hdfs"] = found
     if "log-scale" in phases:
@@ -399,6 +405,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             "behave as on a real cluster's replication 3; 1 makes most closes wait 0.5 s: guide, Storage)"
         ),
     )
+    add(
+        "--hdfs-runs",
+        default=",".join(throughput.HDFS_RUNS),
+        help=(
+            "runs of the hdfs phase, parquet first: parquet, format (the data source door), epoch "
+            "(write_stream(via='auto'), the foreachBatch door)"
+        ),
+    )
     add("--rss-interval", type=float, default=0.2, help="seconds between RSS samples")
     add("--workdir", default=None, help="input cache and scratch (default: $TMPDIR/lakesink-bench-UID)")
     add("--keep", action="store_true", help="keep this run's outputs and logs")
@@ -411,6 +425,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if min(args.log_scale_files_per_commit, args.log_scale_repeats, args.log_scale_latency_commits) < 1:
         p.error(
             "--log-scale-files-per-commit, --log-scale-repeats and --log-scale-latency-commits must be >= 1"
+        )
+    hdfs_runs = args.hdfs_runs.split(",")
+    if hdfs_runs[:1] != ["parquet"] or not set(hdfs_runs) <= {
+        *throughput.HDFS_RUNS,
+        *throughput.HDFS_EXTRA_RUNS,
+    }:
+        p.error(
+            "--hdfs-runs starts with parquet and takes runs from "
+            f"{throughput.HDFS_RUNS + throughput.HDFS_EXTRA_RUNS}"
         )
     if not set(filter(None, args.memory_sinks.split(","))) <= set(throughput.SINK_OF):
         p.error(f"--memory-sinks takes sinks from {list(throughput.SINK_OF)}")

@@ -72,6 +72,9 @@ RUNS = {
 }
 #: The runs of the hdfs phase, in turn on one MiniDFSCluster: the baseline, then lakesink.
 HDFS_RUNS = ("parquet", "format")
+#: Runs the hdfs phase can take besides (``--hdfs-runs``): ``epoch`` is ``write_stream(via="auto")``
+#: (the foreachBatch door) in the bench's session, as the ``epoch`` run of the stream phase.
+HDFS_EXTRA_RUNS = ("epoch",)
 #: What each run kind writes with (the child's ``sink``); epoch-s3, format and submit say so themselves.
 SINK_OF: dict[str, Sink] = {
     "parquet": "parquet",
@@ -445,7 +448,12 @@ def _tolerant(found: dict[str, Any], label: str, note: Callable[[str], None]) ->
 
 
 def hdfs_phase(
-    stream: Stream, repeats: int, note: Callable[[str], None], *, datanodes: int = 1
+    stream: Stream,
+    repeats: int,
+    note: Callable[[str], None],
+    *,
+    datanodes: int = 1,
+    runs_of: tuple[str, ...] = HDFS_RUNS,
 ) -> dict[str, Any]:
     """Spark's parquet sink and ``format("lakesink")``, taking turns on one MiniDFSCluster.
 
@@ -455,6 +463,8 @@ def hdfs_phase(
     moto, so its CPU is not the sinks'. Without its jars the phase says so and is skipped.
     ``datanodes`` (``--hdfs-datanodes``): its DataNodes and replication. With one, the close of
     every small file races that DataNode's block report to the NameNode (docs/guide/storage.md, HDFS).
+    ``runs_of`` (``--hdfs-runs``): the runs, ``parquet`` first; ``epoch`` (:data:`HDFS_EXTRA_RUNS`)
+    adds the foreachBatch door.
     """
     from devtools.hdfs import HdfsJarsMissing, start_hdfs, stop_hdfs
 
@@ -470,7 +480,7 @@ def hdfs_phase(
     failures: dict[str, str] = {}
     try:
         for attempt in range(repeats):
-            for name in HDFS_RUNS:
+            for name in runs_of:
                 if f"hdfs-{name}" in failures:
                     continue
                 label = f"hdfs-{name}{f'-{attempt}' if attempt else ''}"
@@ -493,11 +503,16 @@ def hdfs_phase(
         "sinks": {name: summary(name, rs) for name, rs in runs.items()},
         "failures": failures,
     }
-    if len(runs) == len(HDFS_RUNS):
+    keys = ("rows_per_second", "rows_per_cpu_second", "rows_per_process_second")
+    if "parquet" in runs and "format" in runs:
         base, ours = runs["parquet"], runs["format"]
         found["vs_parquet"] = {
-            key: ratio(middle([r[key] for r in ours]), middle([r[key] for r in base]))
-            for key in ("rows_per_second", "rows_per_cpu_second", "rows_per_process_second")
+            key: ratio(middle([r[key] for r in ours]), middle([r[key] for r in base])) for key in keys
+        }
+    if "parquet" in runs and "epoch" in runs:
+        base, ours = runs["parquet"], runs["epoch"]
+        found["epoch_vs_parquet"] = {
+            key: ratio(middle([r[key] for r in ours]), middle([r[key] for r in base])) for key in keys
         }
     return found
 
@@ -507,6 +522,9 @@ def _hdfs_run(stream: Stream, namenode: str, name: str, label: str) -> dict[str,
     if name == "format":
         spec = stream.spec(label, "format", out, checkpoint=chk, session="plain", spark_conf={})
         figures = run_child(spec, stream.work, user_env(), stream.rss_interval)
+    elif name == "epoch":
+        spec = stream.spec(label, "epoch", out, checkpoint=chk)  # write_stream(via="auto"): child.py
+        figures = run_child(spec, stream.work, bench_env(), stream.rss_interval)
     else:
         figures = run_child(stream.spec(label, "parquet", out, checkpoint=chk), stream.work, bench_env(),
                             stream.rss_interval)  # fmt: skip

@@ -142,6 +142,27 @@ def test_parts_upload_while_the_file_is_written_with_bounded_memory(
     assert storage.staged("") == [] and storage.list("_lakesink/staging") == []
 
 
+def test_a_file_smaller_than_a_part_goes_up_at_seal_without_a_copy(s3: S3Server) -> None:
+    """seal() hands the buffer itself to the upload, as write() does with a full part: a file
+    below the part size (most files of an epoch) is not copied once more on its way up. Before,
+    seal copied it (``bytes(buffer)``), and the upload's peak held the file twice over."""
+    import tracemalloc
+
+    storage = storage_of(s3)
+    data = os.urandom(4 << 20)  # below the 8 MiB default part size: one part, sent by seal
+    staged = storage.stage("small.parquet")
+    staged.write(data)
+    tracemalloc.start()
+    try:
+        sealed = staged.seal()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < len(data) // 2, f"seal allocated {peak / 2**20:.1f} MiB for a {len(data) >> 20} MiB file"
+    assert storage.publish(sealed) is True
+    assert storage.read_bytes("small.parquet") == data
+
+
 def test_part_size_doubles_every_thousand_parts_and_is_validated(s3: S3Server) -> None:
     base = 8 << 20
     sizes = [part_size_for(n, base) for n in (1, 1000, 1001, 2001, 9001)]

@@ -152,8 +152,10 @@ class S3StagedFile:
         if self._closed:
             raise ValueError(f"staged file {self._key!r} was already sealed or discarded")
         if self._buffer or self._next_part == 1:  # an upload needs at least one part, even empty
-            self._upload_part(bytes(self._buffer))
-            self._buffer = bytearray()
+            # The buffer itself becomes the last part, as in write (no copy of it: a file smaller
+            # than a part is all buffer); nothing writes to it after the seal.
+            last, self._buffer = self._buffer, bytearray()
+            self._upload_part(last)
         parts = sorted(future.result() for future in self._uploading)  # raises a failed part's error
         self._closed = True
         return S3Sealed(
