@@ -24,6 +24,7 @@ import pyarrow.compute as pc
 
 from lakesink.commit.files import FileWriter, Published, WriteOptions, fill_slices
 from lakesink.commit.observer import Observer
+from lakesink_reader.arrays import scalar
 from lakesink_reader.format.partitions import partition_dir, texts_of
 from lakesink_reader.storage import Storage
 
@@ -159,10 +160,12 @@ def split_by_folder(
         encoded: Any = pc.dictionary_encode(column)
         size = len(encoded.dictionary)
         # Null gets the code after the dictionary's last: one integer per row names its folder.
-        codes = pc.fill_null(encoded.indices.cast(pa.int64()), size)
+        # (Scalars of lakesink_reader.arrays: a Python int handed to pyarrow.compute becomes a
+        # pa.scalar, which imports pandas in each task's worker.)
+        codes = pc.fill_null(encoded.indices.cast(pa.int64()), scalar(size, pa.int64()))
         if key is not None:
             # Re-encoded after each column, so the combined key stays below rows * (size + 1).
-            combined = pc.add(pc.multiply(key, size + 1), codes)
+            combined = pc.add(pc.multiply(key, scalar(size + 1, pa.int64())), codes)
             recoded: Any = pc.dictionary_encode(combined)
             codes = recoded.indices.cast(pa.int64())
         key = codes
