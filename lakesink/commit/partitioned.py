@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lakesink.commit.files import FileWriter, Published, WriteOptions, fill_slices
 from lakesink.commit.observer import Observer
@@ -154,6 +153,10 @@ def split_by_folder(
     batch: pa.RecordBatch, columns: Sequence[str], data_columns: Sequence[str]
 ) -> list[tuple[str, pa.RecordBatch]]:
     """``batch``'s rows grouped by partition folder, each group without the partition columns."""
+    # Here, not at the top: pyarrow.compute is ~2.9 MiB in each task worker, and only a
+    # partitioned lake's tasks need it (tasks imports this module for all).
+    import pyarrow.compute as pc
+
     texts = [texts_of(batch.column(name)) for name in columns]
     key: Any = None
     for column in texts:
