@@ -55,7 +55,10 @@ def child(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(spec["master"]).appName(f"long-run-{spec['sink']}").getOrCreate()
+    builder = SparkSession.builder.master(spec["master"]).appName(f"long-run-{spec['sink']}")
+    for key, value in spec.get("conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     if spec["sink"] == "format":
         import lakesink
 
@@ -185,7 +188,14 @@ def sample_tree(root: int, interval: float, stop: threading.Event, samples: list
 
 
 def run_sink(
-    sink: str, work: Path, *, batches: int, rows: int, master: str, interval: float
+    sink: str,
+    work: Path,
+    *,
+    batches: int,
+    rows: int,
+    master: str,
+    interval: float,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One sink's long run in a child process; its samples and figures."""
     folder = work / sink
@@ -194,7 +204,7 @@ def run_sink(
     spec = {
         "sink": sink, "master": master, "rows": rows, "batches": batches,
         "output": str(folder / "out"), "checkpoint": str(folder / "chk"),
-        "marks": str(folder / "marks.jsonl"), "result": str(folder / "result.json"),
+        "marks": str(folder / "marks.jsonl"), "result": str(folder / "result.json"), "conf": conf or {},
     }  # fmt: skip
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec))
@@ -318,11 +328,17 @@ def long_run_phase(
     interval: float,
     note: Any = print,
     sinks: tuple[str, ...] = LONG_RUN_SINKS,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Each of ``sinks`` in turn (``parquet`` first); the ratios of the others' to Spark's."""
+    """Each of ``sinks`` in turn (``parquet`` first); the ratios of the others' to Spark's.
+    ``conf``: Spark settings every sink's session gets."""
     found: dict[str, Any] = {"batches": batches, "rows_per_batch": rows, "master": master, "runs": {}}
+    if conf:
+        found["conf"] = conf
     for sink in sinks:
-        run = run_sink(sink, work / "long-run", batches=batches, rows=rows, master=master, interval=interval)
+        run = run_sink(
+            sink, work / "long-run", batches=batches, rows=rows, master=master, interval=interval, conf=conf
+        )
         found["runs"][sink] = run
         note(f"{sink}: PSS at the end {run['pss_end_mib']['total']:.0f} MiB "
              f"(peak {run['pss_peak_mib']:.0f}), growth {run['pss_growth_mib_per_100_batches']} "
@@ -375,6 +391,13 @@ def main(argv: list[str] | None = None) -> int:
         "--sinks", default=",".join(LONG_RUN_SINKS), help=f"comma-separated, of {', '.join(ALL_SINKS)}"
     )
     parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of every sink's session",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("long-run.json"), help="JSON; the PNG goes beside it"
     )
     args = parser.parse_args(argv)
@@ -384,10 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(sinks) - set(ALL_SINKS))
     if unknown:
         parser.error(f"unknown sink(s) {unknown}: the sinks are {list(ALL_SINKS)}")
+    conf = dict(item.split("=", 1) for item in args.conf)
     with tempfile.TemporaryDirectory(prefix="lakesink-long-run-") as tmp:
         found = long_run_phase(
             Path(tmp), batches=args.batches, rows=args.rows, master=args.master, interval=args.interval,
-            sinks=sinks,
+            sinks=sinks, conf=conf,
         )  # fmt: skip
     args.out.write_text(json.dumps(found, indent=2) + "\n")
     chart(found, args.out.with_suffix(".png"))
