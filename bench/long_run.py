@@ -42,6 +42,9 @@ from procmem import tree  # noqa: E402 - bench/ is a folder of scripts, not a pa
 #: The sinks a long run compares: Spark's own; lakesink's data source from a plain session
 #: (``format``); ``write_stream(..., via="foreach_batch")`` (``batch``).
 LONG_RUN_SINKS = ("parquet", "format", "batch")
+#: ``--sinks`` may also name ``arrow-parquet``: Spark's parquet sink behind an identity
+#: ``mapInArrow`` -- what Spark's Python workers alone cost a Python sink (the floor).
+ALL_SINKS = (*LONG_RUN_SINKS, "arrow-parquet")
 _KINDS = ("jvm", "python_workers", "other")
 
 
@@ -52,13 +55,18 @@ def child(spec_path: Path) -> int:
     spec = json.loads(spec_path.read_text())
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.master(spec["master"]).appName(f"long-run-{spec['sink']}").getOrCreate()
+    builder = SparkSession.builder.master(spec["master"]).appName(f"long-run-{spec['sink']}")
+    for key, value in spec.get("conf", {}).items():
+        builder = builder.config(key, value)
+    spark = builder.getOrCreate()
     if spec["sink"] == "format":
         import lakesink
 
         lakesink.register(spark)
     df = spark.readStream.format("rate-micro-batch").option("rowsPerBatch", spec["rows"]).load()
     df = df.selectExpr("value AS id", "timestamp AS ts", "CAST(value % 1000 AS STRING) AS label")
+    if spec["sink"] == "arrow-parquet":
+        df = df.mapInArrow(_identity, df.schema)
     if spec["sink"] == "batch":
         import lakesink
 
@@ -66,8 +74,9 @@ def child(spec_path: Path) -> int:
             df, spec["output"], checkpoint_location=spec["checkpoint"], via="foreach_batch"
         )
     else:
+        fmt = {"format": "lakesink", "arrow-parquet": "parquet"}.get(spec["sink"], spec["sink"])
         query = (
-            df.writeStream.format("lakesink" if spec["sink"] == "format" else spec["sink"])
+            df.writeStream.format(fmt)
             .option("path", spec["output"])
             .option("checkpointLocation", spec["checkpoint"])
             .start()
@@ -91,15 +100,31 @@ def child(spec_path: Path) -> int:
             if query.exception() is not None:
                 raise RuntimeError(f"the query failed: {query.exception()}")
             time.sleep(0.2)
+    # What the driver's Python loaded while the query ran (pandas: ~27 MiB when it is there).
+    loaded = sys.modules.get("lakesink")
+    driver = {
+        "pandas": "pandas" in sys.modules,
+        "modules": len(sys.modules),
+        "lakesink": getattr(loaded, "__file__", None),
+    }
     query.stop()
     stopping = time.monotonic()
     spark.stop()
     Path(spec["result"]).write_text(
         json.dumps(
-            {"events": [events[b] for b in sorted(events)], "stop_seconds": time.monotonic() - stopping}
+            {
+                "events": [events[b] for b in sorted(events)],
+                "stop_seconds": time.monotonic() - stopping,
+                "driver": driver,
+            }
         )
     )
     return 0
+
+
+def _identity(batches: Any) -> Any:
+    """The ``arrow-parquet`` sink's ``mapInArrow``: every batch as it came."""
+    yield from batches
 
 
 # The parent: start the child, sample its tree's PSS ---------------------------------------------
@@ -109,19 +134,37 @@ def pss_and_kind(pid: int) -> tuple[int, str, str] | None:
     """PSS (bytes) of ``pid``, its kind (``jvm``, ``python_workers``, ``other``) and, for a
     Python worker, the module the daemon that forked it runs (``pyspark.worker`` for tasks,
     ``pyspark.sql.worker.python_streaming_sink_runner`` for a Python sink's commits...)."""
+    got = memory_of(pid)
+    return None if got is None else (got["pss"], got["kind"], got["module"])
+
+
+def memory_of(pid: int) -> dict[str, Any] | None:
+    """``pid``'s PSS, USS (its private pages), RSS (bytes), parent, kind and module (as
+    :func:`pss_and_kind`)."""
     try:
         with open(f"/proc/{pid}/smaps_rollup", "rb") as f:
-            pss = next(int(line.split()[1]) * 1024 for line in f if line.startswith(b"Pss:"))
+            fields = {
+                line.split(b":")[0]: int(line.split()[1]) * 1024
+                for line in f
+                if line.split(b":")[0] in (b"Rss", b"Pss", b"Private_Clean", b"Private_Dirty")
+            }
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            ppid = int(f.read().rsplit(b")", 1)[1].split()[1])
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
-    except (OSError, StopIteration):
+    except (OSError, IndexError, ValueError):
         return None  # ended meanwhile, or not ours to read
+    if b"Pss" not in fields:
+        return None
     args = [a.decode(errors="replace") for a in cmdline.split(b"\0") if a]
+    kind, module = "other", "driver python"
     if args and "java" in args[0]:
-        return pss, "jvm", "jvm"
-    if b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
-        return pss, "python_workers", args[-1]
-    return pss, "other", "driver python"
+        kind, module = "jvm", "jvm"
+    elif b"pyspark.daemon" in cmdline or b"pyspark.worker" in cmdline:
+        kind, module = "python_workers", args[-1]
+    uss = fields.get(b"Private_Clean", 0) + fields.get(b"Private_Dirty", 0)
+    return {"pid": pid, "ppid": ppid, "kind": kind, "module": module,
+            "pss": fields[b"Pss"], "uss": uss, "rss": fields.get(b"Rss", 0)}  # fmt: skip
 
 
 def sample_tree(root: int, interval: float, stop: threading.Event, samples: list[dict[str, Any]]) -> None:
@@ -129,19 +172,30 @@ def sample_tree(root: int, interval: float, stop: threading.Event, samples: list
         began = time.monotonic()
         sums = dict.fromkeys(_KINDS, 0)
         by_module: dict[str, list[int]] = {}  # module: [processes, PSS]
+        processes = []
         for pid in tree(root):
-            got = pss_and_kind(pid)
+            got = memory_of(pid)
             if got is not None:
-                sums[got[1]] += got[0]
-                entry = by_module.setdefault(got[2], [0, 0])
+                processes.append(got)
+                sums[got["kind"]] += got["pss"]
+                entry = by_module.setdefault(got["module"], [0, 0])
                 entry[0] += 1
-                entry[1] += got[0]
-        samples.append({"t": began, "total": sum(sums.values()), "by_module": by_module, **sums})
+                entry[1] += got["pss"]
+        samples.append(
+            {"t": began, "total": sum(sums.values()), "by_module": by_module, "processes": processes, **sums}
+        )
         stop.wait(max(0.0, interval - (time.monotonic() - began)))
 
 
 def run_sink(
-    sink: str, work: Path, *, batches: int, rows: int, master: str, interval: float
+    sink: str,
+    work: Path,
+    *,
+    batches: int,
+    rows: int,
+    master: str,
+    interval: float,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """One sink's long run in a child process; its samples and figures."""
     folder = work / sink
@@ -150,12 +204,15 @@ def run_sink(
     spec = {
         "sink": sink, "master": master, "rows": rows, "batches": batches,
         "output": str(folder / "out"), "checkpoint": str(folder / "chk"),
-        "marks": str(folder / "marks.jsonl"), "result": str(folder / "result.json"),
+        "marks": str(folder / "marks.jsonl"), "result": str(folder / "result.json"), "conf": conf or {},
     }  # fmt: skip
     spec_path = folder / "spec.json"
     spec_path.write_text(json.dumps(spec))
     env = {key: value for key, value in os.environ.items() if key not in ("SPARK_HOME", "PYTHONPATH")}
     env.update(PYSPARK_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")  # a user's job, on loopback
+    # The lakesink of the tree this script is in, for the driver and Spark's workers alike: an
+    # installed lakesink may be another tree's (a shared venv's editable install).
+    env["PYTHONPATH"] = os.pathsep.join((str(BENCH_DIR.parent), str(BENCH_DIR.parent / "reader")))
     samples: list[dict[str, Any]] = []
     stop = threading.Event()
     began = time.monotonic()
@@ -239,23 +296,55 @@ def figures(
         }
         if tail
         else {},
+        # The last sample's processes, one by one: a daemon and the task workers it forked tell
+        # apart by their parent (a worker's is its daemon).
+        "processes_end": _processes(tail[-1]["processes"]) if tail else [],
+        "driver": result.get("driver"),
         "series": series,
     }
 
 
+def _processes(processes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    mib = 1 << 20
+    pids = {p["pid"]: p for p in processes}
+    out = []
+    for p in processes:
+        role = p["module"]
+        if p["kind"] == "python_workers":
+            parent = pids.get(p["ppid"])
+            role = "worker" if parent is not None and parent["kind"] == "python_workers" else "daemon"
+            role = f"{role} ({p['module']})"
+        out.append({"pid": p["pid"], "role": role, "pss_mib": round(p["pss"] / mib, 1),
+                    "uss_mib": round(p["uss"] / mib, 1), "rss_mib": round(p["rss"] / mib, 1)})  # fmt: skip
+    return sorted(out, key=lambda p: (p["role"], p["pid"]))
+
+
 def long_run_phase(
-    work: Path, *, batches: int, rows: int, master: str, interval: float, note: Any = print
+    work: Path,
+    *,
+    batches: int,
+    rows: int,
+    master: str,
+    interval: float,
+    note: Any = print,
+    sinks: tuple[str, ...] = LONG_RUN_SINKS,
+    conf: dict[str, str] | None = None,
 ) -> dict[str, Any]:
-    """Every sink of ``LONG_RUN_SINKS`` in turn; the ratios of lakesink's to Spark's."""
+    """Each of ``sinks`` in turn (``parquet`` first); the ratios of the others' to Spark's.
+    ``conf``: Spark settings every sink's session gets."""
     found: dict[str, Any] = {"batches": batches, "rows_per_batch": rows, "master": master, "runs": {}}
-    for sink in LONG_RUN_SINKS:
-        run = run_sink(sink, work / "long-run", batches=batches, rows=rows, master=master, interval=interval)
+    if conf:
+        found["conf"] = conf
+    for sink in sinks:
+        run = run_sink(
+            sink, work / "long-run", batches=batches, rows=rows, master=master, interval=interval, conf=conf
+        )
         found["runs"][sink] = run
         note(f"{sink}: PSS at the end {run['pss_end_mib']['total']:.0f} MiB "
              f"(peak {run['pss_peak_mib']:.0f}), growth {run['pss_growth_mib_per_100_batches']} "
              f"MiB/100 batches, addBatch p50/p95 {run['add_batch_ms_p50_p95']} ms")  # fmt: skip
-    spark = found["runs"]["parquet"]
-    for sink in LONG_RUN_SINKS[1:]:
+    spark = found["runs"].get("parquet")
+    for sink in [s for s in sinks if s != "parquet" and spark is not None]:
         ours = found["runs"][sink]
         found.setdefault("pss_end_ratio", {})[sink] = round(
             ours["pss_end_mib"]["total"] / spark["pss_end_mib"]["total"], 2
@@ -299,19 +388,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--interval", type=float, default=1.0, help="seconds between samples")
     parser.add_argument(
+        "--sinks", default=",".join(LONG_RUN_SINKS), help=f"comma-separated, of {', '.join(ALL_SINKS)}"
+    )
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of every sink's session",
+    )
+    parser.add_argument(
         "--out", type=Path, default=Path("long-run.json"), help="JSON; the PNG goes beside it"
     )
     args = parser.parse_args(argv)
     if args.child is not None:
         return child(args.child)
+    sinks = tuple(s.strip() for s in args.sinks.split(",") if s.strip())
+    unknown = sorted(set(sinks) - set(ALL_SINKS))
+    if unknown:
+        parser.error(f"unknown sink(s) {unknown}: the sinks are {list(ALL_SINKS)}")
+    conf = dict(item.split("=", 1) for item in args.conf)
     with tempfile.TemporaryDirectory(prefix="lakesink-long-run-") as tmp:
         found = long_run_phase(
-            Path(tmp), batches=args.batches, rows=args.rows, master=args.master, interval=args.interval
-        )
+            Path(tmp), batches=args.batches, rows=args.rows, master=args.master, interval=args.interval,
+            sinks=sinks, conf=conf,
+        )  # fmt: skip
     args.out.write_text(json.dumps(found, indent=2) + "\n")
     chart(found, args.out.with_suffix(".png"))
-    print(f"PSS at the end, lakesink/Spark: {found['pss_end_ratio']}; trigger p50, Spark/lakesink: "
-          f"{found['trigger_p50_ratio']} -> {args.out}")  # fmt: skip
+    print(f"PSS at the end, lakesink/Spark: {found.get('pss_end_ratio')}; trigger p50, Spark/lakesink: "
+          f"{found.get('trigger_p50_ratio')} -> {args.out}")  # fmt: skip
     return 0
 
 

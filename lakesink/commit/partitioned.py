@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from lakesink.commit.files import FileWriter, Published, WriteOptions, fill_slices
 from lakesink.commit.observer import Observer
+from lakesink_reader.arrays import scalar
 from lakesink_reader.format.partitions import partition_dir, texts_of
 from lakesink_reader.storage import Storage
 
@@ -153,16 +153,22 @@ def split_by_folder(
     batch: pa.RecordBatch, columns: Sequence[str], data_columns: Sequence[str]
 ) -> list[tuple[str, pa.RecordBatch]]:
     """``batch``'s rows grouped by partition folder, each group without the partition columns."""
+    # Here, not at the top: pyarrow.compute is ~2.9 MiB in each task worker, and only a
+    # partitioned lake's tasks need it (tasks imports this module for all).
+    import pyarrow.compute as pc
+
     texts = [texts_of(batch.column(name)) for name in columns]
     key: Any = None
     for column in texts:
         encoded: Any = pc.dictionary_encode(column)
         size = len(encoded.dictionary)
         # Null gets the code after the dictionary's last: one integer per row names its folder.
-        codes = pc.fill_null(encoded.indices.cast(pa.int64()), size)
+        # (Scalars of lakesink_reader.arrays: a Python int handed to pyarrow.compute becomes a
+        # pa.scalar, which imports pandas in each task's worker.)
+        codes = pc.fill_null(encoded.indices.cast(pa.int64()), scalar(size, pa.int64()))
         if key is not None:
             # Re-encoded after each column, so the combined key stays below rows * (size + 1).
-            combined = pc.add(pc.multiply(key, size + 1), codes)
+            combined = pc.add(pc.multiply(key, scalar(size + 1, pa.int64())), codes)
             recoded: Any = pc.dictionary_encode(combined)
             codes = recoded.indices.cast(pa.int64())
         key = codes

@@ -36,7 +36,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 
 from lakesink.spark import checkpoints
 from lakesink.spark.runs import cursor_enabled, run_memo
-from lakesink.spark.workers import freeze_heap_once
+from lakesink.spark.workers import freeze_heap_once, release_arrow_memory
 from lakesink_reader.errors import CommitError, CommitRefusedError
 from lakesink_reader.format.log import CommittedFile
 from lakesink_reader.format.v3.commits import AddFile, writer_tag
@@ -301,17 +301,20 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
             for _ in iterator:
                 pass
             return EpochCommitMessage(partition, epoch, query_id, (), skipped=True)
-        files = write_task(
-            self.config.storage(),
-            self.schema,
-            iterator,
-            tag=writer_tag(query_id) if query_id else None,
-            batch=epoch,
-            partition=partition,
-            options=self.config.write,
-            observer=self.config.observer,
-            partition_columns=self.partition_columns,
-        )
+        try:
+            files = write_task(
+                self.config.storage(),
+                self.schema,
+                iterator,
+                tag=writer_tag(query_id) if query_id else None,
+                batch=epoch,
+                partition=partition,
+                options=self.config.write,
+                observer=self.config.observer,
+                partition_columns=self.partition_columns,
+            )
+        finally:
+            release_arrow_memory()  # the worker idles until its next task: without the writer's pages
         return EpochCommitMessage(
             partition,
             epoch,
@@ -331,7 +334,12 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     def commit_batch(self, messages: Sequence[WriterCommitMessage | None], batchId: int) -> None:
         """``commit``'s work, in any process (``lakesink.spark.batches`` commits in the user's
         own, whose heap is not lakesink's to freeze)."""
-        ours, batch = _messages(messages, batchId), batchId
+        try:
+            self._commit_batch(_messages(messages, batchId), batchId)
+        finally:
+            release_arrow_memory()  # the process waits for the next batch: without the commit's pages
+
+    def _commit_batch(self, ours: list[EpochCommitMessage], batch: int) -> None:
         memo = run_memo(self.config.storage().url, self.run_token)
         batches = self._batches(ours)
         cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None

@@ -32,6 +32,7 @@ from urllib.parse import quote
 import pyarrow as pa
 
 from lakesink_reader import jsondoc
+from lakesink_reader.arrays import array
 from lakesink_reader.format.partitions import partition_texts
 from lakesink_reader.format.schemas import decode_schema
 from lakesink_reader.format.v3.commits import Commit
@@ -383,40 +384,35 @@ def delta_checkpoint(
         "format": {"provider": "parquet", "options": []},
         "configuration": [],
     }
+    # Built from buffers (lakesink_reader.arrays): pa.array of Python values imports pandas, in
+    # the process that commits every batch.
     n = live.num_rows
-    keys: list[str] = []
-    values: list[str | None] = []
-    offsets = [0]
-    for path in live.column("path").to_pylist() if metadata.partition_columns else [None] * n:
-        found = _partition_values(metadata, path) if path is not None else {}
-        keys.extend(found)
-        values.extend(found.values())
-        offsets.append(len(keys))
-    partition_maps = pa.MapArray.from_arrays(
-        pa.array(offsets, pa.int64()),  # type: ignore[arg-type]
-        pa.array(keys, pa.string()),
-        pa.array(values, pa.string()),
+    add: Any = fields["add"]
+    paths = live.column("path").to_pylist()
+    partition_maps = array(
+        [_partition_values(metadata, p) if p is not None else {} for p in paths]
+        if metadata.partition_columns
+        else [{}] * n,
+        add.field("partitionValues").type,
     )
     adds = pa.StructArray.from_arrays(
         [
-            pa.array([_uri(str(p)) for p in live.column("path").to_pylist()], pa.string()),
+            array([_uri(str(p)) for p in paths], pa.string()),
             partition_maps,
             live.column("bytes").combine_chunks().cast(pa.int64()),
             modification_ms.cast(pa.int64()),
-            pa.array([False] * n, pa.bool_()),
+            array([False] * n, pa.bool_()),
             live.column("stats").combine_chunks().cast(pa.string()),
-            pa.nulls(n, fields["add"].field("tags").type),  # type: ignore[attr-defined]
+            pa.nulls(n, add.field("tags").type),
         ],
-        fields=list(fields["add"]),  # type: ignore[call-overload]
+        fields=list(add),
     )
     parts = [
-        rows("protocol", pa.array([PROTOCOL], fields["protocol"])),
-        rows("metaData", pa.array([meta_row], fields["metaData"])),
+        rows("protocol", array([PROTOCOL], fields["protocol"])),
+        rows("metaData", array([meta_row], fields["metaData"])),
         rows(
             "txn",
-            pa.array(
-                [{"appId": a, "version": v, "lastUpdated": t} for a, v, t in sorted(txns)], fields["txn"]
-            ),
+            array([{"appId": a, "version": v, "lastUpdated": t} for a, v, t in sorted(txns)], fields["txn"]),
         ),
         rows("add", adds),
     ]

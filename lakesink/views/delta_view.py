@@ -48,6 +48,7 @@ from lakesink.views.delta import (
 )
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc
+from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
@@ -320,8 +321,11 @@ def added_times(
     headers, and for versions the lake's log no longer holds the Delta view's commit of that
     version; else the time of the oldest retained lake commit (a rebuilt view of a vacuumed
     lake: the only time left). In Arrow: a view of a million files is a million lookups."""
+    # Arrays and scalars from lakesink_reader.arrays: pa.array and pa.scalar of Python values
+    # (pc.fill_null's fill value too) import pandas, in the process that commits every batch.
     fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
-    versions: Any = fill(live.column("added_version").combine_chunks(), 0).cast(pa.int64())
+    added: Any = live.column("added_version").combine_chunks().cast(pa.int64())
+    versions: Any = fill(added, scalar(0, pa.int64()))
     missing = [v for v in (int(v) for v in pc.unique(versions).to_pylist()) if v not in times]
     known: Any = None  # per live file: its time in the prior view, or null
     if prior is not None and missing:
@@ -331,7 +335,7 @@ def added_times(
             known = pc.take(found.column("ms"), where)
     need = missing
     if need and known is not None:
-        unknown = pc.and_(pc.is_in(versions, value_set=pa.array(need, pa.int64())), pc.is_null(known))
+        unknown = pc.and_(pc.is_in(versions, value_set=array(need, pa.int64())), pc.is_null(known))
         need = sorted(int(v) for v in pc.unique(pc.filter(versions, unknown)).to_pylist())
     if need:
         for v, header in zip(need, parallel(vlog.read_header, need), strict=True):
@@ -346,8 +350,8 @@ def added_times(
                 ms = fallback
             times[v] = ms
     by_version = pc.take(
-        pa.array(list(times.values()), pa.int64()),
-        pc.index_in(versions, value_set=pa.array(list(times.keys()), pa.int64())),
+        array(list(times.values()), pa.int64()),
+        pc.index_in(versions, value_set=array(list(times.keys()), pa.int64())),
     )
     out: Any = by_version if known is None else pc.coalesce(by_version, known)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out  # type: ignore[no-any-return]
@@ -363,7 +367,7 @@ def prior_table(paths: Any, ms: Any) -> pa.Table | None:
         return None
     path: Any = table.column("path").combine_chunks().cast(pa.string())
     if pc.any(pc.match_substring(path, "%")).as_py():
-        path = pa.array([unquote(p) for p in path.to_pylist()], pa.string())
+        path = array([unquote(p) for p in path.to_pylist()], pa.string())
     return pa.table({"path": path, "ms": table.column("ms").cast(pa.int64())})
 
 

@@ -74,6 +74,7 @@ import pyarrow.parquet as pq
 from lakesink.views.delta_view import added_times, live_at, prior_table, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc
+from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import open_epoch_log
 from lakesink_reader.format.schemas import decode_schema, fit_problems
@@ -190,24 +191,26 @@ def compact_batch(base: str, live: pa.Table, stamps: pa.Array[Any]) -> bytes:
         return _batch_bytes([])
     paths = live.column("path").combine_chunks().cast(pa.string())
     if not pc.all(pc.match_substring_regex(paths, _UNQUOTED_PATH)).as_py():
-        paths = pa.array([quote(str(p), safe="/") for p in paths.to_pylist()], pa.string())
+        paths = array([quote(str(p), safe="/") for p in paths.to_pylist()], pa.string())
+    # Python values handed to pyarrow.compute become pa.scalar, which imports pandas in the
+    # process that commits every batch: scalars from lakesink_reader.arrays instead.
     fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
-    sizes: Any = fill(live.column("bytes").combine_chunks(), 0)
-    times: Any = fill(stamps, 0)
+    sizes: Any = fill(live.column("bytes").combine_chunks().cast(pa.int64()), scalar(0, pa.int64()))
+    times: Any = fill(stamps.cast(pa.int64()), scalar(0, pa.int64()))
     sizes, times = (a.cast(pa.int64()).cast(pa.string()) for a in (sizes, times))
-    # Each line starts with its newline, the first with the header too: the batch is then the
-    # lines' bytes back to back, copied out of Arrow once.
-    starts = pa.array(["v1\n"] + ["\n"] * (live.num_rows - 1), pa.string())
+    # Each line starts with its newline: the batch is then the header and the lines' bytes back
+    # to back, copied out of Arrow once.
+    text = functools.partial(scalar, type=pa.string())
     lines = pc.binary_join_element_wise(
-        starts,
-        f'{{"path":"{base}/',
+        text("\n"),
+        text(f'{{"path":"{base}/'),
         paths,
-        '","size":',
+        text('","size":'),
         sizes,
-        ',"isDir":false,"modificationTime":',
+        text(',"isDir":false,"modificationTime":'),
         times,
-        f',"blockReplication":1,"blockSize":{BLOCK_SIZE},"action":"add"}}',
-        "",
+        text(f',"blockReplication":1,"blockSize":{BLOCK_SIZE},"action":"add"}}'),
+        text(""),
     )
     if isinstance(lines, pa.ChunkedArray):
         lines = lines.combine_chunks()
@@ -215,7 +218,7 @@ def compact_batch(base: str, live: pa.Table, stamps: pa.Array[Any]) -> bytes:
         pa.int32(), len(lines) + 1, [None, lines.buffers()[1]], offset=lines.offset
     )
     first, end = bounds[0].as_py(), bounds[len(lines)].as_py()
-    return bytes(lines.buffers()[2][first:end].to_pybytes())
+    return b"v1" + bytes(lines.buffers()[2][first:end].to_pybytes())
 
 
 def parse_batch(data: bytes) -> list[dict[str, object]]:
@@ -713,7 +716,7 @@ def _prior(storage: Storage, base: str, batch: int) -> pa.Table | None:
     entries = pa.concat_tables(tables)
     prefix = base + "/"
     paths: Any = entries.column("path").combine_chunks()
-    ours = pc.fill_null(pc.starts_with(paths, prefix), False)
+    ours = pc.fill_null(pc.starts_with(paths, prefix), scalar(False, pa.bool_()))  # not pa.scalar: pandas
     entries = entries.filter(ours)
     relative = pc.utf8_slice_codeunits(entries.column("path"), len(prefix))
     return prior_table(relative, entries.column("modificationTime"))

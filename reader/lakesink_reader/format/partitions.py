@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from lakesink_reader.arrays import scalar
 from lakesink_reader.names import STAGING_DIR
 
 if TYPE_CHECKING:
@@ -131,7 +132,8 @@ def typed_values(texts: Mapping[str, str | None], schema: pa.Schema) -> dict[str
     found: dict[str, Any] = {}
     for column, text in texts.items():
         dtype = schema.field(column).type
-        found[column] = pa.scalar(None, dtype) if text is None else pa.scalar(text, pa.string()).cast(dtype)
+        # Not pa.scalar: it imports pandas (lakesink_reader.arrays), in each worker of a read.
+        found[column] = pa.nulls(1, dtype)[0] if text is None else scalar(text, pa.string()).cast(dtype)
     return found
 
 

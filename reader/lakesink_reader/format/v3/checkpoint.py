@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from lakesink_reader import jsondoc
+from lakesink_reader.arrays import array
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
 from lakesink_reader.format.v3.commits import (
     HISTOGRAM_BUCKETS,
@@ -590,21 +591,19 @@ def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
 
 
 def _list_table(files: Sequence[LiveFile]) -> pa.Table:
-    return pa.table(
-        {
-            "path": pa.array([f.path for f in files], pa.string()),
-            "bytes": pa.array([f.size for f in files], pa.int64()),
-            "rows": pa.array([f.rows for f in files], pa.int64()),
-            "added_version": pa.array([f.added_version for f in files], pa.int64()),
-            "writer": pa.array([f.writer for f in files], pa.string()).dictionary_encode(),
-            "batch": pa.array([f.batch for f in files], pa.int64()),
-            "partition": pa.array([f.partition for f in files], pa.int32()),
-            "stats": pa.array(
-                [None if f.stats is None else jsondoc.canonical(f.stats) for f in files], pa.string()
-            ),
-        },
-        schema=LIST_SCHEMA,
-    )
+    # From buffers (lakesink_reader.arrays): pa.array of a list imports pandas, in the process
+    # that commits every micro-batch.
+    columns = {
+        "path": array([f.path for f in files], pa.string()),
+        "bytes": array([f.size for f in files], pa.int64()),
+        "rows": array([f.rows for f in files], pa.int64()),
+        "added_version": array([f.added_version for f in files], pa.int64()),
+        "writer": array([f.writer for f in files], pa.string()).dictionary_encode(),
+        "batch": array([f.batch for f in files], pa.int64()),
+        "partition": array([f.partition for f in files], pa.int32()),
+        "stats": array([None if f.stats is None else jsondoc.canonical(f.stats) for f in files], pa.string()),
+    }
+    return pa.Table.from_arrays([columns[name] for name in LIST_SCHEMA.names], schema=LIST_SCHEMA)
 
 
 @dataclass
@@ -654,7 +653,7 @@ def merge_file_list(
     import pyarrow.compute as pc
 
     added = sorted(changes.added)
-    removed = pa.array(sorted(changes.removed), pa.string())
+    removed = array(sorted(changes.removed), pa.string())
     taken = 0  # adds emitted so far (a prefix of ``added``)
     matched = 0
     files = rows = size = 0
