@@ -102,20 +102,36 @@ def check_doors(work: Path, seen: dict[str, Any]) -> None:
     assert not (work / "format-register-agg").exists() and not (work / "agg-foreach").exists()
 
 
-def test_every_door_from_a_remote_connect_client(server: ConnectServer, tmp_path: Path) -> None:
-    make_input(tmp_path / "in", files=3, rows=100)
-    seen = finish(client(tmp_path, "doors", server.url, str(tmp_path)))
-    assert seen["session"] == "pyspark.sql.connect.session"
-    check_doors(tmp_path, seen)
-
-
-def test_every_door_with_spark_api_mode_connect(tmp_path: Path) -> None:
-    make_input(tmp_path / "in", files=3, rows=100)
+def test_every_door_from_a_remote_connect_client_and_with_spark_api_mode_connect(
+    server: ConnectServer, tmp_path: Path
+) -> None:
+    """Both Connect doors, side by side (each judged apart): a remote client of the module's
+    server, and ``spark.api.mode=connect``, whose local server lives in the client's own
+    process (it cannot share the module's). Their clients run at once: most of a door's time
+    is waiting on small Spark batches, so the two overlap (they were two tests, one after the
+    other)."""
     env_python = os.environ.get("PYSPARK_PYTHON")
     assert env_python, "conftest points PYSPARK_PYTHON at this venv"
-    seen = finish(client(tmp_path, "doors", "api-mode", str(tmp_path)))
-    assert seen["session"] == "pyspark.sql.connect.session"
-    check_doors(tmp_path, seen)
+    doors = {"remote": server.url, "api-mode": "api-mode"}
+    running: dict[str, subprocess.Popen[str]] = {}
+    for name, url in doors.items():
+        make_input(tmp_path / name / "in", files=3, rows=100)
+        running[name] = client(tmp_path / name, "doors", url, str(tmp_path / name))
+    seen: dict[str, dict[str, Any]] = {}
+    try:
+        for name, proc in running.items():
+            try:
+                seen[name] = finish(proc)
+            except AssertionError as exc:
+                raise AssertionError(f"the {name} door: {exc}") from None
+    finally:
+        for proc in running.values():  # the other door's client, when one failed
+            if proc.poll() is None:
+                os.killpg(proc.pid, 9)
+                proc.wait(timeout=30)
+    for name in doors:
+        assert seen[name]["session"] == "pyspark.sql.connect.session", name
+        check_doors(tmp_path / name, seen[name])
 
 
 def committed_rows(lake: Path) -> int:

@@ -20,14 +20,15 @@ restart from the checkpoint -- is its driver kill's and injected failure's case)
 Upstream transactions: with ``kafka.isolation.level=read_committed`` no record of an aborted
 transaction reaches the lake.
 
-Restart from the lake (format 3): the checkpoint lost or unusable, ``lakesink offsets`` gives
-the topic's next offsets, continuations that overlap or leave a gap are refused before they
-write, and ``--starting-offsets lake`` continues the writer with every record once. Foreach mode
+Restart from the lake (format 3), on a broker from ``python -m devtools.kafka``: the checkpoint
+lost or unusable, ``lakesink offsets`` gives the topic's next offsets, continuations that
+overlap or leave a gap are refused before they write, the guide's continuation by hand and then
+the job's ``--starting-offsets lake`` continue the writer with every record once. Foreach mode
 on Kafka without a repartition by Kafka partition is refused at ``start()`` (SPARK-28650).
 
-The jobs run in processes of their own (killed with -9); the drivers of the continuation
-attempts and of the foreach guard run on the tests' shared session, which has the connector on
-``spark.jars`` (conftest), instead of starting a JVM each.
+The jobs run in processes of their own (killed with -9); the queries by hand, the drivers of
+the continuation attempts and of the foreach guard run on the tests' shared session, which has
+the connector on ``spark.jars`` (conftest), instead of starting a JVM each.
 """
 
 from __future__ import annotations
@@ -110,9 +111,9 @@ class Producer(threading.Thread):
 # -- the job --------------------------------------------------------------------------------
 
 
-def job_cmd(kafka: KafkaBroker, topic: str, lake: Path, chk: Path, mode: str, *extra: str) -> list[str]:
+def job_cmd(bootstrap: str, topic: str, lake: Path, chk: Path, mode: str, *extra: str) -> list[str]:
     return [
-        sys.executable, str(JOB), "--source", "kafka", "--bootstrap", kafka.bootstrap, "--topic", topic,
+        sys.executable, str(JOB), "--source", "kafka", "--bootstrap", bootstrap, "--topic", topic,
         "--lake", str(lake), "--checkpoint", str(chk), "--mode", mode, "--verbose", *extra,
     ]  # fmt: skip
 
@@ -201,9 +202,9 @@ def lake_records(lake: Path) -> list[tuple[int, int, str]]:
     return list(zip(*(table.column(c).to_pylist() for c in ("partition", "offset", "value")), strict=True))
 
 
-def check_exactly_once(lake: Path, kafka: KafkaBroker, topic: str) -> list[tuple[int, int, str]]:
+def check_exactly_once(lake: Path, bootstrap: str, topic: str) -> list[tuple[int, int, str]]:
     """The lake holds each record of ``topic`` once: same (partition, offset) set, same values."""
-    truth = topic_records(kafka.bootstrap, topic)
+    truth = topic_records(bootstrap, topic)
     got = lake_records(lake)
     duplicated = {k: n for k, n in Counter((p, o) for p, o, _ in got).items() if n > 1}
     assert not duplicated, f"{len(duplicated)} (partition, offset) pairs in the lake more than once"
@@ -240,7 +241,9 @@ def run_pipeline(kafka: KafkaBroker, tmp_path: Path, mode: str, plan: list[str])
                 if job is not None:
                     outcomes.append(f"run {runs - 1} exited {job.proc.returncode}")
                 assert runs <= len(plan) + 2, f"the job keeps exiting: {outcomes}\n{job and job.tail()}"
-                job = Job(job_cmd(kafka, topic, lake, chk, mode, *streaming), tmp_path / f"run-{runs}.log")
+                job = Job(
+                    job_cmd(kafka.bootstrap, topic, lake, chk, mode, *streaming), tmp_path / f"run-{runs}.log"
+                )
                 runs += 1
             # A driver is killed once a file of the epoch is published (in either mode).
             at_publish = lake if pending[0] == "driver" else None
@@ -263,13 +266,15 @@ def run_pipeline(kafka: KafkaBroker, tmp_path: Path, mode: str, plan: list[str])
             job.kill()  # one more kill -9, wherever it is
             outcomes.append("driver killed after the faults")
         kafka.start()
-    final = Job(job_cmd(kafka, topic, lake, chk, mode, "--available-now"), tmp_path / f"run-{runs}.log")
+    final = Job(
+        job_cmd(kafka.bootstrap, topic, lake, chk, mode, "--available-now"), tmp_path / f"run-{runs}.log"
+    )
     code = final.wait()
     print(f"\n{mode}: " + "; ".join(outcomes) + f"; final run exited {code}")
     assert code == 0, final.tail()
     assert (chk / "_fault_injected").exists(), "the injected task failure did not fire"
     assert not producer.failed, producer.failed[:5]
-    got = check_exactly_once(lake, kafka, topic)
+    got = check_exactly_once(lake, kafka.bootstrap, topic)
     assert {v for _, _, v in got} >= producer.acked
     done = len(epochs(chk, "commits"))
     print(f"  {producer.sent} produced, {len(got)} in the lake once each, over {done} epochs")
@@ -348,12 +353,12 @@ def test_read_committed_keeps_aborted_transactions_out_of_the_lake(
     )
     lake, chk = tmp_path / "lake", tmp_path / "chk"
     job = Job(
-        job_cmd(kafka, topic, lake, chk, "epoch", "--available-now", "--max-offsets-per-trigger", "50",
-                "--isolation-level", "read_committed"),
+        job_cmd(kafka.bootstrap, topic, lake, chk, "epoch", "--available-now", "--max-offsets-per-trigger",
+                "50", "--isolation-level", "read_committed"),
         tmp_path / "run.log",
     )  # fmt: skip
     assert job.wait() == 0, job.tail()
-    got = check_exactly_once(lake, kafka, topic)
+    got = check_exactly_once(lake, kafka.bootstrap, topic)
     values = [v for _, _, v in got]
     assert not set(values) & aborted, f"{len(set(values) & aborted)} aborted records reached the lake"
     assert sorted(values) == sorted(committed)
@@ -375,10 +380,10 @@ def produce(bootstrap: str, topic: str, first: int, count: int, partitions: int 
         producer.close(30)
 
 
-def next_offsets(kafka: KafkaBroker, topic: str) -> dict[str, int]:
+def next_offsets(bootstrap: str, topic: str) -> dict[str, int]:
     """Per partition of ``topic``, the offset after its last record (the next one to read)."""
     ends: dict[str, int] = {}
-    for partition, offset, _ in topic_records(kafka.bootstrap, topic):
+    for partition, offset, _ in topic_records(bootstrap, topic):
         ends[str(partition)] = max(ends.get(str(partition), 0), offset + 1)
     return ends
 
@@ -401,108 +406,18 @@ def printed_offsets(lake: Path) -> Any:
 
 
 @pytest.mark.spark
-@pytest.mark.timeout(400)
-def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake(
-    spark: Any, kafka: KafkaBroker, tmp_path: Path
-) -> None:
-    """The recovery procedure of docs/guide/kafka.md: the lake's offsets, a refused overlap and a
-    refused gap (nothing written; lakesink.write_stream), the continuation with the job's
-    ``--starting-offsets lake`` (every record once), and its restart from its own checkpoint."""
-    import json
-
-    from lakesink_reader import Lake
-
-    topic = f"cont-{uuid.uuid4().hex[:8]}"
-    create_topic(kafka.bootstrap, topic, 3)
-    produce(kafka.bootstrap, topic, 0, 300)
-    lake, chk = tmp_path / "lake", tmp_path / "chk"
-    began = time.monotonic()
-    epoch3 = ["--available-now", "--max-offsets-per-trigger", "100"]
-    first = Job(job_cmd(kafka, topic, lake, chk, "epoch", *epoch3), tmp_path / "run-1.log")
-    assert first.wait() == 0, first.tail()
-    (old,) = Lake(lake).writers()
-    assert old.last_batch >= 2, f"one batch per 100 records expected, got {old.last_batch + 1}"
-    timings = [f"first run {time.monotonic() - began:.1f} s"]
-
-    # 1. What the lake says: the next offset to read per partition, as startingOffsets takes it.
-    ends = next_offsets(kafka, topic)
-    assert ends == {"0": 100, "1": 100, "2": 100}
-    assert printed_offsets(lake) == {topic: ends}
-    assert Lake(lake).offsets() == [{topic: ends}] == Lake(lake).offsets(old.tag)
-
-    # 2. The checkpoint becomes unusable, as a Spark upgrade can make it: a job asked to start
-    #    from the lake refuses to run on it (before Spark starts), naming what to do.
-    last = old.last_batch
-    (chk / "offsets" / str(last)).write_text('v99\n{"batchWatermarkMs":0}\n{"future":1}')
-    restart = [
-        a for a in job_cmd(kafka, topic, lake, chk, "epoch", "--starting-offsets", "lake") if a != "--verbose"
-    ]
-    damaged = Job(restart, tmp_path / "damaged-offsets.log")
-    assert damaged.wait() == 2, damaged.tail()
-    assert f"does not hold the offsets the lake recorded for its batch {last}" in damaged.tail()
-    (chk / "metadata").write_text("v99\n{}")
-    damaged = Job(restart, tmp_path / "damaged-metadata.log")
-    assert damaged.wait() == 2, damaged.tail()
-    assert "names no query" in damaged.tail() and "move the checkpoint away" in damaged.tail()
-    shutil.rmtree(chk)  # moved away (here: deleted)
-    produce(kafka.bootstrap, topic, 300, 150)  # the topic moves on meanwhile
-
-    # 3. Continuations that do not start where the writer ended are refused at start(), in one
-    #    line (lakesink.write_stream, on the tests' session; the source's offsets are exact).
-    before = lake_files(lake)
-    cases = {
-        "overlap": (
-            {topic: {**ends, "0": 93}},
-            f"{topic}-0: starts at 93, before 100 (an overlap: rows twice)",
-        ),
-        "gap": ({topic: {**ends, "2": 105}}, f"{topic}-2: starts at 105, after 100 (a gap: rows lost)"),
-    }
-    began = time.monotonic()
-    attempts = {name: json.dumps(start) for name, (start, _) in cases.items()}
-    refused = continuation_driver(
-        kafka_session(spark), kafka.bootstrap, topic, str(lake), str(tmp_path), old.id, attempts
-    )
-    for name, (_, complaint) in cases.items():
-        error, files = refused[name]
-        assert error.startswith("at start(): CommitRefusedError: ") and complaint in error, error
-        assert files == before, f"the refused {name} changed the lake"
-    assert [w.id for w in Lake(lake).writers()] == [old.id]
-    timings.append(f"overlap and gap refused in {time.monotonic() - began:.1f} s")
-
-    # 4. The continuation: started where the lake says, continuing the old writer.
-    began = time.monotonic()
-    cont = ["--available-now", "--max-offsets-per-trigger", "100", "--starting-offsets", "lake"]
-    second = Job(job_cmd(kafka, topic, lake, chk, "epoch", *cont), tmp_path / "run-2.log")
-    assert second.wait() == 0, second.tail()
-    assert f"continuing writer {old.id}" in second.tail()
-    timings.append(f"continuation {time.monotonic() - began:.1f} s")
-    got = check_exactly_once(lake, kafka, topic)
-    assert len(got) == 450
-    old_now, new = Lake(lake).writers()
-    assert old_now.id == old.id and old_now.continued_by == new.id and new.continues == old.id
-    assert printed_offsets(lake) == {topic: next_offsets(kafka, topic)}
-
-    # 5. The continuing query restarts from its own checkpoint (the lake's offsets unused).
-    produce(kafka.bootstrap, topic, 450, 30)
-    began = time.monotonic()
-    third = Job(job_cmd(kafka, topic, lake, chk, "epoch", *cont), tmp_path / "run-3.log")
-    assert third.wait() == 0, third.tail()
-    assert "restarts from its checkpoint" in third.tail()
-    timings.append(f"restart {time.monotonic() - began:.1f} s")
-    assert len(check_exactly_once(lake, kafka, topic)) == 480
-    assert [w.id for w in Lake(lake).writers()] == [old.id, new.id]
-    print("\n" + "; ".join(timings))
-
-
-@pytest.mark.spark
-@pytest.mark.timeout(300)
-def test_the_guides_restart_from_the_lake_by_hand_on_python_m_devtools_kafka(
+@pytest.mark.timeout(600)
+def test_a_lost_or_unusable_checkpoint_restarts_from_the_lake_by_hand_and_by_the_job(
     spark: Any, tmp_path: Path
 ) -> None:
-    """docs/guide/kafka.md's "Restart from the lake" as a user does it by hand: a broker from
-    ``python -m devtools.kafka`` (the address it prints), a first query, the checkpoint deleted,
-    ``lakesink offsets`` and the writer's id, the query of step 3 as written; every record once,
-    and Ctrl-C stops the broker."""
+    """The recovery procedure of docs/guide/kafka.md, on one lake of one topic: by hand as a user
+    does it on a broker from ``python -m devtools.kafka`` (the address it prints; Ctrl-C stops
+    it): a first query, the lake's offsets and the writer's id, the checkpoint made unusable and
+    refused by the job, a refused overlap and a refused gap (nothing written;
+    lakesink.write_stream), the guide's step-3 query (every record once); then the checkpoint
+    lost again and the job's ``--starting-offsets lake`` continuing that writer (every record
+    once), and the job's restart from its own checkpoint. One stream of the first 300 records
+    for both ways in (they were two tests, each with its own first run: one JVM less)."""
     import re
 
     import lakesink
@@ -519,40 +434,120 @@ def test_the_guides_restart_from_the_lake_by_hand_on_python_m_devtools_kafka(
         assert found, f"python -m devtools.kafka printed {banner!r}"
         servers, broker_pid = found.group(1), int(found.group(2))
         spark = kafka_session(spark)
-        topic = f"byhand-{uuid.uuid4().hex[:8]}"
+        topic = f"cont-{uuid.uuid4().hex[:8]}"
         create_topic(servers, topic, 3)
         produce(servers, topic, 0, 300)
-        lake, chk = str(tmp_path / "events"), tmp_path / "chk"
+        lake, chk = tmp_path / "events", tmp_path / "chk"
+        timings: list[str] = []
 
         def stream(starting_offsets: str) -> Any:
+            # The job's columns: its --starting-offsets lake continues this query's writer below.
             return (
                 spark.readStream.format("kafka").option("kafka.bootstrap.servers", servers)
                 .option("subscribe", topic).option("startingOffsets", starting_offsets)
                 .option("maxOffsetsPerTrigger", 100).load()
-                .selectExpr("topic", "partition", "offset", "cast(value as string) value")
+                .selectExpr("topic", "partition", "offset", "cast(key as string) key",
+                            "cast(value as string) value", "timestamp")
             )  # fmt: skip
 
+        began = time.monotonic()
         first = lakesink.write_stream(
-            stream("earliest"), lake, checkpoint_location=str(chk / "events"), trigger={"availableNow": True}
+            stream("earliest"),
+            str(lake),
+            checkpoint_location=str(chk / "events"),
+            trigger={"availableNow": True},
         )
         first.awaitTermination(120)
-        # Step 1: the checkpoint is lost; the topic moves on meanwhile.
+        (old,) = Lake(lake).writers()
+        assert old.last_batch >= 2, f"one batch per 100 records expected, got {old.last_batch + 1}"
+        timings.append(f"first query {time.monotonic() - began:.1f} s")
+
+        # 1. What the lake says: the next offset to read per partition, as startingOffsets takes it.
+        ends = next_offsets(servers, topic)
+        assert ends == {"0": 100, "1": 100, "2": 100}
+        assert Lake(lake).offsets() == [{topic: ends}] == Lake(lake).offsets(old.tag)
+
+        # 2. The checkpoint becomes unusable, as a Spark upgrade can make it: a job asked to start
+        #    from the lake refuses to run on it (before Spark starts), naming what to do.
+        last = old.last_batch
+        (chk / "events" / "offsets" / str(last)).write_text('v99\n{"batchWatermarkMs":0}\n{"future":1}')
+        restart = [
+            a for a in job_cmd(servers, topic, lake, chk / "events", "epoch", "--starting-offsets", "lake")
+            if a != "--verbose"
+        ]  # fmt: skip
+        damaged = Job(restart, tmp_path / "damaged-offsets.log")
+        assert damaged.wait() == 2, damaged.tail()
+        assert f"does not hold the offsets the lake recorded for its batch {last}" in damaged.tail()
+        (chk / "events" / "metadata").write_text("v99\n{}")
+        damaged = Job(restart, tmp_path / "damaged-metadata.log")
+        assert damaged.wait() == 2, damaged.tail()
+        assert "names no query" in damaged.tail() and "move the checkpoint away" in damaged.tail()
+        # The guide's step 1: the checkpoint moved away (here: deleted); the topic moves on meanwhile.
         shutil.rmtree(chk / "events")
         produce(servers, topic, 300, 150)
-        # Step 2: where the lake says the writer ended, and the writer's id.
-        printed = printed_offsets(Path(lake))
-        assert printed == {topic: {"0": 100, "1": 100, "2": 100}}
-        (old,) = Lake(lake).writers()
-        # Step 3, as the guide writes it (with the test's topic and paths).
-        df = stream(json.dumps(printed))
-        second = lakesink.write_stream(df, lake, checkpoint_location=str(chk / "events-2"),
+
+        # The guide's step 2: where the lake says the writer ended (``lakesink offsets``), its id.
+        printed = printed_offsets(lake)
+        assert printed == {topic: ends}
+        assert [w.id for w in Lake(lake).writers()] == [old.id]
+
+        # 3. Continuations that do not start where the writer ended are refused at start(), in one
+        #    line (lakesink.write_stream, on the tests' session; the source's offsets are exact).
+        before = lake_files(lake)
+        cases = {
+            "overlap": (
+                {topic: {**ends, "0": 93}},
+                f"{topic}-0: starts at 93, before 100 (an overlap: rows twice)",
+            ),
+            "gap": ({topic: {**ends, "2": 105}}, f"{topic}-2: starts at 105, after 100 (a gap: rows lost)"),
+        }
+        began = time.monotonic()
+        attempts = {name: json.dumps(start) for name, (start, _) in cases.items()}
+        refused = continuation_driver(spark, servers, topic, str(lake), str(tmp_path), old.id, attempts)
+        for name, (_, complaint) in cases.items():
+            error, files = refused[name]
+            assert error.startswith("at start(): CommitRefusedError: ") and complaint in error, error
+            assert files == before, f"the refused {name} changed the lake"
+        assert [w.id for w in Lake(lake).writers()] == [old.id]
+        timings.append(f"overlap and gap refused in {time.monotonic() - began:.1f} s")
+
+        # The guide's step 3, as it writes it (with the test's topic, paths and columns).
+        began = time.monotonic()
+        second = lakesink.write_stream(stream(json.dumps(printed)), str(lake),
+                                       checkpoint_location=str(chk / "events-2"),
                                        continue_writer=old.id, trigger={"availableNow": True})  # fmt: skip
         second.awaitTermination(120)
-        got = lake_records(Path(lake))
-        truth = topic_records(servers, topic)
-        assert sorted((p, o) for p, o, _ in got) == sorted((p, o) for p, o, _ in truth) and len(got) == 450
+        timings.append(f"the guide's continuation {time.monotonic() - began:.1f} s")
+        assert len(check_exactly_once(lake, servers, topic)) == 450
         writers = {w.id: w for w in Lake(lake).writers()}
-        assert writers[old.id].continued_by == second.id
+        assert writers[old.id].continued_by == second.id and writers[second.id].continues == old.id
+        assert printed_offsets(lake) == {topic: next_offsets(servers, topic)}
+
+        # 4. The checkpoint lost again (events-2 left behind): the job's --starting-offsets lake
+        #    continues the writer the lake has not retired -- the guide's continuation.
+        produce(servers, topic, 450, 60)
+        began = time.monotonic()
+        cont = ["--available-now", "--max-offsets-per-trigger", "100", "--starting-offsets", "lake"]
+        job = Job(job_cmd(servers, topic, lake, chk / "job", "epoch", *cont), tmp_path / "job-1.log")
+        assert job.wait() == 0, job.tail()
+        assert f"continuing writer {second.id}" in job.tail()
+        timings.append(f"the job's continuation {time.monotonic() - began:.1f} s")
+        assert len(check_exactly_once(lake, servers, topic)) == 510
+        old_now, second_now, new = Lake(lake).writers()
+        assert (old_now.id, second_now.id) == (old.id, second.id)
+        assert second_now.continued_by == new.id and new.continues == second.id
+        assert printed_offsets(lake) == {topic: next_offsets(servers, topic)}
+
+        # 5. The continuing query restarts from its own checkpoint (the lake's offsets unused).
+        produce(servers, topic, 510, 30)
+        began = time.monotonic()
+        again = Job(job_cmd(servers, topic, lake, chk / "job", "epoch", *cont), tmp_path / "job-2.log")
+        assert again.wait() == 0, again.tail()
+        assert "restarts from its checkpoint" in again.tail()
+        timings.append(f"the job's restart {time.monotonic() - began:.1f} s")
+        assert len(check_exactly_once(lake, servers, topic)) == 540
+        assert [w.id for w in Lake(lake).writers()] == [old.id, second.id, new.id]
+        print("\n" + "; ".join(timings))
     finally:
         server.send_signal(signal.SIGINT)  # Ctrl-C
         try:
@@ -695,7 +690,7 @@ def test_foreach_on_kafka_is_refused_without_a_repartition_by_kafka_partition(
     assert len(result["join warnings"]) == 1 and "cannot tell" in result["join warnings"][0]
     assert result["hash"] == "done"
     print(f"\nguard: checks {result['checked in']:.1f} s, the query {result['ran in']:.1f} s after")
-    assert len(check_exactly_once(tmp_path / "lake-hash", kafka, topic)) == 90
+    assert len(check_exactly_once(tmp_path / "lake-hash", kafka.bootstrap, topic)) == 90
 
 
 # -- the job's arguments (no Spark) ---------------------------------------------------------
