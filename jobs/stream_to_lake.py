@@ -585,14 +585,14 @@ def run(args: argparse.Namespace, start: Callable[..., Any] | None = None) -> in
     if args.source == "kafka" and args.starting_offsets == "lake":
         lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
-    if args.mode == "epoch" and args.via in (None, "data_source"):
+    if args.mode == "epoch" and args.via == "data_source":
         import lakesink
 
         # Before the input is set up: lakesink starts the data source door's driver-side Python
-        # workers meanwhile (the default door). Not for the foreachBatch door (--via
-        # foreach_batch, or auto in a classic session): it uses no data source, and registering
-        # one starts Spark's lookup worker, which that door spares. Under Spark Connect
-        # write_stream registers by itself.
+        # workers meanwhile. Not for the foreachBatch door (write_stream's default, auto, in a
+        # classic session; or --via foreach_batch): it uses no data source, and registering one
+        # starts Spark's lookup worker, which that door spares. Under Spark Connect the default
+        # door is the data source's, and write_stream registers by itself.
         lakesink.register(spark)
     query = start(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
