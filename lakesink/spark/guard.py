@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakesink.config import SinkConfig, parse_columns
-from lakesink.spark import batch_log, preflight, pyfiles
+from lakesink.spark import batch_log, preflight
 from lakesink.spark.failures import raising_lakesink_errors
 from lakesink.spark.foreach import LakeForeachWriter
 from lakesink.spark.rows import arrow_schema
@@ -264,13 +264,9 @@ def start_foreach_batch(
     if not hasattr(df, "_jdf"):  # a Spark Connect DataFrame has no JVM object
         raise ValueError(
             "via='foreach_batch' runs in classic PySpark sessions only: under Spark Connect the "
-            "server runs foreachBatch's function; use via='data_source' there (what the default, "
-            "via='auto', picks)"
+            "server runs foreachBatch's function; use via='data_source' there (the default; "
+            "via='auto' picks it there too)"
         )
-    # What register does for a readStream.format("lakesink") upstream shipped with --py-files
-    # (docs/guide/clusters.md): this door registers nothing, and that stream would fail at its
-    # first batch without lakesink. A few symlinks on the driver; no Python worker.
-    pyfiles.link_for_streaming_sources(df.sparkSession)
     writer = df.writeStream.foreachBatch(LakeBatchWrite(config))
     writer = writer.option("checkpointLocation", config.checkpoint_location)
     if trigger:
