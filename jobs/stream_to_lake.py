@@ -585,15 +585,20 @@ def run(args: argparse.Namespace, start: Callable[..., Any] | None = None) -> in
     if args.source == "kafka" and args.starting_offsets == "lake":
         lake_start(args)  # before Spark starts: a lake with no offsets to give is one line
     spark = session(args)
-    if args.mode == "epoch" and args.via in (None, "data_source"):
+    data_source_door = args.mode == "epoch" and args.via == "data_source"
+    if data_source_door or args.source == "lake":
         import lakesink
 
-        # Before the input is set up: lakesink starts the data source door's driver-side Python
-        # workers meanwhile (the default door). Not for the foreachBatch door (--via
-        # foreach_batch, or auto in a classic session): it uses no data source, and registering
-        # one starts Spark's lookup worker, which that door spares. Under Spark Connect
-        # write_stream registers by itself.
-        lakesink.register(spark)
+        # Before the input is set up. A lake read as a stream needs it in either mode: with
+        # lakesink shipped by --py-files, load() finds no "lakesink" source without it
+        # (DATA_SOURCE_NOT_FOUND), nor would Spark's streaming-source worker find lakesink
+        # (lakesink.spark.pyfiles). The data source door's driver-side workers start meanwhile
+        # (the warm-up). Not for the foreachBatch door alone (write_stream's default, auto, in a
+        # classic session; or --via foreach_batch): it uses no data source, and registering one
+        # starts Spark's lookup worker, which that door spares (nor the warm-up, whose workers
+        # are the data source door's). Under Spark Connect the default door is the data
+        # source's, and write_stream registers by itself.
+        lakesink.register(spark, warm_up=data_source_door)
     query = start(build_stream(spark, args), args, options)
     epochs = EpochLogger(args.lake, options)
     deadline = time.monotonic() + args.duration if args.duration else None

@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.mode == "epoch":
             from lakesink import write_stream
 
+            door = {"via": args.via} if args.via else {}  # else write_stream's default door
             return write_stream(
                 df,
                 args.lake,
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
                 storage_options=options,
                 trigger=trigger,
                 row_group_bytes=SMALL_ROW_GROUP,
+                **door,
             )
         from lakesink import LakeForeachWriter, WriteOptions
 

@@ -18,7 +18,10 @@ Selection (every test here is marked ``cluster``):
   children gone, the sweep), and local disk under kill -9 is test_chaos.py's;
 - HDFS lakes (``-m "cluster and hdfs"``): both modes x both kinds of loss, the lake and Spark's
   checkpoint on the session's MiniDFSCluster; ``make test`` runs foreach/executor-kill, the
-  other three are marked ``long``.
+  other three are marked ``long``;
+- epoch mode takes ``write_stream``'s default door (``via="auto"``: the foreachBatch door in
+  this classic session); ``epoch-s3-worker-kill-data-source`` (``long``) is the bounded case
+  through the data source door.
 """
 
 from __future__ import annotations
@@ -169,35 +172,52 @@ def sweep(lake: str, s3: S3Server | None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
 
 
-CASES = [
-    pytest.param(
-        mode,
-        storage,
-        kill,
-        id=f"{mode}-{storage}-{kill}-kill",
-        marks=() if (mode, storage, kill) in BOUNDED else pytest.mark.long,
-    )
-    for kill in ("executor", "worker")
-    for mode in ("foreach", "epoch")
-    for storage in ("local", "s3")
-] + [
-    # HDFS (lake and Spark's checkpoint on the session's MiniDFSCluster).
-    pytest.param(
-        mode,
-        "hdfs",
-        kill,
-        id=f"{mode}-hdfs-{kill}-kill",
-        marks=(pytest.mark.hdfs,)
-        if (mode, "hdfs", kill) in BOUNDED_HDFS
-        else (pytest.mark.long, pytest.mark.hdfs),
-    )
-    for kill in ("executor", "worker")
-    for mode in ("foreach", "epoch")
-]
+CASES = (
+    [
+        pytest.param(
+            mode,
+            storage,
+            kill,
+            None,
+            id=f"{mode}-{storage}-{kill}-kill",
+            marks=() if (mode, storage, kill) in BOUNDED else pytest.mark.long,
+        )
+        for kill in ("executor", "worker")
+        for mode in ("foreach", "epoch")
+        for storage in ("local", "s3")
+    ]
+    + [
+        # HDFS (lake and Spark's checkpoint on the session's MiniDFSCluster).
+        pytest.param(
+            mode,
+            "hdfs",
+            kill,
+            None,
+            id=f"{mode}-hdfs-{kill}-kill",
+            marks=(pytest.mark.hdfs,)
+            if (mode, "hdfs", kill) in BOUNDED_HDFS
+            else (pytest.mark.long, pytest.mark.hdfs),
+        )
+        for kill in ("executor", "worker")
+        for mode in ("foreach", "epoch")
+    ]
+    + [
+        # The epoch cases take write_stream's default door (foreachBatch here); the data source
+        # door (format("lakesink")) through the bounded case's kill.
+        pytest.param(
+            "epoch",
+            "s3",
+            "worker",
+            "data_source",
+            id="epoch-s3-worker-kill-data-source",
+            marks=pytest.mark.long,
+        ),
+    ]
+)
 
 
 @pytest.mark.timeout(1200)
-@pytest.mark.parametrize(("mode", "storage", "kill"), CASES)
+@pytest.mark.parametrize(("mode", "storage", "kill", "via"), CASES)
 def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     cluster: StandaloneCluster,
     request: pytest.FixtureRequest,
@@ -205,6 +225,7 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
     mode: str,
     storage: str,
     kill: str,
+    via: str | None,
 ) -> None:
     cluster.ensure_workers(2)  # a surviving worker must be there to run the retry
     s3: S3Server | None = request.getfixturevalue("s3") if storage == "s3" else None
@@ -225,6 +246,7 @@ def test_task_rescheduled_after_executor_loss_lands_every_row_once(
         "--hang-marker", str(marker),
         "--hang-after-rows", str(HANG_AFTER_ROWS),
         *job_args(lake, checkpoint, source, options, mode, fail_once_after_rows=0),
+        *(["--via", via] if via else []),
     ]  # fmt: skip
     running = cluster.start_submit(APP, args, name=f"{mode}-{storage}-{kill}", conf=SUBMIT_CONF)
     spawned: list[procs.Seen] = []

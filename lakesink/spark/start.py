@@ -131,7 +131,7 @@ def write_stream(
     trigger: Mapping[str, Any] | None = None,
     query_name: str | None = None,
     observer: Observer | None = None,
-    via: str = "data_source",
+    via: str = "auto",
     **options: Any,
 ) -> StreamingQuery:
     """Start an epoch-mode streaming write of ``df`` into the lake at ``path``.
@@ -161,11 +161,10 @@ def write_stream(
     via
         The door into Spark. ``"foreach_batch"``: through ``foreachBatch`` and ``mapInArrow``,
         which start one kind of Python worker instead of five and commit in this process
-        (``lakesink.spark.batches``; classic sessions only). ``"data_source"`` (the default):
-        through ``format("lakesink")``, the Python Data Source API. ``"auto"``: the first in
-        a classic session, the second under Spark Connect. The lake, the protocol and every
-        guarantee are the same; the default stays the data source door until the foreachBatch
-        door passes the standalone cluster's kill test (docs/design/performance.md).
+        (``lakesink.spark.batches``; classic sessions only). ``"data_source"``: through
+        ``format("lakesink")``, the Python Data Source API. ``"auto"`` (the default): the
+        first in a classic session, the second under Spark Connect. The lake, the protocol
+        and every guarantee are the same.
     **options
         The fields of :class:`lakesink.WriteOptions` (``row_group_bytes``, ``compression``,
         ``compression_level``, ``use_dictionary``, ``dictionary_page_bytes``) and

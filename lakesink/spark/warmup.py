@@ -10,11 +10,12 @@ pyspark installed in site-packages, 1.2 CPU-s when the workers compile pyspark f
 ``pyspark.zip``, as a plain ``SparkSession.builder`` session's do. Spark's own Parquet sink
 runs no Python, so its first epoch is that much sooner (``make bench``, "First epoch").
 
-:func:`start_driver_workers` (run by ``lakesink.register``, and so by ``write_stream``) runs
-each of the three once, for a data source that does nothing, on a background thread. Spark
-keeps a finished worker for the next request of the same kind (``spark.python.worker.reuse``)
-and pools workers by interpreter and environment, never by the function they ran; the
-warm-up's function is wrapped exactly as ``spark.dataSource.register`` wraps lakesink's. So
+:func:`start_driver_workers` (run by ``lakesink.register``, and so by ``write_stream``'s data
+source door) runs each of the three once, for a data source that does nothing, on a
+background thread. Spark keeps a finished worker for the next request of the same kind
+(``spark.python.worker.reuse``) and pools workers by interpreter and environment, never by
+the function they ran; the warm-up's function is wrapped exactly as
+``spark.dataSource.register`` wraps lakesink's. So
 the query's own requests find the workers started, with pyspark, pyarrow and lakesink
 imported. ``make bench`` measured the first epoch 1.8 s sooner on a plain session (4.2 s
 behind Spark's sink before, 2.4 s after) and 0.8 s sooner with ``write_stream``, whose
