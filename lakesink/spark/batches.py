@@ -29,7 +29,6 @@ from __future__ import annotations
 import importlib
 import logging
 import pickle
-import struct
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -81,11 +80,14 @@ class LakeBatchWrite:
             # Here, not at the top: pyarrow loads in the task's worker, not at the import.
             import pyarrow as pa
 
+            # Built from buffers: pa.array of a list imports pandas in the worker (arrays.py).
+            from lakesink_reader.arrays import array
+
             ctx = TaskContext.get()
             if ctx is None:  # pragma: no cover - mapInArrow runs inside a task
                 raise RuntimeError("lakesink's foreachBatch task must run inside a Spark task")
             message = writer.write_partition(batches, ctx.partitionId(), batch_id, query_id)
-            yield pa.record_batch([_one_binary(pickle.dumps(message))], names=["message"])
+            yield pa.record_batch([array([pickle.dumps(message)], pa.binary())], names=["message"])
 
         messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
         try:
@@ -99,19 +101,6 @@ class LakeBatchWrite:
                 log.warning("abort of batch %d of %s failed; the sweep removes its files", batch_id,
                             self.config.path, exc_info=True)  # fmt: skip
             raise
-
-
-def _one_binary(data: bytes) -> pa.Array[Any]:
-    """A one-value binary array of ``data``, from its buffers: ``pa.array([data])`` would ask
-    pyarrow's pandas shim whether the list is a pandas object, and that imports pandas (~22 MiB
-    in each task worker Spark keeps, measured: issue 38's memory target)."""
-    import pyarrow  # here, not at the top: pyarrow loads in the task's worker
-
-    offsets = pyarrow.py_buffer(struct.pack("<ii", 0, len(data)))
-    array: pa.Array[Any] = pyarrow.Array.from_buffers(
-        pyarrow.binary(), 1, [None, offsets, pyarrow.py_buffer(data)]
-    )
-    return array
 
 
 def import_commit_modules() -> None:
