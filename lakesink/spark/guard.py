@@ -264,8 +264,8 @@ def start_foreach_batch(
     if not hasattr(df, "_jdf"):  # a Spark Connect DataFrame has no JVM object
         raise ValueError(
             "via='foreach_batch' runs in classic PySpark sessions only: under Spark Connect the "
-            "server runs foreachBatch's function; use via='data_source' there (the default; "
-            "via='auto' picks it there too)"
+            "server runs foreachBatch's function; use via='data_source' there (what the default, "
+            "via='auto', picks under Spark Connect)"
         )
     writer = df.writeStream.foreachBatch(LakeBatchWrite(config))
     writer = writer.option("checkpointLocation", config.checkpoint_location)
