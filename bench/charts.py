@@ -16,6 +16,7 @@ from report import NAMES, compact
 
 COLORS = {
     "parquet": "#7f7f7f",
+    "parquet-arrow": "#c7c7c7",
     "delta-peer": "#e377c2",
     "epoch": "#1f77b4",
     "epoch-source": "#bcbd22",
@@ -90,7 +91,7 @@ def _bars(ax: Any, runs: Mapping[str, list[float]], title: str) -> None:
 
 def _latency(ax: Any, runs: Mapping[str, Any]) -> None:
     for name, run in runs.items():
-        epochs = run["epochs"]
+        epochs = [e for e in run["epochs"] if e.get("turn", 0) == 0]  # one turn: one line per sink
         xs = [e["epoch"] for e in epochs]
         ax.plot(
             xs,

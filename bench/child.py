@@ -72,6 +72,9 @@ class ChildSpec:
     #: A plain session's ``lakesink.register(spark)``; False: pyspark finds ``format("lakesink")``
     #: by itself (``pyspark_lakesink``), as for a user who never calls lakesink.
     register: bool = True
+    #: Sink ``parquet`` only: an identity ``mapInArrow`` before Spark's sink -- what any Python
+    #: step in the stream costs Spark, with no lakesink code in it (a floor for lakesink's runs).
+    through_arrow: bool = False
 
     def save(self, path: Path) -> None:
         path.write_text(json.dumps(dataclasses.asdict(self), indent=2))
@@ -170,6 +173,8 @@ def start_sink(df: Any, spec: ChildSpec, storage_options: dict[str, Any] | None)
     observer = CommitTimes(spec.observer_file) if spec.observer_file else None
     out, chk = spec.output, spec.checkpoint
     if spec.sink == "parquet":
+        if spec.through_arrow:
+            df = df.mapInArrow(_identity, df.schema)
         writer = df.writeStream.format("parquet").option("path", out)
     elif spec.sink == "foreach":
         from lakesink import LakeForeachWriter, WriteOptions
@@ -208,6 +213,10 @@ def start_sink(df: Any, spec: ChildSpec, storage_options: dict[str, Any] | None)
             **{"via": "auto", **spec.write_options},
         )
     return writer.option("checkpointLocation", chk).trigger(availableNow=True).start()
+
+
+def _identity(batches: Any) -> Any:
+    yield from batches
 
 
 def await_progress(query: Any) -> list[dict[str, Any]]:

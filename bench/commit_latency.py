@@ -70,8 +70,13 @@ def epochs_of(result: dict[str, Any], steps: dict[int, EpochSteps]) -> list[dict
 
 
 def latency_summary(epochs: list[dict[str, Any]]) -> dict[str, Any]:
-    """p50/p95 of each duration over the epochs after the first, in seconds."""
-    later = epochs[1:]
+    """p50/p95 of each duration over the epochs after each run's first, in seconds (a run is a
+    turn: its epochs carry ``turn``; without it they are one run)."""
+    firsts: set[int] = set()
+    for i, e in enumerate(epochs):
+        if i == 0 or e.get("turn") != epochs[i - 1].get("turn"):
+            firsts.add(i)
+    later = [e for i, e in enumerate(epochs) if i not in firsts]
 
     def seconds(key: str, scale: float) -> list[float]:
         return [e[key] * scale for e in later if e.get(key) is not None]
@@ -97,31 +102,47 @@ def measured_run(
     return result, epochs_of(result, read_commit_times(observer))
 
 
-def small_epochs_phase(stream: Stream, with_s3: bool, note: Callable[[str], None]) -> dict[str, Any]:
+def small_epochs_phase(
+    stream: Stream, with_s3: bool, note: Callable[[str], None], turns: int = 1
+) -> dict[str, Any]:
     """1-file epochs through Spark's sink and lakesink: per-epoch latencies and their p50/p95;
     ``epoch-auto`` is ``write_stream`` with ``auto_compact=True`` (issue 36: its cost to the
     stream is the difference of its p50/p95 to ``epoch``'s); ``epoch-source`` is
-    ``write_stream(via="data_source")``, the door ``format("lakesink")`` takes (issue 38)."""
-    found: dict[str, Any] = {"runs": {}, "failures": {}}
+    ``write_stream(via="data_source")``, the door ``format("lakesink")`` takes (issue 38);
+    ``parquet-arrow`` is Spark's sink behind an identity ``mapInArrow``: what a Python step in
+    the stream costs Spark per epoch, the floor for lakesink's Python doors.
+
+    Each sink runs ``turns`` times, the sinks taking turns (parquet, epoch, ..., parquet,
+    epoch, ...), and the percentiles pool every turn's epochs: a slow minute of the machine
+    then lands on every sink instead of deciding one sink's figure (session 12 saw Spark's own
+    p50 swing 257-332 ms between single runs)."""
+    found: dict[str, Any] = {"runs": {}, "failures": {}, "turns": turns}
     kinds: list[tuple[str, Sink, bool]] = [
-        ("parquet", "parquet", False), ("epoch", "epoch", False), ("epoch-source", "epoch", False),
-        ("epoch-auto", "epoch", False),
+        ("parquet", "parquet", False), ("parquet-arrow", "parquet", False), ("epoch", "epoch", False),
+        ("epoch-source", "epoch", False), ("epoch-auto", "epoch", False),
     ]  # fmt: skip
     if with_s3:
         kinds.append(("epoch-s3", "epoch", True))
-    for label, sink, remote in kinds:
+    pooled: dict[str, list[dict[str, Any]]] = {}
+    seconds: dict[str, list[float]] = {}
+    for turn, (label, sink, remote) in ((t, k) for t in range(turns) for k in kinds):
+        if label in found["failures"]:
+            continue
         extra = {"auto_compact": True} if label == "epoch-auto" else {}
         if label == "epoch-source":
             extra = {"via": "data_source"}  # the Python Data Source door (issue 38)
-        note(f"{label}: {stream.rows:,} rows in 1-file epochs")
-        name = f"small-{label}"
+        # Spark's sink behind an identity mapInArrow: the floor of any stream with a Python step.
+        changes = {"through_arrow": True} if label == "parquet-arrow" else {}
+        of_turns = f", turn {turn + 1}/{turns}" if turns > 1 else ""
+        note(f"{label}: {stream.rows:,} rows in 1-file epochs{of_turns}")
+        name = f"small-{label}-{turn}"
         try:
             with s3_store() if remote else contextlib.nullcontext() as store:
                 options = store.storage_options() if store else None
                 out = store.url(name) if store else str(stream.work / "out" / name)
                 result, epochs = measured_run(
                     stream, name, sink, out, bench_env(options), max_files_per_trigger=1,
-                    write_options={**stream.write_options, **extra},
+                    write_options={**stream.write_options, **extra}, **changes,
                 )  # fmt: skip
                 result["rows_read_back"] = count_rows(sink, out, options)
         except RunFailed as exc:
@@ -133,14 +154,24 @@ def small_epochs_phase(stream: Stream, with_s3: bool, note: Callable[[str], None
                 f"a reader sees {result['rows_read_back']:,} rows, expected {stream.rows:,}"
             )
             continue
-        summary = latency_summary(epochs)
-        found["runs"][label] = {
-            "summary": summary,
-            "epochs": epochs,
-            "query_seconds": result["query_seconds"],
-        }
+        turn_epochs = [{**e, "turn": turn} for e in epochs]
+        pooled.setdefault(label, []).extend(turn_epochs)
+        seconds.setdefault(label, []).append(result["query_seconds"])
+        summary = latency_summary(turn_epochs)
         p50 = summary["trigger"]["p50"], summary["add_batch"]["p50"]
         note(f"{label}: epoch p50 {_ms(p50[0])}, addBatch p50 {_ms(p50[1])}")
+    for label, epochs in pooled.items():
+        if label in found["failures"]:
+            continue
+        found["runs"][label] = {
+            "summary": latency_summary(epochs),
+            "turn_trigger_p50": [
+                latency_summary([e for e in epochs if e["turn"] == t])["trigger"]["p50"]
+                for t in sorted({e["turn"] for e in epochs})
+            ],
+            "epochs": epochs,
+            "query_seconds": seconds[label],
+        }
     base = found["runs"].get("parquet")
     for run in found["runs"].values():
         for key in ("trigger", "add_batch"):

@@ -28,6 +28,7 @@ NAMES = {
     "python": "python jobs/stream_to_lake.py",
     "python-parquet": "(c) python bench/parquet_job.py",
     "python-parquet-arrow": "python bench/parquet_job.py --through-arrow",
+    "parquet-arrow": 'Spark format("parquet") behind an identity mapInArrow',
     "connect": 'Spark Connect client, format("lakesink")',
     "connect-parquet": '(d) Spark Connect client, format("parquet")',
     "epoch-s3": "write_stream into moto S3",
@@ -322,9 +323,10 @@ def small_epochs(results: Mapping[str, Any]) -> Section | None:
     if not small or not small["runs"]:
         return None
     p = results["parameters"]
+    turns = small.get("turns", 1)
     section = Section(
         f"Small epochs: 1-file epochs of {p['small_rows']:,} rows; p50 / p95 over the epochs after the "
-        "first, ms",
+        "first" + (f" of each of {turns} runs, the sinks taking turns" if turns > 1 else "") + ", ms",
         [
             *("run", "epochs", "epoch p50", "p95", "vs a", "commit p50", "p95", "vs a"),
             *("driver commit p50", "p95", "record p50", "p95"),
@@ -351,6 +353,14 @@ def small_epochs(results: Mapping[str, Any]) -> Section | None:
         "driver commit (lakesink): last file published -> epoch record written, from its observer; record: "
         "the record's create-if-absent write alone.",
     ]
+    spread = {
+        _name(name): "/".join(_n(t * 1000) for t in run.get("turn_trigger_p50", []) if t is not None)
+        for name, run in small["runs"].items()
+    }
+    if turns > 1:
+        section.notes.append(
+            "epoch p50 of each turn: " + "; ".join(f"{name} {found}" for name, found in spread.items())
+        )
     return section
 
 

@@ -164,7 +164,10 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         rows = args.small_rows * args.small_epochs
         progress.phase("small", f"{args.small_epochs} epochs of one {args.small_rows:,}-row file")
         found = commit_latency.small_epochs_phase(
-            dataclasses.replace(stream, input=small, rows=rows), not args.skip_s3, progress.note
+            dataclasses.replace(stream, input=small, rows=rows),
+            not args.skip_s3,
+            progress.note,
+            args.small_turns,
         )
         failures.update({f"small-{k}": v for k, v in found.pop("failures").items()})
         results["small_epochs"] = found
@@ -330,6 +333,7 @@ def describe(args: argparse.Namespace) -> dict[str, Any]:
             "trigger": "availableNow",
             "small_rows": args.small_rows,
             "small_epochs": args.small_epochs,
+            "small_turns": args.small_turns,
             "wide_files": args.wide_files,
             "wide_delay_seconds": args.wide_delay,
             "wide_master": args.wide_master,
@@ -369,6 +373,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--driver-memory", default=None, help="spark.driver.memory (Spark's default: 1g)")
     add("--small-epochs", type=int, default=40, help="1-file epochs in the small-epoch runs")
     add("--small-rows", type=int, default=5_000, help="rows per small (and wide) epoch")
+    add("--small-turns", type=int, default=3, help="runs of each small-epoch sink, taking turns")
     add("--skip-small", action="store_true")
     add("--wide-files", type=int, default=1_000, help="files in the wide epoch")
     add("--wide-delay", type=float, default=0.05, help="seconds the proxy adds to every S3 request")
@@ -448,6 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     results = describe(args)
     run(args, results)
     out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     picture = charts.draw(results, out.with_suffix(".png"))
     if "long_run" in results:

@@ -141,6 +141,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--skip-s3",
         "--repeats", "2",
         "--small-epochs", "3",
+        "--small-turns", "2",
         "--profile-rows", str(ROWS),
         "--memory-rows", str(ROWS),
         "--memory-sinks", "epoch",
@@ -171,9 +172,10 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     assert results["connect"]["connect"]["rows_per_second_vs_baseline"] > 0
     assert len(results["connect_pids"]) == 1  # one server for both Connect runs
     small = results["small_epochs"]["runs"]
-    assert set(small) == {"parquet", "epoch", "epoch-source", "epoch-auto"}
-    assert [len(run["epochs"]) for run in small.values()] == [3, 3, 3, 3]
-    assert small["epoch"]["summary"]["driver_commit"]["count"] == 2  # the epochs after the first
+    assert set(small) == {"parquet", "parquet-arrow", "epoch", "epoch-source", "epoch-auto"}
+    assert [len(run["epochs"]) for run in small.values()] == [6] * 5  # two turns of 3
+    assert small["epoch"]["summary"]["driver_commit"]["count"] == 4  # the epochs after each turn's first
+    assert all(len(run["turn_trigger_p50"]) == 2 for run in small.values())
     assert sum(results["foreach_profile"]["shares"].values()) > 0
     one = results["memory_one_partition"]["epoch"][str(ROWS)]
     assert one["rows"] == one["rows_read_back"] == ROWS
@@ -194,6 +196,7 @@ def test_bench_harness_s3(tmp_path: Path) -> None:
         "--sinks", "epoch,epoch-s3",
         "--repeats", "1",
         "--small-epochs", "3",
+        "--small-turns", "1",
         "--wide-files", "4",
         "--wide-master", "local[2]",
         "--skip-profile", "--skip-memory", "--skip-reader", "--skip-long-run",
