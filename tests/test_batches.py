@@ -4,6 +4,8 @@ a batch whose tasks took it for a replay. The writer's doors are in test_epoch_v
 from __future__ import annotations
 
 import shutil
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -143,3 +145,62 @@ def test_a_replay_with_other_source_offsets_is_refused(tmp_path: Path) -> None:
         ours.commit(2, [], source_offsets=[{"ev": {"0": 25}}])
     assert not (tmp_path / "b0.parquet").exists()
     assert ours.log.open().version == 2  # nothing committed
+
+
+class MeetingStorage(CountingStorage):
+    """Local storage whose view writes wait for each other: a Delta view commit and a Spark view
+    batch must both be in flight before either lands (a barrier of two)."""
+
+    def __init__(self, root: str) -> None:
+        super().__init__(root)
+        self.barrier = threading.Barrier(2, timeout=20)
+        self.met = 0
+        self.seen: set[str] = set()
+
+    def put_if_absent(self, name: str, data: bytes) -> bool:
+        view = name.split("/", 1)[0]  # _delta_log or _spark_metadata: each view's first write
+        if view in ("_delta_log", "_spark_metadata") and view not in self.seen:
+            self.seen.add(view)
+            self.met += self.barrier.wait() == 0  # one of the two gets index 0 once they met
+        return super().put_if_absent(name, data)
+
+
+def test_a_commits_two_views_are_written_at_once_through_in_threads(tmp_path: Path) -> None:
+    """The doors' hook (``together=in_threads``): both views' writes are in flight together (a
+    barrier of two only the concurrent hooks pass; one after the other, each hook would log the
+    broken barrier and leave its view behind), and both views then hold the commit."""
+    from lakesink.views import delta_view, spark_metadata_view
+    from lakesink.views.derived import in_threads
+    from lakesink_reader import Lake
+
+    storage = MeetingStorage(str(tmp_path))
+    ours = BatchCommitter(
+        storage,
+        table_id=TABLE,
+        writer_id=W1,
+        run="run-00000001",
+        checkpoint_interval=10,
+        after_commit=derived_views(storage, TABLE, together=in_threads),
+    )
+    ours.commit(0, [published(storage, "a0.parquet")])
+    assert storage.met == 1  # the race happened: both writes waited for each other
+    assert Lake(str(tmp_path)).version == 0
+    for view in (delta_view, spark_metadata_view):
+        assert view.listed_files(storage) == (0, {"a0.parquet": 10}), view.__name__
+
+
+def test_in_threads_waits_for_every_thunk_and_raises_the_first_error() -> None:
+    from lakesink.views.derived import in_threads
+
+    done: list[str] = []
+
+    def slow() -> None:
+        time.sleep(0.2)
+        done.append("slow")
+
+    def failing() -> None:
+        raise ValueError("view hook broke")
+
+    with pytest.raises(ValueError, match="view hook broke"):
+        in_threads([failing, slow])
+    assert done == ["slow"]  # the error waited for the other thread to end

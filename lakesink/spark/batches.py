@@ -33,6 +33,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from pyspark import TaskContext
+from pyspark.sql.types import BinaryType, StructField, StructType
 
 from lakesink.spark.datasource import LakeSinkDataSource, LakeStreamWriter
 
@@ -52,8 +53,10 @@ COMMIT_MODULES = (
     "lakesink.views.derived",
 )
 
-#: What each task returns: its pickled ``EpochCommitMessage``.
-MESSAGE_SCHEMA = "message binary"
+#: What each task returns: its pickled ``EpochCommitMessage``. A StructType, not the DDL string
+#: "message binary": a string is parsed by the JVM at every batch's ``mapInArrow`` (a py4j round
+#: trip, ~1.5 ms of a 5,000-row micro-batch's ~200 ms).
+MESSAGE_SCHEMA = StructType([StructField("message", BinaryType())])
 
 
 class LakeBatchWrite:

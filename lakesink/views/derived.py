@@ -13,7 +13,9 @@ its readers read the version it holds -- whose files ``vacuum`` must therefore k
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -31,25 +33,62 @@ from lakesink_reader.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
+#: Runs the thunks it is given at once, returning when all have (:func:`in_threads`; the
+#: simulation hands one that runs each as an actor of its own).
+Together = Callable[[Sequence[Callable[[], None]]], None]
+
 DELTA = "Delta view (_delta_log/)"
 SPARK = "Spark view (_spark_metadata/)"
 
 
 class DerivedViews:
-    """Calls each view's hook in turn (each logs its own failures and never raises)."""
+    """Calls each view's hook (each logs its own failures and never raises): in turn, or all at
+    once through ``together`` (a function that runs the thunks it is given concurrently and
+    returns when all have; :func:`in_threads`)."""
 
-    def __init__(self, hooks: Sequence[AfterCommit]) -> None:
+    def __init__(self, hooks: Sequence[AfterCommit], together: Together | None = None) -> None:
         self.hooks = tuple(hooks)
+        self.together = together
 
     def __call__(self, commit: Commit, state: TableState) -> None:
-        for hook in self.hooks:
-            hook(commit, state)
+        if self.together is None or len(self.hooks) < 2:
+            for hook in self.hooks:
+                hook(commit, state)
+            return
+        self.together([functools.partial(hook, commit, state) for hook in self.hooks])
+
+
+def in_threads(thunks: Sequence[Callable[[], None]]) -> None:
+    """Run ``thunks`` at once, the first in this thread and each other in a thread of its own;
+    return when all have, raising the first one's exception if any raised."""
+    errors: list[BaseException] = []
+
+    def run(thunk: Callable[[], None]) -> None:
+        try:
+            thunk()
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(t,), name="lakesink-view", daemon=True) for t in thunks[1:]]
+    for thread in threads:
+        thread.start()
+    run(thunks[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def derived_views(
-    storage: Storage, table_id: str, *, delta_log: bool = True, spark_metadata: bool = True
+    storage: Storage,
+    table_id: str,
+    *,
+    delta_log: bool = True,
+    spark_metadata: bool = True,
+    together: Together | None = None,
 ) -> AfterCommit | None:
-    """A writer's hook: the views it keeps (``delta_log``, ``spark_metadata``), None for none."""
+    """A writer's hook: the views it keeps (``delta_log``, ``spark_metadata``), None for none;
+    both at once through ``together`` (:func:`in_threads`; None: one after the other)."""
     hooks: list[AfterCommit] = []
     if delta_log:
         hooks.append(DeltaView(storage, table_id, create=True))
@@ -57,7 +96,7 @@ def derived_views(
         hooks.append(SparkView(storage, table_id, create=True))
     if not hooks:
         return None
-    return hooks[0] if len(hooks) == 1 else DerivedViews(hooks)
+    return hooks[0] if len(hooks) == 1 else DerivedViews(hooks, together)
 
 
 def maintenance_views(storage: Storage, table_id: str, metadata: TableMetadata | None = None) -> DerivedViews:

@@ -72,6 +72,9 @@ class WriterPlan:
     refused: bool = False  # its continuation was refused: the user starts another one
     replaced: bool = False  # ... and has started it
     auto_compact: bool = False  # its driver compacts after a commit when enough files are small
+    #: Its views' hooks run at once, as threads of its process (``in_threads``, what the data
+    #: source and foreachBatch doors do); False: one after the other.
+    views_together: bool = False
 
     def __post_init__(self) -> None:
         if self.stream < 0:
@@ -114,7 +117,11 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             run=uuid.uuid4().hex[:16],
             allow_other_queries=plan.allow_other_queries,
             checkpoint_interval=env.interval,
-            after_commit=derived_views(storage, env.table_id) if plan.views else None,
+            after_commit=(
+                derived_views(storage, env.table_id, together=world.together if plan.views_together else None)
+                if plan.views
+                else None
+            ),
         )
         known = committer.log.open().writers.get(plan.id)  # the driver's committed_through
         through = known.last_batch if known is not None else None

@@ -46,6 +46,7 @@ ACTORS = (
     "foreach",
     "upgrade",
     "autocompact",
+    "threads",
 )
 #: The faults the store applies to a call (kill and skew are the scheduler's).
 STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
@@ -267,6 +268,9 @@ def _setup(env: Env) -> None:
     # Auto-compaction in the writers' drivers: drawn from a generator of its own, so that a seed
     # keeps every other choice (and its schedule, where no writer compacts) it had before.
     auto = random.Random(world.seed ^ 0xA17C) if "autocompact" in cfg.actors else None
+    # The views' hooks at once, in threads of the writer's process (as the Spark doors run
+    # them): a generator of its own too, and only where the writer keeps views.
+    threads = random.Random(world.seed ^ 0x7EAD) if "threads" in cfg.actors and views else None
     if env.upgrade is not None:
         env.upgrade.spawn(env, skew=skew, idle=idle, views=views, n_writers=n_writers)
     for i in range(n_writers if env.upgrade is None else 0):
@@ -274,6 +278,9 @@ def _setup(env: Env) -> None:
         plan.auto_compact = auto is not None and auto.random() < 0.4
         if plan.auto_compact:
             world.note(f"writer {i} compacts after its commits (auto_compact)")
+        plan.views_together = threads is not None and threads.random() < 0.7
+        if plan.views_together:
+            world.note(f"writer {i} updates its views in threads, at once")
         env.writers.append(plan)
         _start_writer(env, plan, offset=skew(), idle=idle)
     later = world.later

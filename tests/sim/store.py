@@ -187,14 +187,24 @@ class SimStore:
 
     # The seam -------------------------------------------------------------------------------------
 
+    def _acting(self) -> Actor | None:
+        """Who makes the call: this client's actor, or a thread of its process that holds the
+        baton (``World.together``: the views' hooks share the writer's client)."""
+        world, actor = self.shared.world, self.actor
+        current = world.current if world is not None else None
+        if actor is not None and current is not None and current.parent is actor:
+            return current
+        return actor
+
     def _alive(self) -> None:
         from tests.sim.world import Killed
 
-        if self.actor is not None and self.actor.killed:
+        actor = self._acting()
+        if actor is not None and actor.killed:
             raise Killed()
 
     def _call(self, op: str, name: str, fn: Callable[[], T]) -> T:
-        world, actor = self.shared.world, self.actor
+        world, actor = self.shared.world, self._acting()
         if world is None or actor is None:
             return fn()
         fault = world.point(actor, op, name)
@@ -278,7 +288,7 @@ class SimStore:
         self.raw.refuse_link(name)
 
     def list(self, folder: str = "") -> builtins.list[StoredFile]:
-        world, actor = self.shared.world, self.actor
+        world, actor = self.shared.world, self._acting()
         if world is None:
             return self.raw.list(folder)
         if actor is None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -58,6 +58,11 @@ class Actor:
     go: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     thread: threading.Thread | None = None
     data: dict[str, Any] = field(default_factory=dict)  # the body's own notes (the writer's progress)
+    #: A thread of another actor's process (``World.together``): it dies with that process, and
+    #: its storage calls go through that actor's client as its own.
+    parent: Actor | None = None
+    #: The threads this actor waits for (``World.together``): it runs again when all have ended.
+    joining: list[Actor] = field(default_factory=list)
 
 
 class World:
@@ -119,6 +124,44 @@ class World:
         self.note(f"{name}: spawned (skew {offset:+.0f} s, starts in {delay:.0f} s)")
         return actor
 
+    def together(self, thunks: Sequence[Callable[[], None]]) -> None:
+        """``lakesink.views.derived.in_threads`` in the simulation: each thunk runs as an actor of
+        its own (a thread of the current actor's process, scheduled like any actor: every
+        interleaving of their storage calls is a schedule the seed may pick), and the current
+        actor waits until all have ended; the first error of one is raised in it, as
+        ``in_threads`` raises it. A kill of any of them is the kill of the whole process."""
+        parent = self.current
+        if parent is None or threading.current_thread() is not parent.thread:
+            for thunk in thunks:  # the scheduler's own code: no process to run threads in
+                thunk()
+            return
+        children = []
+        for i, thunk in enumerate(thunks):
+            child = self.spawn(f"{parent.name}.t{i}", lambda _actor, t=thunk: t(), offset=parent.offset)
+            child.parent = parent
+            children.append(child)
+        parent.joining = children
+        try:
+            self.point(parent, "join", f"{len(children)} threads")
+        finally:
+            parent.joining = []
+        for child in children:
+            if child.error is not None:
+                raise child.error
+
+    def process_of(self, actor: Actor) -> list[Actor]:
+        """The actors of ``actor``'s process: its root and every thread under it."""
+        root = actor
+        while root.parent is not None:
+            root = root.parent
+
+        def under(a: Actor) -> bool:
+            while a.parent is not None:
+                a = a.parent
+            return a is root
+
+        return [a for a in self.actors if under(a)]
+
     def _run_actor(self, actor: Actor) -> None:
         actor.go.acquire()  # wait for the first resume
         try:
@@ -148,7 +191,9 @@ class World:
 
     def resume(self, actor: Actor, *, kill: bool = False, fault: str | None = None) -> None:
         """Let ``actor`` run until its next scheduling point (or its end)."""
-        actor.killed = actor.killed or kill
+        if kill:  # kill -9 ends the process: every thread of it dies at its next step
+            for member in self.process_of(actor):
+                member.killed = True
         actor.fault = fault
         self.current = actor
         actor.go.release()
@@ -160,7 +205,14 @@ class World:
         self.steps += 1
 
     def runnable(self) -> list[Actor]:
-        return [a for a in self.actors if not a.done and a.wake <= self.now and a.stalled <= self.steps]
+        return [
+            a
+            for a in self.actors
+            if not a.done
+            and a.wake <= self.now
+            and a.stalled <= self.steps
+            and all(c.done for c in a.joining)
+        ]
 
     def live(self) -> list[Actor]:
         return [a for a in self.actors if not a.done]
