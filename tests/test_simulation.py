@@ -216,6 +216,17 @@ HOLES = [
         (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade"),
         "views",
     ),
+    # Seed 103819 with `threads` (session 13): an auto-compaction's Spark view hook listed the
+    # view's batches, stalled, then listed its anchors after another writer had compacted the
+    # view twice: its newest batch had lost the anchor that explained it, the view was taken
+    # for foreign and stopped, and its files were kept for good. The layout is now read until
+    # two readings agree.
+    (
+        "18: a Spark view's listings straddling another writer's compaction",
+        103819,
+        (*EVERYTHING[:3], f"{CLEAN_ACTORS},foreach,upgrade,autocompact,threads"),
+        "converges",
+    ),
 ]
 
 

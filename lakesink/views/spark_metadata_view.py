@@ -292,6 +292,30 @@ class Layout:
 
 
 def read_layout(storage: Storage) -> Layout:
+    """The view's layout, from listings that agree with each other.
+
+    The batches and the anchors are two listings, not one snapshot: a writer that compacts the
+    view between them (writes a newer anchor and compact batch, then deletes the older ones)
+    leaves the first listing's newest batch without the anchor that explained it in the
+    second, which looks like a foreign batch -- and a foreign view is stopped for good
+    (simulation seed 103819: a maintenance hook's listings straddled another writer's two
+    compact batches). So a newest batch no anchor explains is looked at again, until two
+    layouts in a row are the same: writers only add newer names and delete older ones, so two
+    equal layouts mean nothing moved between them, and what they show is the view's own.
+    """
+    layout = _read_layout_once(storage)
+    for _ in range(RACE_RETRIES):
+        top = layout.latest
+        if top is None or layout.version_of(top) is not None:
+            break
+        again = _read_layout_once(storage)
+        if again == layout:
+            break  # the same twice: unexplained for real
+        layout = again
+    return layout
+
+
+def _read_layout_once(storage: Storage) -> Layout:
     batches: dict[int, str] = {}
     for f in storage.list(SPARK_DIR):
         name = f.name.rsplit("/", 1)[-1]
