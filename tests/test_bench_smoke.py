@@ -62,7 +62,7 @@ def _not_positive(results: dict[str, Any]) -> dict[str, float]:
             or (".sinks.delta-peer." in key and "python_worker" in key)
             or (".runs.parquet." in key and "python_workers" in key)  # the long run's
             or "growth" in key  # the long run's PSS may shrink a little once warm
-            or key.endswith((".relative", ".count", ".epoch", ".batch"))  # the long run's series: batch 0
+            or key.endswith((".relative", ".count", ".epoch", ".batch", ".turn"))  # series: batch 0, turn 0
             or "_ms" in key
             or "shares" in key
             or key.startswith(".foreach_profile.top")

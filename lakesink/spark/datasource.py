@@ -427,11 +427,16 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         a commit without one would escape every ownership rule, so it is refused instead.
         """
         location = self.config.checkpoint_location
+        memo = run_memo(self.config.storage().url, self.run_token) if location else None
+        if memo is not None and memo.writer_id is not None:
+            return memo.writer_id
         found = (
             checkpoints.query_id(checkpoints.open_checkpoint(location, self.config.storage_options))
             if location
             else None
         )
+        if memo is not None and found is not None:
+            memo.writer_id = found  # one read per run, not one per commit
         found = found or next((m.query_id for m in messages if m.query_id), None)
         if found is None:
             raise CommitRefusedError(

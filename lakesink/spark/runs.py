@@ -47,6 +47,9 @@ class RunMemo:
     start: LakeAtStart | None = None
     table_schema: bytes = b""  # the writer's schema that start was read for (serialized)
     swept: bool = False  # the sweep after the run's first commit ran
+    #: the writer: the query id its checkpoint's ``metadata`` holds, fixed for a run (Spark
+    #: read it at the query's start), so each commit need not read that file again
+    writer_id: str | None = None
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
     schema_change: str | None = None
