@@ -94,7 +94,10 @@ def sections(results: Mapping[str, Any]) -> list[Section]:
         *(entry_points, launch_to_exit, connect, sinks, s3_tax, first_epoch, small_epochs, wide_epochs),
         *(foreach_profile, source, reader, memory, long_run, hdfs, log_scale, log_scale_latency, failures),
     )
-    found = [make(results) for make in makers]
+    found: list[Section | None] = []
+    for make in makers:
+        made = make(results)
+        found.extend(made if isinstance(made, list) else [made])
     return [section for section in found if section is not None and section.rows]
 
 
@@ -502,12 +505,17 @@ def long_run(results: Mapping[str, Any]) -> Section | None:
     return section
 
 
-def hdfs(results: Mapping[str, Any]) -> Section | None:
-    found = results.get("hdfs")
+def hdfs(results: Mapping[str, Any]) -> list[Section | None]:
+    """A section per DataNode count the hdfs phase ran with (``--hdfs-datanodes 2,1``)."""
+    return [_hdfs(found) for found in [results.get("hdfs"), *results.get("hdfs_more", [])]]
+
+
+def _hdfs(found: Mapping[str, Any] | None) -> Section | None:
     if not found or not found.get("sinks"):
         return None
     section = Section(
-        "HDFS: both sinks into one MiniDFSCluster on 127.0.0.1, checkpoints there too (medians)",
+        f"HDFS, {_datanodes(found['cluster'].get('datanodes', 1))}: both sinks into one MiniDFSCluster "
+        "on 127.0.0.1, checkpoints there too (medians)",
         ["sink", "rows/s", "vs a", "rows/CPU-s", "vs a", "launch to exit", "vs a", "peak RSS", "output"],
     )
     for name, f in found["sinks"].items():

@@ -70,11 +70,11 @@ RUNS = {
     "foreach": "LakeForeachWriter (row at a time)",
     "hdfs": "format('lakesink') and Spark's format('parquet') into one MiniDFSCluster, checkpoints too",
 }
-#: The runs of the hdfs phase, in turn on one MiniDFSCluster: the baseline, then lakesink.
-HDFS_RUNS = ("parquet", "format")
-#: Runs the hdfs phase can take besides (``--hdfs-runs``): ``epoch`` is ``write_stream(via="auto")``
-#: (the foreachBatch door) in the bench's session, as the ``epoch`` run of the stream phase.
-HDFS_EXTRA_RUNS = ("epoch",)
+#: The runs of the hdfs phase, in turn on one MiniDFSCluster: the baseline, then lakesink's two
+#: doors: ``format`` (the data source door, plain session) and ``epoch``
+#: (``write_stream(via="auto")``, the foreachBatch door, in the bench's session, as the ``epoch``
+#: run of the stream phase).
+HDFS_RUNS = ("parquet", "format", "epoch")
 #: What each run kind writes with (the child's ``sink``); epoch-s3, format and submit say so themselves.
 SINK_OF: dict[str, Sink] = {
     "parquet": "parquet",
@@ -463,8 +463,7 @@ def hdfs_phase(
     moto, so its CPU is not the sinks'. Without its jars the phase says so and is skipped.
     ``datanodes`` (``--hdfs-datanodes``): its DataNodes and replication. With one, the close of
     every small file races that DataNode's block report to the NameNode (docs/guide/storage.md, HDFS).
-    ``runs_of`` (``--hdfs-runs``): the runs, ``parquet`` first; ``epoch`` (:data:`HDFS_EXTRA_RUNS`)
-    adds the foreachBatch door.
+    ``runs_of`` (``--hdfs-runs``): the runs, ``parquet`` first (:data:`HDFS_RUNS`: all three).
     """
     from devtools.hdfs import HdfsJarsMissing, start_hdfs, stop_hdfs
 
