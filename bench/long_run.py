@@ -413,6 +413,7 @@ def main(argv: list[str] | None = None) -> int:
             Path(tmp), batches=args.batches, rows=args.rows, master=args.master, interval=args.interval,
             sinks=sinks, conf=conf,
         )  # fmt: skip
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(found, indent=2) + "\n")
     chart(found, args.out.with_suffix(".png"))
     print(f"PSS at the end, lakesink/Spark: {found.get('pss_end_ratio')}; trigger p50, Spark/lakesink: "
