@@ -150,17 +150,20 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     )  # fmt: skip
     repeated = {"parquet", "delta-peer", "epoch", "epoch-source", "format", "submit"}
     once = {"epoch-stock", "foreach", "submit-source", "submit-parquet", "python", "python-parquet"}
-    once |= {"connect", "connect-parquet"}
+    once |= {"connect", "connect-parquet", "format-found", "python-parquet-arrow"}
     assert set(results["sinks"]) == repeated | once
     runs = {sink: f["runs"] for sink, f in results["sinks"].items()}
     assert runs == {**dict.fromkeys(repeated, 2), **dict.fromkeys(once, 1)}
-    assert set(results["entry_points"]) == repeated
+    assert set(results["entry_points"]) == repeated | {"format-found"}
     # lakesink's entry points over the peer's medians; spark-submit has no rate from start() to compare
-    assert set(results["vs_delta_peer"]) == {"epoch", "epoch-source", "format"}
+    assert set(results["vs_delta_peer"]) == {"epoch", "epoch-source", "format", "format-found"}
     assert results["entry_points"]["submit"]["rows_per_second"] is None  # spark-submit: launch to exit only
     # The job and its parquet twin, launched the same ways: every figure from their logs, and a ratio.
     launched = results["launch_to_exit"]
-    assert list(launched) == ["submit-parquet", "submit", "submit-source", "python-parquet", "python"]
+    assert list(launched) == [
+        *("submit-parquet", "submit", "submit-source"),
+        *("python-parquet", "python-parquet-arrow", "python"),
+    ]
     for name, f in launched.items():
         assert results["sinks"][name]["epochs"] == 2, name
         assert f["launch_to_first_epoch_seconds"] < f["process_seconds"], name
