@@ -72,11 +72,7 @@ def epochs_of(result: dict[str, Any], steps: dict[int, EpochSteps]) -> list[dict
 def latency_summary(epochs: list[dict[str, Any]]) -> dict[str, Any]:
     """p50/p95 of each duration over the epochs after each run's first, in seconds (a run is a
     turn: its epochs carry ``turn``; without it they are one run)."""
-    firsts: set[int] = set()
-    for i, e in enumerate(epochs):
-        if i == 0 or e.get("turn") != epochs[i - 1].get("turn"):
-            firsts.add(i)
-    later = [e for i, e in enumerate(epochs) if i not in firsts]
+    later = [e for i, e in enumerate(epochs) if i > 0 and e.get("turn") == epochs[i - 1].get("turn")]
 
     def seconds(key: str, scale: float) -> list[float]:
         return [e[key] * scale for e in later if e.get(key) is not None]
@@ -125,6 +121,7 @@ def small_epochs_phase(
         kinds.append(("epoch-s3", "epoch", True))
     pooled: dict[str, list[dict[str, Any]]] = {}
     seconds: dict[str, list[float]] = {}
+    turn_p50: dict[str, list[float | None]] = {}
     for turn, (label, sink, remote) in ((t, k) for t in range(turns) for k in kinds):
         if label in found["failures"]:
             continue
@@ -158,6 +155,7 @@ def small_epochs_phase(
         pooled.setdefault(label, []).extend(turn_epochs)
         seconds.setdefault(label, []).append(result["query_seconds"])
         summary = latency_summary(turn_epochs)
+        turn_p50.setdefault(label, []).append(summary["trigger"]["p50"])
         p50 = summary["trigger"]["p50"], summary["add_batch"]["p50"]
         note(f"{label}: epoch p50 {_ms(p50[0])}, addBatch p50 {_ms(p50[1])}")
     for label, epochs in pooled.items():
@@ -165,10 +163,7 @@ def small_epochs_phase(
             continue
         found["runs"][label] = {
             "summary": latency_summary(epochs),
-            "turn_trigger_p50": [
-                latency_summary([e for e in epochs if e["turn"] == t])["trigger"]["p50"]
-                for t in sorted({e["turn"] for e in epochs})
-            ],
+            "turn_trigger_p50": turn_p50[label],
             "epochs": epochs,
             "query_seconds": seconds[label],
         }

@@ -356,14 +356,12 @@ def small_epochs(results: Mapping[str, Any]) -> Section | None:
         "driver commit (lakesink): last file published -> epoch record written, from its observer; record: "
         "the record's create-if-absent write alone.",
     ]
-    spread = {
-        _name(name): "/".join(_n(t * 1000) for t in run.get("turn_trigger_p50", []) if t is not None)
-        for name, run in small["runs"].items()
-    }
     if turns > 1:
-        section.notes.append(
-            "epoch p50 of each turn: " + "; ".join(f"{name} {found}" for name, found in spread.items())
+        spread = (
+            _name(name) + " " + "/".join(_n(t * 1000) for t in run["turn_trigger_p50"] if t is not None)
+            for name, run in small["runs"].items()
         )
+        section.notes.append("epoch p50 of each turn: " + "; ".join(spread))
     return section
 
 

@@ -50,14 +50,10 @@ def published(storage: LocalStorage, name: str) -> AddFile:
 
 
 def committer(storage: LocalStorage, writer: str = W1, **kw: object) -> BatchCommitter:
+    """A committer of ``writer``; its hook the Spark view alone unless ``after_commit`` says."""
+    kw.setdefault("after_commit", derived_views(storage, TABLE, delta_log=False))
     return BatchCommitter(
-        storage,
-        table_id=TABLE,
-        writer_id=writer,
-        run="run-00000001",
-        checkpoint_interval=10,
-        after_commit=derived_views(storage, TABLE, delta_log=False),
-        **kw,
+        storage, table_id=TABLE, writer_id=writer, run="run-00000001", checkpoint_interval=10, **kw
     )  # type: ignore[arg-type]
 
 
@@ -174,14 +170,7 @@ def test_a_commits_two_views_are_written_at_once_through_in_threads(tmp_path: Pa
     from lakesink_reader import Lake
 
     storage = MeetingStorage(str(tmp_path))
-    ours = BatchCommitter(
-        storage,
-        table_id=TABLE,
-        writer_id=W1,
-        run="run-00000001",
-        checkpoint_interval=10,
-        after_commit=derived_views(storage, TABLE, together=in_threads),
-    )
+    ours = committer(storage, after_commit=derived_views(storage, TABLE, together=in_threads))
     ours.commit(0, [published(storage, "a0.parquet")])
     assert storage.met == 1  # the race happened: both writes waited for each other
     assert Lake(str(tmp_path)).version == 0

@@ -151,16 +151,14 @@ class World:
 
     def process_of(self, actor: Actor) -> list[Actor]:
         """The actors of ``actor``'s process: its root and every thread under it."""
-        root = actor
-        while root.parent is not None:
-            root = root.parent
 
-        def under(a: Actor) -> bool:
+        def root(a: Actor) -> Actor:
             while a.parent is not None:
                 a = a.parent
-            return a is root
+            return a
 
-        return [a for a in self.actors if under(a)]
+        mine = root(actor)
+        return [a for a in self.actors if root(a) is mine]
 
     def _run_actor(self, actor: Actor) -> None:
         actor.go.acquire()  # wait for the first resume
