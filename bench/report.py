@@ -469,6 +469,7 @@ _LONG_RUN_NAMES = {
     "parquet": NAMES["parquet"],
     "format": NAMES["format"],
     "batch": 'write_stream(via="foreach_batch")',
+    "arrow-parquet": "floor: Spark's sink behind mapInArrow",
 }
 
 
@@ -478,9 +479,10 @@ def long_run(results: Mapping[str, Any]) -> Section | None:
         return None
     section = Section(
         f"Long run: {found['batches']} micro-batches of {found['rows_per_batch']:,} rows, process-tree PSS",
-        ["sink", "PSS at the end", "vs Spark", "JVM", "Python workers", "peak", "MiB/100 batches",
-         "batch p50/p95 ms", "Python daemons"],
+        ["sink", "PSS at the end", "vs Spark", "vs floor", "JVM", "Python workers", "peak",
+         "MiB/100 batches", "batch p50/p95 ms", "Python daemons"],
     )  # fmt: skip
+    to_floor = found.get("pss_end_ratio_to_floor", {})
     for sink, run in found["runs"].items():
         end = run["pss_end_mib"]
         daemons = sum(1 for m in run["by_module_end"] if m.startswith("pyspark."))
@@ -489,6 +491,7 @@ def long_run(results: Mapping[str, Any]) -> Section | None:
                 _LONG_RUN_NAMES.get(sink, sink),
                 f"{end['total']:,.0f} MiB",
                 "1.00x" if sink == "parquet" else _x(found["pss_end_ratio"][sink]),
+                _x(to_floor[sink]) if sink in to_floor else "",
                 f"{end['jvm']:,.0f}",
                 f"{end['python_workers']:,.0f}",
                 f"{run['pss_peak_mib']:,.0f}",
@@ -500,6 +503,19 @@ def long_run(results: Mapping[str, Any]) -> Section | None:
     section.notes.append(
         "PSS: pages shared between processes counted once; the end is the median of the last tenth"
     )
+    if found.get("turns", 1) > 1:
+
+        def turn(t: Mapping[str, Any]) -> str:
+            return f"{t['pss_end_mib']['total']:,.0f} (JVM {t['pss_end_mib']['jvm']:,.0f})"
+
+        ends = "; ".join(
+            f"{_LONG_RUN_NAMES.get(sink, sink)} " + ", ".join(map(turn, turns))
+            for sink, turns in found["by_turn"].items()
+        )
+        section.notes.append(
+            f"{found['turns']} turns, the sinks taking turns; each row is the run whose PSS at the end is "
+            f"the median of its turns (of two: the larger). Every turn's PSS at the end, MiB: {ends}"
+        )
     return section
 
 

@@ -29,9 +29,11 @@ the baseline the performance target was set with), in phases, each with a progre
             open, a writer's first commit, the checkpoint, per-commit latency
             (log_scale.py; ~1.5 min, 30 s of it on moto S3; ``--skip-log-scale`` leaves it out);
 9. long run: 600 micro-batches of 2,000 rows (``rate-micro-batch``) from a plain session into
-            Spark's sink, ``format("lakesink")`` and ``write_stream(via="foreach_batch")``: the
-            process tree's PSS over the run, by worker module, and each batch's latency
-            (long_run.py; ~8 min; a PNG of its own; ``--skip-long-run`` leaves it out).
+            Spark's sink, the floor of any Python step (Spark's sink behind an identity
+            ``mapInArrow``), ``write_stream(via="foreach_batch")`` and ``format("lakesink")``,
+            taking turns (``--long-run-turns``, 2): the process tree's PSS over the run, by worker
+            module, and each batch's latency (long_run.py; ~15 min; a PNG of its own;
+            ``--skip-long-run`` leaves it out).
 
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
@@ -264,7 +266,8 @@ def run(args: argparse.Namespace, results: dict[str, Any]) -> None:
         try:
             results["long_run"] = long_run.long_run_phase(
                 work, batches=args.long_run_batches, rows=2_000, master=args.master, interval=1.0,
-                note=progress.note,
+                note=progress.note, sinks=tuple(filter(None, args.long_run_sinks.split(","))),
+                turns=args.long_run_turns,
             )  # fmt: skip
         except RuntimeError as exc:
             failures["long-run"] = str(exc)
@@ -407,6 +410,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--log-scale-latency-commits", type=int, default=200, help="commits in a row per latency series")
     add("--skip-long-run", action="store_true", help="no long-run (PSS over many micro-batches) phase")
     add("--long-run-batches", type=int, default=600, help="micro-batches of the long-run phase")
+    add("--long-run-turns", type=int, default=2, help="runs of each long-run sink, taking turns")
+    add(
+        "--long-run-sinks",
+        default="parquet,arrow-parquet,batch,format",
+        help=f"the long run's sinks, of {', '.join(long_run.ALL_SINKS)}",
+    )
     add(
         "--hdfs-datanodes",
         default="2,1",
@@ -446,6 +455,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     hdfs_runs = args.hdfs_runs.split(",")
     if hdfs_runs[:1] != ["parquet"] or not set(hdfs_runs) <= set(throughput.HDFS_RUNS):
         p.error(f"--hdfs-runs starts with parquet and takes runs from {list(throughput.HDFS_RUNS)}")
+    if not set(filter(None, args.long_run_sinks.split(","))) <= set(long_run.ALL_SINKS):
+        p.error(f"--long-run-sinks takes sinks from {list(long_run.ALL_SINKS)}")
+    if args.long_run_turns < 1:
+        p.error(f"--long-run-turns must be at least 1, not {args.long_run_turns}")
     if not set(filter(None, args.memory_sinks.split(","))) <= set(throughput.SINK_OF):
         p.error(f"--memory-sinks takes sinks from {list(throughput.SINK_OF)}")
     return args

@@ -146,6 +146,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
         "--memory-rows", str(ROWS),
         "--memory-sinks", "epoch",
         "--long-run-batches", "6",
+        "--long-run-turns", "2",
         timeout=1180,
     )  # fmt: skip
     repeated = {"parquet", "delta-peer", "epoch", "epoch-source", "format", "submit"}
@@ -183,8 +184,12 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     one = results["memory_one_partition"]["epoch"][str(ROWS)]
     assert one["rows"] == one["rows_read_back"] == ROWS
     long = results["long_run"]
-    assert set(long["runs"]) == {"parquet", "format", "batch"}
+    assert set(long["runs"]) == {"parquet", "arrow-parquet", "format", "batch"}
     assert all(run["batches"] >= 6 and run["pss_end_mib"]["jvm"] > 0 for run in long["runs"].values())
+    # Two turns of each sink; the row is one of them, the ratio over the floor beside Spark's.
+    assert {sink: len(turns) for sink, turns in long["by_turn"].items()} == dict.fromkeys(long["runs"], 2)
+    assert all(run["turn"] in (0, 1) for run in long["runs"].values())
+    assert set(long["pss_end_ratio_to_floor"]) == {"format", "batch"}
     assert "pyspark.sql.worker.python_streaming_sink_runner" not in long["runs"]["batch"]["by_module_end"]
     assert (tmp_path / "bench-results-long-run.png").read_bytes().startswith(b"\x89PNG")
 
