@@ -342,8 +342,7 @@ def long_run_phase(
     Why turns: the JVM's share of a tree is a heap its collector grows as it pleases, and moved
     by 150+ MiB between two runs of the same sink (session 13), more than the difference being
     measured. Each sink's figures are therefore the run whose PSS at the end is the median of its
-    turns (the upper median of an even count: the worse of two); ``by_turn`` keeps every run's
-    headline figures."""
+    turns (of an even count, the upper one); ``by_turn`` keeps every run's headline figures."""
     found: dict[str, Any] = {"batches": batches, "rows_per_batch": rows, "master": master, "turns": turns}
     found.update(runs={}, by_turn={})
     if conf:

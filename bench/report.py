@@ -513,8 +513,9 @@ def long_run(results: Mapping[str, Any]) -> Section | None:
             for sink, turns in found["by_turn"].items()
         )
         section.notes.append(
-            f"{found['turns']} turns, the sinks taking turns; each row is the run whose PSS at the end is "
-            f"the median of its turns (of two: the larger). Every turn's PSS at the end, MiB: {ends}"
+            f"{found['turns']} turns, the sinks taking turns; each row is the run whose PSS at the end "
+            f"is the median of its turns (of an even count, the upper one). Every turn's PSS at the end, "
+            f"MiB: {ends}"
         )
     return section
 

@@ -31,14 +31,14 @@ the baseline the performance target was set with), in phases, each with a progre
 9. long run: 600 micro-batches of 2,000 rows (``rate-micro-batch``) from a plain session into
             Spark's sink, the floor of any Python step (Spark's sink behind an identity
             ``mapInArrow``), ``write_stream(via="foreach_batch")`` and ``format("lakesink")``,
-            taking turns (``--long-run-turns``, 2): the process tree's PSS over the run, by worker
-            module, and each batch's latency (long_run.py; ~15 min; a PNG of its own;
+            taking turns (``--long-run-turns``, 3): the process tree's PSS over the run, by worker
+            module, and each batch's latency (long_run.py; ~22 min; a PNG of its own;
             ``--skip-long-run`` leaves it out).
 
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
 PNG beside it. Runs that fail are reported and the others go on; the exit status is then 1.
 
-    .venv/bin/python bench/run.py                                       # the full run (~30 min, 2 cores)
+    .venv/bin/python bench/run.py                                       # the full run (~55 min, 2 cores)
     .venv/bin/python bench/run.py --rows 2000000 --repeats 1 --skip-s3   # a quick one
     .venv/bin/python bench/run.py --sinks parquet,epoch --skip-small --skip-wide --skip-profile \\
         --spark-conf spark.sql.execution.arrow.maxBytesPerBatch=67108864   # Spark's default byte cap
@@ -410,7 +410,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     add("--log-scale-latency-commits", type=int, default=200, help="commits in a row per latency series")
     add("--skip-long-run", action="store_true", help="no long-run (PSS over many micro-batches) phase")
     add("--long-run-batches", type=int, default=600, help="micro-batches of the long-run phase")
-    add("--long-run-turns", type=int, default=2, help="runs of each long-run sink, taking turns")
+    add("--long-run-turns", type=int, default=3, help="runs of each long-run sink, taking turns")
     add(
         "--long-run-sinks",
         default="parquet,arrow-parquet,batch,format",
