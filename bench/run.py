@@ -32,7 +32,7 @@ the baseline the performance target was set with), in phases, each with a progre
             Spark's sink, the floor of any Python step (Spark's sink behind an identity
             ``mapInArrow``), ``write_stream(via="foreach_batch")`` and ``format("lakesink")``,
             taking turns (``--long-run-turns``, 3): the process tree's PSS over the run, by worker
-            module, and each batch's latency (long_run.py; ~22 min; a PNG of its own;
+            module, and each batch's latency (long_run.py; ~26 min; a PNG of its own;
             ``--skip-long-run`` leaves it out).
 
 It prints the tables (text, then Markdown for the guide's Performance) and writes ``bench-results.json`` and a
