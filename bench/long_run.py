@@ -344,7 +344,7 @@ def long_run_phase(
     measured. Each sink's figures are therefore the run whose PSS at the end is the median of its
     turns (of an even count, the upper one); ``by_turn`` keeps every run's headline figures."""
     found: dict[str, Any] = {"batches": batches, "rows_per_batch": rows, "master": master, "turns": turns}
-    found.update(runs={}, by_turn={})
+    found["runs"] = {}
     if conf:
         found["conf"] = conf
     if env:
@@ -358,11 +358,11 @@ def long_run_phase(
             )  # fmt: skip
             run["turn"] = turn
             every[sink].append(run)
-            found["by_turn"].setdefault(sink, []).append(_headline(run))
             note(f"{sink}{f' (turn {turn + 1} of {turns})' if turns > 1 else ''}: PSS at the end "
                  f"{run['pss_end_mib']['total']:.0f} MiB (JVM {run['pss_end_mib']['jvm']:.0f}, peak "
                  f"{run['pss_peak_mib']:.0f}), growth {run['pss_growth_mib_per_100_batches']} "
                  f"MiB/100 batches, addBatch p50/p95 {run['add_batch_ms_p50_p95']} ms")  # fmt: skip
+    found["by_turn"] = {sink: [_headline(run) for run in runs] for sink, runs in every.items()}
     for sink, runs in every.items():
         ranked = sorted(runs, key=lambda r: r["pss_end_mib"]["total"])
         found["runs"][sink] = ranked[len(ranked) // 2]
@@ -450,6 +450,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(sinks) - set(ALL_SINKS))
     if unknown:
         parser.error(f"unknown sink(s) {unknown}: the sinks are {list(ALL_SINKS)}")
+    if args.turns < 1:
+        parser.error(f"--turns must be at least 1, not {args.turns}")
     conf = dict(item.split("=", 1) for item in args.conf)
     env = dict(item.split("=", 1) for item in args.env)
     with tempfile.TemporaryDirectory(prefix="lakesink-long-run-") as tmp:
