@@ -18,9 +18,11 @@ What happens to this attempt's published files:
 - refused: deleted, and the refusal raised (CommitRefusedError, a CommitError);
 - unknown (the log entry's create was never answered): kept, and CommitStateUnknownError
   raised: the entry may exist, now or later (a request can be applied after its client gave
-  up). The committer remembers the batch (``in_doubt``, which the driver keeps per run), and
-  Spark's ``abort`` of it deletes nothing -- not even when the log does not hold it yet; the
-  replay of the batch settles it, and the sweep removes the loser's files once it is settled.
+  up). Nothing may delete them until the batch's replay settles it; the sweep removes the
+  loser's files once it is settled. An engine's abort of the batch may run in another process
+  than this commit (Spark's does): the writer's run (``lakesink.writer.run``) never hands such
+  a batch's files to :meth:`BatchCommitter.abort`, whatever it remembers; this object's own
+  ``in_doubt`` set keeps them too, for a caller that aborts on the same object.
 """
 
 from __future__ import annotations
@@ -64,10 +66,6 @@ class BatchCommitter:
         What follows each commit that this writer makes: the derived views it keeps
         (``lakesink.views.derived.derived_views``), composed by the caller -- the committer
         knows nothing of them. None: no views.
-    in_doubt
-        The batches whose commit's outcome stayed unknown (CommitStateUnknownError): ``abort``
-        keeps their files. This object's own set unless the caller hands one that outlives it
-        (the driver builds a committer per call, and keeps the set in its run's memo).
     """
 
     def __init__(
@@ -81,10 +79,10 @@ class BatchCommitter:
         allow_other_queries: bool = False,
         observer: Observer | None = None,
         after_commit: AfterCommit | None = None,
-        in_doubt: set[int] | None = None,
     ) -> None:
         self.storage = storage
-        self.in_doubt = in_doubt if in_doubt is not None else set()
+        #: batches whose commit through this object had an unknown outcome: its abort keeps them
+        self.in_doubt: set[int] = set()
         self.writer_id = writer_id
         self.run = run
         self.allow_other_queries = allow_other_queries
@@ -170,8 +168,10 @@ class BatchCommitter:
 
     def abort(self, batch: int, files: Iterable[AddFile]) -> None:
         """The batch will not be committed now: delete this attempt's files, unless the log may
-        hold them, now or later (a commit of the batch whose outcome stayed unknown: its create
-        may still be applied; the replay settles it and the sweep removes the loser's files)."""
+        hold them, now or later (a commit of the batch through this object whose outcome stayed
+        unknown: its create may still be applied; the replay settles it and the sweep removes
+        the loser's files). The caller must know that no commit call in another process was
+        handed ``files`` (``lakesink.writer.run.WriterRun.abort`` knows it from the reports)."""
         if batch in self.in_doubt:
             log.warning(
                 "abort of batch %d of %s: its commit's outcome is unknown (the log entry may still land), "

@@ -8,18 +8,21 @@ commit (``pyspark.sql.worker.python_streaming_sink_runner``). This door starts o
 tasks run lakesink's writer in ``mapInArrow`` (the same workers as any Arrow UDF), and the
 commit runs in the user's own Python process, where ``foreachBatch`` calls back.
 
-The protocol is the same object's: a :class:`LakeStreamWriter` made once per run, as the data
-source's ``streamWriter`` makes it (the lake checked or created, the replays' bound, a
-continuation checked), whose ``write_partition`` each task calls with the batch id and query id
-this function hands it (Spark's local properties do not reach a ``foreachBatch`` job), and
-whose ``commit_batch`` commits the messages the tasks return. ``foreachBatch`` is at least
-once: a batch Spark runs again is a replay the log recognises (the writer is the query id,
-read from the checkpoint's ``metadata``), as on the data source door.
+The protocol is the same objects' (``lakesink.writer.run``): a :class:`LakeStreamWriter` made once
+per run, as the data source's ``streamWriter`` makes it (the run's start: the lake checked or
+created, the replays' bound, a continuation checked), whose ``write_partition`` each task
+calls with the batch id and query id this function hands it (Spark's local properties do not
+reach a ``foreachBatch`` job), and whose ``commit_batch`` commits the messages the tasks
+return. ``foreachBatch`` is at least once: a batch Spark runs again is a replay the log
+recognises (the writer is the query id, read from the checkpoint's ``metadata``), as on the
+data source door.
 
 What differs: when a task fails, what the others published is left to the sweep (Spark hands
-the data source door's ``abort`` every task's message; ``collect`` returns none), while a
-failed commit's files are deleted at once on both doors. The commit runs in the user's
-process, whose heap lakesink does not freeze. Classic sessions only: under Spark Connect,
+the data source door's ``abort`` every task's message; ``collect`` returns none). A failed
+commit's files are deleted at once on both doors when its failure was definitive, by the commit
+itself (``WriterRun.commit``), and kept when its outcome is unknown (the log entry may still
+land): there is no abort to call. The commit runs in the user's process, whose heap lakesink
+does not freeze. Classic sessions only: under Spark Connect,
 ``foreachBatch`` runs the function on the server, and the data source door is the one to use
 there.
 """
@@ -76,7 +79,7 @@ class LakeBatchWrite:
         if self.writer is None:
             # The lake checked or created, the replays' bound read: once per run, at its first batch.
             self.writer = self.source.streamWriter(df.schema, False)
-            self.query_id = self.writer.writer_id([])
+            self.query_id = self.writer.writer_id()
         writer, query_id = self.writer, self.query_id
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
@@ -93,17 +96,9 @@ class LakeBatchWrite:
             yield pa.record_batch([array([pickle.dumps(message)], pa.binary())], names=["message"])
 
         messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
-        try:
-            writer.commit_batch(messages, batch_id)
-        except BaseException:
-            # As Spark aborts the data source door's batch when its commit fails: the tasks'
-            # files go now, unless the log holds them or may yet (``BatchCommitter.abort``).
-            try:
-                writer.abort(messages, batch_id)
-            except Exception:
-                log.warning("abort of batch %d of %s failed; the sweep removes its files", batch_id,
-                            self.config.path, exc_info=True)  # fmt: skip
-            raise
+        # Every task reported: a failed commit deleted its files itself when nothing can commit
+        # them, and an abort would delete nothing more (``WriterRun.abort``).
+        writer.commit_batch(messages, batch_id)
 
 
 def import_commit_modules() -> None:

@@ -131,3 +131,47 @@ def continuation_start(
             )
         return recorded, "the sources' initial offsets in the checkpoint"
     return stated, "continue_offsets"
+
+
+class SparkCheckpoint:
+    """A streaming query's Spark checkpoint as the writer's run reads it
+    (``lakesink.writer.run.QueryCheckpoint``): the query id in ``metadata``, a batch's end
+    offsets in the offset log, and a continuing query's start offsets."""
+
+    def __init__(
+        self,
+        location: str | None,
+        storage_options: Mapping[str, Any] | None,
+        continue_offsets: str | None = None,
+    ) -> None:
+        self.location = location
+        self.storage_options = storage_options
+        self.continue_offsets = continue_offsets
+
+    def __repr__(self) -> str:
+        return f"SparkCheckpoint({self.location!r})"
+
+    def _open(self) -> Storage | None:
+        return open_checkpoint(self.location, self.storage_options) if self.location else None
+
+    def query_id(self) -> str | None:
+        checkpoint = self._open()
+        return None if checkpoint is None else query_id(checkpoint)
+
+    def end_offsets(self, batch: int) -> list[Any] | None:
+        """The Python Data Source API does not hand offsets to the sink; Spark writes them to its
+        offset log before the batch runs. None when unavailable: they are needed only to
+        continue a writer from the lake (``continue_writer``)."""
+        checkpoint = self._open()
+        return None if checkpoint is None else batch_end_offsets(checkpoint, batch)
+
+    def start_offsets(self) -> list[Any] | None:
+        """A continuing query's start offsets (``continue_offsets`` must agree with the source's)."""
+        checkpoint = self._open()
+        if checkpoint is None:
+            raise ValueError("continue_writer needs the query's checkpointLocation option")
+        sources = batch_end_offsets(checkpoint, 0)
+        start, _ = continuation_start(
+            checkpoint, self.continue_offsets, len(sources) if sources is not None else None
+        )
+        return start

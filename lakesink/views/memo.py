@@ -4,7 +4,7 @@ of one lake's view between the commits it writes, and the view's stop file.
 A writer's driver, compaction and vacuum continue a view after each lake commit; remembering
 where the view stands (its last version known to hold lakesink's bytes, whether a foreign
 writer stopped it, the commit times its snapshots need) saves a listing and a read per commit.
-Like the writer's run memo (``lakesink.spark.runs``), it is kept so that nothing can trip over
+Like the writer's run memo (``lakesink.writer.memo``), it is kept so that nothing can trip over
 it:
 
 - **keyed by the lake's table id** (with its URL): a lake deleted and recreated at the same

@@ -75,6 +75,11 @@ class WriterPlan:
     #: Its views' hooks run at once, as threads of its process (``in_threads``, what the data
     #: source and foreachBatch doors do); False: one after the other.
     views_together: bool = False
+    #: The Spark door it writes through: "data_source" (each call in a driver worker, the abort
+    #: of a failed commit in a fresh one) or "foreach_batch" (every call in the user's process).
+    door: str = "data_source"
+    #: The chance that a data-source call runs in another driver worker than the last (its memo lost).
+    p_new_worker: float = 0.0
 
     def __post_init__(self) -> None:
         if self.stream < 0:
@@ -97,116 +102,130 @@ class TaskFailed(Exception):
     pass
 
 
+class SimCheckpoint:
+    """Spark's checkpoint of a simulated query (``lakesink.writer.run.QueryCheckpoint``): its id,
+    its batches' end offsets, and where a continuing query starts."""
+
+    def __init__(self, plan: WriterPlan) -> None:
+        self.plan = plan
+
+    def query_id(self) -> str | None:
+        return self.plan.id
+
+    def end_offsets(self, batch: int) -> Any:
+        return self.plan.end_offsets(batch)
+
+    def start_offsets(self) -> Any:
+        return self.plan.end_offsets(-1)
+
+
 def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Actor], Any]:
-    from lakesink.commit.batches import BatchCommitter
-    from lakesink.commit.files import FileWriter, WriteOptions
-    from lakesink.maintenance.auto_compact import compact_if_due
-    from lakesink.maintenance.sweep import sweep_after_commit
-    from lakesink.views.derived import derived_views
+    """One run of ``plan``'s query, through the writer's run (``lakesink.writer.run``) as a Spark
+    door drives it: per batch, the planning call (``WriterRun.start``), the tasks
+    (``TaskPlan.write``, a failed task retried up to 3 times), the commit call (``start`` again,
+    then ``commit``), and after a failure the abort call (``start``, then ``abort`` with a
+    failed task's report missing). Each call is a fresh ``WriterRun``, as Spark unpickles a
+    fresh writer; the run's memo is lost as a worker changes: at random between calls, and
+    always for the abort after a failed commit (pyspark ends the worker whose call raised).
+    A ``foreach_batch`` plan is the other door: every call in the user's one process (the memo
+    kept) and no abort at all (a failed commit cleans up after itself; a failed task's files
+    are left to the sweep)."""
+    from lakesink.commit.files import WriteOptions
+    from lakesink.config import SinkConfig, SinkOptions
+    from lakesink.writer.memo import RunMemo
+    from lakesink.writer.run import TaskReport, WriterRun
     from lakesink_reader.errors import CommitRefusedError
-    from lakesink_reader.format.v3.commits import AddFile, Continuation, writer_tag
-    from lakesink_reader.format.v3.state import offsets_check_kind
-    from lakesink_reader.names import new_attempt_id, writer_file_name
+    from tests.sim.store import new_connection
 
     def body(actor: Actor) -> str:
         world, storage = env.world, env.client(actor)
-        committer = BatchCommitter(
-            storage,
-            table_id=env.table_id,
-            writer_id=plan.id,
-            run=uuid.uuid4().hex[:16],
-            allow_other_queries=plan.allow_other_queries,
-            checkpoint_interval=env.interval,
-            after_commit=(
-                derived_views(storage, env.table_id, together=world.together if plan.views_together else None)
-                if plan.views
-                else None
+        config = SinkConfig(
+            env.root,
+            write=WriteOptions(row_group_bytes=1024),
+            sink=SinkOptions(
+                checkpoint_interval=env.interval,
+                staged_cleanup_age=3600.0,
+                allow_other_queries=plan.allow_other_queries,
+                continue_writer=plan.continues,
+                delta_log=plan.views,
+                spark_metadata=plan.views,
+                # Sized for the simulation's few tiny files (``compaction`` below).
+                auto_compact=plan.auto_compact,
             ),
         )
-        known = committer.log.open().writers.get(plan.id)  # the driver's committed_through
-        through = known.last_batch if known is not None else None
-        cursor = None
-        swept = False
-        due = 0  # auto-compaction's next_due, as the data source keeps it in its run's memo
+        token = uuid.uuid4().hex[:16]
+        memo = RunMemo()
+
+        def call(fresh: bool = False) -> WriterRun:
+            """A Spark call's writer: the run's memo, unless this call runs in another worker."""
+            nonlocal memo
+            if fresh or (plan.door == "data_source" and world.rng.random() < plan.p_new_worker):
+                memo = RunMemo()
+                if new_connection(actor):
+                    world.note(f"{actor.name}: a new worker: its calls go on a new connection")
+            return WriterRun(
+                config,
+                storage,
+                SimCheckpoint(plan),
+                memo,
+                token,
+                together=world.together if plan.views_together else None,
+                compaction={"min_small": 4, "min_files": 2},
+            )
+
         while not plan.finished:
             b = plan.next_batch
             if idle and world.rng.random() < 0.3:
                 import time
 
                 time.sleep(world.rng.choice(idle))
-            skipped = through is not None and b <= through
-            adds: list[AddFile] = []
+            reports: list[TaskReport | None] = []
+            committing = False
             try:
-                if not skipped:
-                    for task, ids in enumerate(plan.rows(b)):
-                        for attempt in range(3):  # Spark retries a failed task
-                            name = writer_file_name(writer_tag(plan.id), b, task, new_attempt_id())
-                            writer = FileWriter(storage, name, SCHEMA, WriteOptions(row_group_bytes=1024))
-                            try:
-                                writer.write(pa.record_batch([pa.array(ids, pa.int64())], schema=SCHEMA))
-                                done = writer.publish()
-                            except Exception as exc:  # noqa: BLE001 - Spark retries any task failure
-                                what = f"task {task} of batch {b} attempt {attempt}"
-                                world.note(f"{actor.name}: {what} failed: {exc!r:.120}")
-                                continue
-                            assert done is not None and done.won
-                            adds.append(
-                                AddFile(name, done.rows, done.size, partition=task, batch=b, stats=done.stats)
-                            )
-                            break
-                        else:
-                            raise TaskFailed(f"task {task} of batch {b} failed 3 times")
-                continues = None
-                if b == 0 and plan.continues is not None:
-                    # As the data source does (``continuation``): the continued writer as the log
-                    # has it now, and this query's start offsets, fixed in its checkpoint.
-                    state = committer.log.open()
-                    old = state.writers.get(plan.continues)
-                    if plan.id not in state.writers and old is not None:
-                        start = plan.end_offsets(-1)
-                        check = offsets_check_kind(old.offsets, start)
-                        continues = Continuation(old.id, old.last_batch, old.last_version, start, check)
-                result = committer.commit(
-                    b,
-                    adds,
-                    source_offsets=plan.end_offsets(b),
-                    continues=continues,
-                    state=cursor,
-                    tasks_skipped=skipped,
-                )
+                tasks = call().start(SCHEMA)  # Spark plans the batch: streamWriter
+                for task, ids in enumerate(plan.rows(b)):
+                    report = None
+                    for attempt in range(3):  # Spark retries a failed task
+                        try:
+                            batch = pa.record_batch([pa.array(ids, pa.int64())], schema=SCHEMA)
+                            report = tasks.write(iter([batch]), task, b, plan.id, storage=storage)
+                        except Exception as exc:  # noqa: BLE001 - Spark retries any task failure
+                            what = f"task {task} of batch {b} attempt {attempt}"
+                            world.note(f"{actor.name}: {what} failed: {exc!r:.120}")
+                            continue
+                        break
+                    reports.append(report)
+                    if report is None:
+                        raise TaskFailed(f"task {task} of batch {b} failed 3 times")
+                committing = True
+                driver = call()
+                driver.start(SCHEMA)  # the commit worker asks for the writer first
+                result = driver.commit(b, [r for r in reports if r is not None])
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
-                world.note(f"{actor.name}: batch {b} failed: {type(exc).__name__}: {exc!s:.160}; abort")
-                try:
-                    committer.abort(b, adds)
-                except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
-                    world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
-                if isinstance(exc, CommitRefusedError) and plan.continues is not None and b == 0:
+                world.note(f"{actor.name}: batch {b} failed: {type(exc).__name__}: {exc!s:.160}")
+                refused = isinstance(exc, CommitRefusedError) and plan.continues is not None and b == 0
+                if plan.door == "data_source" and not refused:
+                    # Spark's abort, in a fresh worker after a failed commit; a task's slot empty.
+                    slots = reports + [None] * (len(plan.rows(b)) - len(reports))
+                    try:
+                        aborter = call(fresh=committing)
+                        aborter.start(SCHEMA)
+                        aborter.abort(b, slots)
+                        world.note(f"{actor.name}: batch {b} aborted")
+                    except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
+                        world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
+                if refused:
                     # The continued query committed since this one read its offsets: the start
                     # offsets in this query's checkpoint are stale for good. Its user starts anew.
                     plan.refused = plan.abandoned = True
                 return f"failed at batch {b}"
             plan.acked[b] = result.status
             plan.next_batch = b + 1
-            cursor = result.state
             world.note(f"{actor.name}: batch {b} acknowledged: {result.status} at version {result.version}")
-            if not swept:
-                sweep_after_commit(storage, older_than=3600.0)
-                swept = True
-            if plan.auto_compact:
-                # As the data source does after a commit (``auto_compact``): sized for the
-                # simulation's few tiny files.
-                done = compact_if_due(
-                    storage,
-                    result.state,
-                    write_options=WriteOptions(row_group_bytes=1024),
-                    min_small=4,
-                    min_files=2,
-                    due=due,
-                )
-                if done is not None:
-                    due = done.next_due
-                    what = done.report.status if done.report is not None else "failed"
-                    world.note(f"{actor.name}: auto-compaction after batch {b}: {what}")
+            if driver.compacted is not None:
+                done = driver.compacted
+                what = done.report.status if done.report is not None else "failed"
+                world.note(f"{actor.name}: auto-compaction after batch {b}: {what}")
         return "done"
 
     return body

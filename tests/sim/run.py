@@ -153,6 +153,8 @@ class Env:
             continues=continues,
             auto_compact=first is not None and first.auto_compact,  # the same job, restarted
         )
+        if first is not None:  # the same job, restarted: through the same door
+            plan.door, plan.p_new_worker = first.door, first.p_new_worker
         self.writers.append(plan)
         _start_writer(self, plan, offset=offset, idle=self.idle)
         return plan
@@ -271,6 +273,9 @@ def _setup(env: Env) -> None:
     # The views' hooks at once, in threads of the writer's process (as the Spark doors run
     # them): a generator of its own too, and only where the writer keeps views.
     threads = random.Random(world.seed ^ 0x7EAD) if "threads" in cfg.actors and views else None
+    # The Spark door each query writes through, and how often its data-source calls land in
+    # another driver worker (the memo lost): a generator of its own too (issue 50).
+    doors = random.Random(world.seed ^ 0xD00A)
     if env.upgrade is not None:
         env.upgrade.spawn(env, skew=skew, idle=idle, views=views, n_writers=n_writers)
     for i in range(n_writers if env.upgrade is None else 0):
@@ -281,6 +286,8 @@ def _setup(env: Env) -> None:
         plan.views_together = threads is not None and threads.random() < 0.7
         if plan.views_together:
             world.note(f"writer {i} updates its views in threads, at once")
+        _draw_door(plan, doors)
+        world.note(f"writer {i} writes through the {plan.door} door (new worker {plan.p_new_worker:.0%})")
         env.writers.append(plan)
         _start_writer(env, plan, offset=skew(), idle=idle)
     later = world.later
@@ -352,7 +359,14 @@ def _setup(env: Env) -> None:
             and creates
             and later.random() < 0.15
         ):
-            return later.choice(sorted(creates))
+            kind = later.choice(sorted(creates))
+            if kind == "late" and later.random() < 0.5:
+                # A queue that holds every try of this create (a proxy, a partition): the
+                # commit's outcome stays unknown while its first request may still land --
+                # the abort that follows must keep the batch's files (issue 50, item 1).
+                actor.data["outage"] = ("late", 10)
+                world.note(f"{actor.name}: every try of this create goes unanswered")
+            return kind
         if (
             actor.op == "delete"
             and actor.target.startswith("_lakesink/log/")
@@ -385,6 +399,13 @@ def _setup(env: Env) -> None:
     env.p_burst = rng.choice([0.0, 0.05, 0.2])
     env.p_coincide = rng.choice([0.0, 0.5])
     env.idle = idle
+
+
+def _draw_door(plan: actors.WriterPlan, rng: random.Random) -> None:
+    """The Spark door of ``plan``'s query: the data source (each call in a driver worker, which
+    changes at random between calls, and always after a failed commit) or foreachBatch."""
+    plan.door = "foreach_batch" if rng.random() < 0.25 else "data_source"
+    plan.p_new_worker = rng.choice([0.0, 0.1, 0.5, 1.0]) if plan.door == "data_source" else 0.0
 
 
 def _start_writer(

@@ -85,6 +85,12 @@ def store_fault(
     return None
 
 
+def new_connection(actor: Actor) -> bool:
+    """The actor's next call comes from another process (a fresh Spark worker): an outage under
+    way on its old connection does not follow it there. True when one was under way."""
+    return actor.data.pop("outage", None) is not None
+
+
 class SimIOError(OSError):
     """A simulated I/O failure: a timeout, a reset, a 503. Whether it was applied, the caller
     cannot tell (that is the point)."""

@@ -1,19 +1,21 @@
 """What the epoch writer's driver remembers about one run of a streaming query between batches.
 
-Spark builds a fresh ``LakeStreamWriter`` for every micro-batch (unpickled in a Python worker
-it reuses across batches and queries), so nothing the writer learns survives on the object:
+Spark builds a fresh writer for every micro-batch call (unpickled in a Python worker it may or
+may not reuse: pyspark 4.3 ends a worker after any exception of a commit, so its ``abort`` runs
+in another process), so nothing the writer learns survives on the object:
 whether this run has read its lake (the table checked with the store, the log's state),
 whether it has swept what earlier runs left, and the log state its last commit folded (the
 design's *cursor*, docs/design/format-v3.md section 7). This module is the one place that
 keeps those, and it keeps them so that nothing can trip over them:
 
-- **keyed by the run**: ``LakeSinkDataSource`` draws a random run token at each query start,
+- **keyed by the run**: a run token drawn at each query start (``LakeSinkDataSource`` draws it),
   and every memo is under it (with the lake's URL), so a second query, a restarted query, or a
   test in the same Python worker never sees another run's memo;
 - **only time is saved**: a memo lost (another worker process, the bound below) means the check,
-  sweep or log read runs again; the cursor is validated against the log before each use
-  (``VersionedLog.refresh`` re-reads the commit it was folded at: another token, or a log
-  of another table, is refused; a vanished commit means a fresh read);
+  sweep or log read runs again, never another decision (``lakesink.writer.run``: an abort keeps
+  what a commit may still land without asking the memo); the cursor is validated against the
+  log before each use (``VersionedLog.refresh`` re-reads the commit it was folded at: another
+  token, or a log of another table, is refused; a vanished commit means a fresh read);
 - **bounded**: the runs seen last, at most :data:`MAX_RUNS` of them.
 
 ``LAKESINK_NO_CURSOR=1`` turns the cursor off (every commit reads the log afresh): the commit
@@ -25,7 +27,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -53,8 +55,6 @@ class RunMemo:
     cursor: TableState | None = None  # format 3: the log state after this run's last commit
     #: format 3: the lake's new schema (encoded) this run's stream brings (merge_schema), or None
     schema_change: str | None = None
-    #: batches (format 2: epochs) whose commit's outcome stayed unknown: Spark's abort of them deletes nothing
-    in_doubt: set[int] = field(default_factory=set)
     #: the schema this run's data files store: the stream's columns as the lake declares them
     #: after this run's change (``lakesink_reader.format.schemas.file_schema``)
     file_schema: pa.Schema | None = None
