@@ -31,7 +31,7 @@ from tests.sim.world import START, Actor, World
 if TYPE_CHECKING:
     from tests.sim.upgrade import UpgradeWorld
 
-FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew")
+FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew", "dup", "clockstep", "lease")
 ACTORS = (
     "writer",
     "vacuum",
@@ -49,7 +49,7 @@ ACTORS = (
     "threads",
 )
 #: The faults the store applies to a call (kill and skew are the scheduler's).
-STORE_FAULTS = ("lost", "late", "fail", "delete", "list")
+STORE_FAULTS = ("lost", "late", "fail", "delete", "list")  # and "dup", drawn apart (``_setup``)
 
 
 @dataclass(frozen=True)
@@ -250,6 +250,15 @@ def _setup(env: Env) -> None:
         env.table_id = meta.table_id
     faults = cfg.faults
     env.shared.faults = frozenset(f for f in STORE_FAULTS if f in faults and rng.random() < 0.7)
+    # Issue 50's faults draw from a generator of their own: a seed that picks none of them keeps
+    # the schedule it had. ``dup``: a write applied now and delivered again later (a proxy's
+    # retry); ``clockstep``: an actor's clock steps mid-run (NTP); ``lease``: a compaction
+    # pauses for long right after it put its lease (its refresher stalled with it).
+    more = random.Random(world.seed ^ 0x50D0)
+    if "dup" in faults and more.random() < 0.5:
+        env.shared.faults = env.shared.faults | {"dup"}
+    p_clockstep = more.choice([0.0, 0.002, 0.01]) if "clockstep" in faults else 0.0
+    p_lease_pause = more.choice([0.0, 0.3, 1.0]) if "lease" in faults else 0.0
     p_fault = rng.choice([0.02, 0.05, 0.1]) if env.shared.faults else 0.0
     p_kill = rng.choice([0.0, 0.01, 0.03]) if "kill" in faults else 0.0
     p_stall = rng.choice([0.0, 0.02, 0.05]) if "stall" in faults else 0.0
@@ -352,7 +361,7 @@ def _setup(env: Env) -> None:
                 return "kill"
             if p_stall and later.random() < 0.15:
                 return "stall"
-        creates = allowed & {"lost", "late"}
+        creates = allowed & {"lost", "late", "dup"}
         if (
             actor.op == "put_if_absent"
             and log_entry.search(actor.target)
@@ -370,17 +379,30 @@ def _setup(env: Env) -> None:
         if (
             actor.op == "delete"
             and actor.target.startswith("_lakesink/log/")
-            and allowed & {"delete", "late"}
+            and allowed & {"delete", "late", "dup"}
         ) and later.random() < 0.15:
-            return later.choice(sorted(allowed & {"delete", "late"}))
+            return later.choice(sorted(allowed & {"delete", "late", "dup"}))
         return None
+
+    lease_put = re.compile(r"_lakesink/ops/[^/]+\.json$")
 
     def decide(actor: Actor) -> str | None:
         if actor.op in ("start", "sleep", "list_end"):
             return None
+        if p_clockstep and more.random() < p_clockstep:
+            step = more.choice([-3600.0, -600.0, -30.0, 30.0, 600.0, 3600.0])
+            actor.offset += step
+            world.note(f"{actor.name}: its clock steps by {step:+.0f} s")
+        last = actor.data.get("prev")
         fault = buggified(actor)
         if fault is not None:
             return fault
+        # Right after a compaction put its lease: the process pauses (GC, a swapped-out VM), its
+        # refresher with it; another compaction may abandon its op meanwhile.
+        held = last is not None and last[0] == "put" and lease_put.search(last[1]) is not None
+        if held and p_lease_pause and more.random() < p_lease_pause:
+            world.note(f"{actor.name}: pauses holding the lease {last[1]}")
+            return "stall"
         # Kills weigh on a view's update: between a lake commit and it is where views lag.
         view_write = actor.op == "put_if_absent" and actor.target.startswith(
             ("_delta_log/", "_spark_metadata/")

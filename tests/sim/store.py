@@ -11,7 +11,9 @@ tests/test_simulation.py). Without a world it only delegates. With one, each cal
    *pending*: the scheduler applies it at a later step of its choosing, or never (a proxy
    queue, an S3 request inside its signature window) -- writes only;
 4. ``lost``: applies the request, then raises :class:`SimIOError` (the answer was lost);
-5. ``list`` (listings only): a listing is two scheduling points, and an object created or
+5. ``dup``: applies the request and answers, and keeps a copy *pending*, applied again at a
+   later step (a request a proxy delivered twice) -- writes only;
+6. ``list`` (listings only): a listing is two scheduling points, and an object created or
    removed between them may or may not be in it -- a paged listing is no snapshot, which is
    all the contract lets a store do (objects there before the listing started and still there
    at its end are always listed).
@@ -48,10 +50,10 @@ T = TypeVar("T")
 
 #: The faults each call may meet (kill aside, which any call may meet).
 OP_FAULTS: dict[str, tuple[str, ...]] = {
-    "put_if_absent": ("fail", "lost", "late"),
-    "put": ("fail", "lost", "late"),
-    "delete": ("delete", "lost", "late"),
-    "drop_staged": ("delete", "lost", "late"),
+    "put_if_absent": ("fail", "lost", "late", "dup"),
+    "put": ("fail", "lost", "late", "dup"),
+    "delete": ("delete", "lost", "late", "dup"),
+    "drop_staged": ("delete", "lost", "late", "dup"),
     "publish": ("fail", "lost"),
     "supersede": ("fail", "lost"),  # a foreach file's replacement (the epoch world never calls it)
     "discard": ("delete",),
@@ -224,6 +226,9 @@ class SimStore:
                 errno.ETIMEDOUT, f"simulated: {op} {name} timed out (the request is still queued)"
             )
         result = fn()
+        if fault == "dup":
+            # Delivered twice (a proxy retried it): applied and answered now, and again later.
+            self.shared.deferred.append(Deferred(actor.name, op, name, fn))
         if fault == "lost":
             raise SimIOError(errno.ETIMEDOUT, f"simulated: {op} {name} timed out (it was applied)")
         return result
