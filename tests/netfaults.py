@@ -57,6 +57,7 @@ class Action(enum.StrEnum):
     DELAY = "delay"  # sleep Rule.seconds, then forward
     STRIP_IF_NONE_MATCH = "strip_if_none_match"  # forward without If-None-Match
     MINIO_UPLOAD_LISTING = "minio_upload_listing"  # hide uploads unless prefix is an exact key
+    HOLD = "hold"  # keep the request unapplied, reset the client; ``release_held`` applies it late
 
 
 # S3 operations -------------------------------------------------------------------------------
@@ -251,6 +252,8 @@ class FaultProxy:
         self._stopping = threading.Event()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
+        #: HOLD's requests, oldest first: (method, path, headers, body)
+        self._held: list[tuple[str, str, list[tuple[str, str]], bytes]] = []
 
     # Lifecycle
 
@@ -329,6 +332,32 @@ class FaultProxy:
     def requests(self, operation: str) -> int:
         """How many ``operation`` requests clients sent (faulted ones included)."""
         return sum(1 for r in self.log if r.operation == operation)
+
+    def hold(self, method: str, path: str, headers: list[tuple[str, str]], body: bytes) -> None:
+        with self._lock:
+            self._held.append((method, path, headers, body))
+
+    def release_held(self) -> list[tuple[str, int]]:
+        """Apply the first held request of each path upstream, late (a request a queue held
+        while its client gave up); the others are dropped. Each path with its status."""
+        with self._lock:
+            held, self._held = self._held, []
+        done: list[tuple[str, int]] = []
+        for method, path, headers, body in held:
+            if any(p == path for p, _ in done):
+                continue
+            upstream = http.client.HTTPConnection(*self.upstream, timeout=60)
+            try:
+                upstream.putrequest(method, path, skip_host=True, skip_accept_encoding=True)
+                for name, value in headers:
+                    upstream.putheader(name, value)
+                upstream.endheaders(body)
+                response = upstream.getresponse()
+                response.read()
+                done.append((path, response.status))
+            finally:
+                upstream.close()
+        return done
 
     def sleep(self, seconds: float) -> bool:
         """Sleep, but wake up when the proxy stops; False if it did."""
@@ -426,6 +455,13 @@ class _Handler(BaseHTTPRequestHandler):
             body = self._read_body()
             if action is Action.RESET:
                 proxy.record(request, "reset", rule)
+                self._reset()
+                return
+            if action is Action.HOLD:
+                dropped = HOP_BY_HOP | {"content-length"}
+                kept = [(n, v) for n, v in self.headers.items() if n.lower() not in dropped]
+                proxy.hold(self.command, self.path, [*kept, ("Content-Length", str(len(body)))], body)
+                proxy.record(request, "held", rule)
                 self._reset()
                 return
             if rule is not None and action is Action.DELAY and not proxy.sleep(rule.seconds):
