@@ -27,6 +27,11 @@ from lakesink_reader.storage.options import check_storage_options
 #: converted by ``lakesink upgrade``).
 WRITABLE_FORMATS = (3,)
 
+#: ``driver_write``'s choices, and ``auto``'s default bound: a batch of 20,000 rows of a few
+#: columns is a few MiB of Arrow on the driver (issue 52 measured 5,000-row batches).
+DRIVER_WRITES = ("auto", "always", "never")
+DEFAULT_DRIVER_WRITE_ROWS = 20_000
+
 #: The option that carries storage options: a JSON object (it may hold credentials).
 STORAGE_OPTIONS_KEY = "storage_options"
 #: The option that carries an observer: a pickled object, base64 (see ``lakesink.commit.observer``).
@@ -97,6 +102,18 @@ class SinkOptions:
         (``lakesink.maintenance.auto_compact`` says what it does, and why it is safe).
         ``.option("auto_compact", "true")``. None (the default): the lake's own default, which
         ``lakesink config PATH auto_compact=true`` sets in its table.json; off when it has none.
+    driver_write
+        Where the foreachBatch door (``write_stream`` on a classic session) writes a micro-batch's
+        files: ``"auto"`` (the default) writes a small batch on the driver -- collected as Arrow
+        and written and committed there, with no Python worker -- and a large one in Spark's
+        tasks; ``"always"`` collects every batch to the driver (mind its memory); ``"never"``
+        always uses tasks. The same protocol either way: the driver is one more place for a
+        batch's task to run. The data source door (``format("lakesink")``) always writes in
+        tasks, and refuses ``"always"``.
+    driver_write_max_rows
+        ``driver_write="auto"``'s bound: a batch is written on the driver when the previous one
+        had at most this many rows and this one does too (it is collected with a limit of one
+        more row, so a larger batch costs a bounded read before its tasks run).
     """
 
     checkpoint_interval: int = DEFAULT_CHECKPOINT_INTERVAL
@@ -110,8 +127,16 @@ class SinkOptions:
     partition_by: tuple[str, ...] | None = None
     merge_schema: bool = False
     auto_compact: bool | None = None
+    driver_write: str = "auto"
+    driver_write_max_rows: int = DEFAULT_DRIVER_WRITE_ROWS
 
     def __post_init__(self) -> None:
+        if self.driver_write not in DRIVER_WRITES:
+            choices = ", ".join(map(repr, DRIVER_WRITES))
+            raise ValueError(f"driver_write must be one of {choices}, got {self.driver_write!r}")
+        rows = self.driver_write_max_rows
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValueError(f"driver_write_max_rows must be a whole number >= 0, got {rows!r}")
         if not isinstance(self.merge_schema, bool):
             raise TypeError(f"merge_schema must be True or False, got {self.merge_schema!r}")
         if self.auto_compact is not None and not isinstance(self.auto_compact, bool):

@@ -42,7 +42,7 @@ def _daemon_modules() -> set[str]:
     return found
 
 
-def _stream(spark: Any, folder: Path, lake: str, chk: Path) -> Any:
+def _stream(spark: Any, folder: Path, lake: str, chk: Path, **options: Any) -> Any:
     df = spark.readStream.schema("id long, label string").option("maxFilesPerTrigger", 2).parquet(str(folder))
     return lakesink.write_stream(
         df.repartition(2),
@@ -50,6 +50,7 @@ def _stream(spark: Any, folder: Path, lake: str, chk: Path) -> Any:
         checkpoint_location=str(chk),
         trigger={"availableNow": True},
         via="foreach_batch",
+        **{"driver_write": "never", **options},
     )
 
 
@@ -88,6 +89,42 @@ def test_foreach_batch_writes_every_row_once_and_a_replayed_batch_is_skipped(
         (Path(lake) / "_delta_log" / f"{versions_before:020d}.json").read_text().splitlines()[0]
     )
     assert delta["commitInfo"]["operation"] == "STREAMING UPDATE"
+
+
+def test_small_batches_are_written_on_the_driver_and_large_ones_in_tasks(spark: Any, tmp_path: Path) -> None:
+    """``driver_write="auto"`` (the default): a batch within ``driver_write_max_rows`` is one file
+    written on the driver; a larger one goes to the tasks (one file each), and the batch after it
+    too; the rows are the same, once, either way."""
+    folder, lake, chk = tmp_path / "in", str(tmp_path / "lake"), tmp_path / "chk"
+    folder.mkdir()
+    sizes = [100, 100, 900, 900, 100, 100, 100, 100]  # two files a batch: 200, 1000, 1000, 200 rows...
+    start = 0
+    for i, rows in enumerate(sizes):
+        ids = pa.array(range(start, start + rows), pa.int64())
+        pq.write_table(pa.table({"id": ids, "label": pa.array([f"r{v}" for v in ids.to_pylist()])}),
+                       folder / f"in-{i:04d}.parquet")  # fmt: skip
+        start += rows
+    query = _stream(spark, folder, lake, chk, driver_write="auto", driver_write_max_rows=500)
+    query.awaitTermination(300)
+    assert query.exception() is None
+    assert sorted(read_committed(lake).column("id").to_pylist()) == list(range(start))
+    appends = [v for v in reversed(Lake(lake).history()) if v.operation == "append"]
+    assert [v.batch for v in appends] == [0, 1, 2, 3]
+    # Batch 0 (200 rows): the driver. 1 (1,000): too many, tasks. 2 (300): after a large one,
+    # tasks. 3 (200): the driver again.
+    assert [v.add_files for v in appends] == [1, 2, 2, 1]
+
+
+def test_driver_write_always_is_refused_on_the_data_source_door(spark: Any, tmp_path: Path) -> None:
+    lakesink.register(spark, warm_up=False)  # the start's checks, as the guide has users do
+    df = spark.readStream.format("rate").load()
+    writer = df.writeStream.format("lakesink").option("checkpointLocation", str(tmp_path / "c"))
+    with pytest.raises(ValueError, match="driver_write='always' needs the foreachBatch door"):
+        writer.option("driver_write", "always").start(str(tmp_path / "lake"))
+    with pytest.raises(ValueError, match="driver_write='always' needs the foreachBatch door"):
+        lakesink.write_stream(df, str(tmp_path / "lake"), checkpoint_location=str(tmp_path / "c"),
+                              via="data_source", driver_write="always")  # fmt: skip
+    assert not (tmp_path / "lake").exists()
 
 
 def test_a_bad_door_is_refused_before_anything_starts(spark: Any, tmp_path: Path) -> None:

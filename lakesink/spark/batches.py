@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark import TaskContext
 from pyspark.sql.types import BinaryType, StructField, StructType
 
-from lakesink.spark.datasource import LakeSinkDataSource, LakeStreamWriter
+from lakesink.spark.datasource import EpochCommitMessage, LakeSinkDataSource, LakeStreamWriter
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -69,8 +69,11 @@ class LakeBatchWrite:
         self.config = config
         # A run token of its own, as the data source door's instance has per query start.
         self.source = LakeSinkDataSource(config.to_options())
+        self.source.batch_door = True
         self.writer: LakeStreamWriter | None = None
         self.query_id: str | None = None
+        #: the rows of the run's last batch (None: none yet): ``driver_write="auto"``'s guide
+        self.last_rows: int | None = None
 
     def __repr__(self) -> str:
         return f"LakeBatchWrite({self.config.path!r})"
@@ -80,7 +83,49 @@ class LakeBatchWrite:
             # The lake checked or created, the replays' bound read: once per run, at its first batch.
             self.writer = self.source.streamWriter(df.schema, False)
             self.query_id = self.writer.writer_id()
+        messages = self.write_on_driver(df, batch_id)
+        if messages is None:
+            messages = self.write_in_tasks(df, batch_id)
+        self.last_rows = sum(f.rows for m in messages for f in m.files)
+        # Every task reported: a failed commit deleted its files itself when nothing can commit
+        # them, and an abort would delete nothing more (``WriterRun.abort``).
+        self.writer.commit_batch(messages, batch_id)
+
+    def write_on_driver(self, df: Any, batch_id: int) -> list[EpochCommitMessage] | None:
+        """The batch written as one task on the driver (``driver_write``), or None: in tasks.
+
+        ``auto``: when the run's last batch had at most ``driver_write_max_rows`` rows (or there
+        was none), this one is collected with a limit of one row more; within the bound it is
+        written here, else its rows are dropped and it goes to the tasks. A replay the log holds
+        is not collected at all (its task would write nothing)."""
+        writer, sink = self.writer, self.config.sink
+        assert writer is not None
+        if sink.driver_write == "never":
+            return None
+        through = writer.plan.committed_through
+        if through is not None and batch_id <= through:
+            return [writer.write_on_driver(iter(()), batch_id, self.query_id)]
+        if sink.driver_write == "always":
+            table = df.toArrow()
+        else:
+            bound = sink.driver_write_max_rows
+            if self.last_rows is not None and self.last_rows > bound:
+                return None
+            table = df.limit(bound + 1).toArrow()
+            if table.num_rows > bound:
+                log.info(
+                    "batch %d of %s has more than %d rows: written in tasks",
+                    batch_id,
+                    self.config.path,
+                    bound,
+                )
+                return None
+        return [writer.write_on_driver(iter(table.to_batches()), batch_id, self.query_id)]
+
+    def write_in_tasks(self, df: Any, batch_id: int) -> list[EpochCommitMessage]:
+        """The batch written by Spark's tasks (``mapInArrow``), their messages collected."""
         writer, query_id = self.writer, self.query_id
+        assert writer is not None
 
         def task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             # Here, not at the top: pyarrow loads in the task's worker, not at the import.
@@ -95,10 +140,7 @@ class LakeBatchWrite:
             message = writer.write_partition(batches, ctx.partitionId(), batch_id, query_id)
             yield pa.record_batch([array([pickle.dumps(message)], pa.binary())], names=["message"])
 
-        messages = [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
-        # Every task reported: a failed commit deleted its files itself when nothing can commit
-        # them, and an abort would delete nothing more (``WriterRun.abort``).
-        writer.commit_batch(messages, batch_id)
+        return [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
 
 
 def import_commit_modules() -> None:

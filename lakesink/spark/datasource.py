@@ -94,6 +94,8 @@ class LakeSinkDataSource(DataSource):
         # One token per instance: Spark creates it once per query start and unpickles it for
         # every epoch commit, so the token names this run of the query.
         self.run_token = uuid.uuid4().hex
+        #: the foreachBatch door's instance (``lakesink.spark.batches``), which may write on the driver
+        self.batch_door = False
 
     @functools.cached_property
     def config(self) -> SinkConfig:
@@ -172,6 +174,11 @@ class LakeSinkDataSource(DataSource):
                 f"lakesink tables are append-only: output mode 'complete' cannot write {self.config.path!r}; "
                 "use outputMode('append')"
             )
+        if self.config.sink.driver_write == "always" and not self.batch_door:
+            # The start's guard refuses it first (``guard.check_stream``); a session without it here.
+            from lakesink.spark.guard import driver_write_refusal
+
+            raise ValueError(driver_write_refusal(self.config.path))
         # Here, not at the top: rows loads pyarrow (HOOK_MODULES).
         from lakesink.spark.rows import arrow_schema
 
@@ -229,6 +236,16 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         return self.write_partition(
             iterator, ctx.partitionId(), batch_id(ctx), ctx.getLocalProperty("sql.streaming.queryId")
         )
+
+    def write_on_driver(
+        self, batches: Iterator[pa.RecordBatch], epoch: int, query_id: str | None
+    ) -> EpochCommitMessage:
+        """A whole batch written as one task on the driver (``driver_write``): no heap freeze,
+        which is for Spark's workers, not the user's process."""
+        try:
+            return EpochCommitMessage.of(self.plan.write(batches, 0, epoch, query_id))
+        finally:
+            release_arrow_memory()
 
     def write_partition(
         self, iterator: Iterator[pa.RecordBatch], partition: int, epoch: int, query_id: str | None

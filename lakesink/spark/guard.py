@@ -275,7 +275,7 @@ def start_foreach_batch(
         writer = writer.queryName(query_name)
     pending = _classic_pending(writer)
     if pending is not None:
-        check_stream(pending, config.path, config)
+        check_stream(pending, config.path, config, batch_door=True)
     # While Spark plans the first batch, not after its tasks: what its commit imports here.
     threading.Thread(target=import_commit_modules, name="lakesink-commit-imports", daemon=True).start()
     return _start_checked(df.sparkSession, writer.start, config)  # type: ignore[no-any-return]
@@ -289,12 +289,15 @@ def _may_be_lakesink(writer: Any) -> bool:
     return (_jvm_source(writer._jwrite) or "").lower() == SOURCE_NAME
 
 
-def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | None = None) -> SinkConfig:
+def check_stream(
+    pending: PendingWrite, path: str | None, config: SinkConfig | None = None, *, batch_door: bool = False
+) -> SinkConfig:
     """Refuse, before it starts, a lakesink streaming write that would fail or do the wrong thing;
     the write's parsed options.
 
     ``config``: what ``write_stream`` parsed its keywords into (the writer's options are made from
-    it); None for a ``format("lakesink")`` write, whose options are parsed here."""
+    it); None for a ``format("lakesink")`` write, whose options are parsed here. ``batch_door``:
+    the write goes through ``foreachBatch`` (``lakesink.spark.batches``), not the data source."""
     if not pending.connect:
         preflight.check_worker_python(pending.spark)
     _check_append(pending, 'format("lakesink")')
@@ -305,6 +308,8 @@ def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | N
         if pending.partitioning:
             options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
         config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
+    if config.sink.driver_write == "always" and not batch_door:
+        raise ValueError(driver_write_refusal(config.path))
     query = _query_identity(pending, config.storage_options)
     plan = pending.plan
     start = None if plan is None else lambda: preflight.kafka_start_offsets(plan())
@@ -312,6 +317,14 @@ def check_stream(pending: PendingWrite, path: str | None, config: SinkConfig | N
         pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query, start)
     )
     return config
+
+
+def driver_write_refusal(path: str) -> str:
+    return (
+        f"driver_write='always' needs the foreachBatch door (lakesink.write_stream on a classic session, "
+        f"via='foreach_batch' or the default): format('lakesink') writes {path!r} in Spark's tasks only. "
+        "Drop the option, or write through write_stream"
+    )
 
 
 def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:

@@ -80,6 +80,8 @@ class WriterPlan:
     door: str = "data_source"
     #: The chance that a data-source call runs in another driver worker than the last (its memo lost).
     p_new_worker: float = 0.0
+    #: foreach_batch: the chance that a batch is written on the driver, as one task (``driver_write``).
+    p_driver: float = 0.0
 
     def __post_init__(self) -> None:
         if self.stream < 0:
@@ -129,7 +131,8 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
     always for the abort after a failed commit (pyspark ends the worker whose call raised).
     A ``foreach_batch`` plan is the other door: every call in the user's one process (the memo
     kept) and no abort at all (a failed commit cleans up after itself; a failed task's files
-    are left to the sweep)."""
+    are left to the sweep); a batch of it may be written on the driver as one task
+    (``driver_write``)."""
     from lakesink.commit.files import WriteOptions
     from lakesink.config import SinkConfig, SinkOptions
     from lakesink.writer.memo import RunMemo
@@ -183,7 +186,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             committing = False
             try:
                 tasks = call().start(SCHEMA)  # Spark plans the batch: streamWriter
-                for task, ids in enumerate(plan.rows(b)):
+                rows = plan.rows(b)
+                if plan.door == "foreach_batch" and world.rng.random() < plan.p_driver:
+                    rows = [[i for task in rows for i in task]]  # ``driver_write``: one task, on the driver
+                for task, ids in enumerate(rows):
                     report = None
                     for attempt in range(3):  # Spark retries a failed task
                         try:
@@ -206,7 +212,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                 refused = isinstance(exc, CommitRefusedError) and plan.continues is not None and b == 0
                 if plan.door == "data_source" and not refused:
                     # Spark's abort, in a fresh worker after a failed commit; a task's slot empty.
-                    slots = reports + [None] * (len(plan.rows(b)) - len(reports))
+                    slots = reports + [None] * (len(rows) - len(reports))
                     try:
                         aborter = call(fresh=committing)
                         aborter.start(SCHEMA)

@@ -154,7 +154,7 @@ class Env:
             auto_compact=first is not None and first.auto_compact,  # the same job, restarted
         )
         if first is not None:  # the same job, restarted: through the same door
-            plan.door, plan.p_new_worker = first.door, first.p_new_worker
+            plan.door, plan.p_new_worker, plan.p_driver = first.door, first.p_new_worker, first.p_driver
         self.writers.append(plan)
         _start_writer(self, plan, offset=offset, idle=self.idle)
         return plan
@@ -428,6 +428,7 @@ def _draw_door(plan: actors.WriterPlan, rng: random.Random) -> None:
     changes at random between calls, and always after a failed commit) or foreachBatch."""
     plan.door = "foreach_batch" if rng.random() < 0.25 else "data_source"
     plan.p_new_worker = rng.choice([0.0, 0.1, 0.5, 1.0]) if plan.door == "data_source" else 0.0
+    plan.p_driver = rng.choice([0.0, 0.5, 1.0]) if plan.door == "foreach_batch" else 0.0
 
 
 def _start_writer(
