@@ -106,7 +106,9 @@ def small_epochs_phase(
     stream is the difference of its p50/p95 to ``epoch``'s); ``epoch-source`` is
     ``write_stream(via="data_source")``, the door ``format("lakesink")`` takes (issue 38);
     ``parquet-arrow`` is Spark's sink behind an identity ``mapInArrow``: what a Python step in
-    the stream costs Spark per epoch, the floor for lakesink's Python doors.
+    the stream costs Spark per epoch, the floor for lakesink's Python doors; ``epoch`` writes
+    these small batches on the driver (``driver_write="auto"``, issue 52), ``epoch-tasks`` in
+    Spark's tasks as before (``driver_write="never"``).
 
     Each sink runs ``turns`` times, the sinks taking turns (parquet, epoch, ..., parquet,
     epoch, ...), and the percentiles pool every turn's epochs: a slow minute of the machine
@@ -115,7 +117,7 @@ def small_epochs_phase(
     found: dict[str, Any] = {"runs": {}, "failures": {}, "turns": turns}
     kinds: list[tuple[str, Sink, bool]] = [
         ("parquet", "parquet", False), ("parquet-arrow", "parquet", False), ("epoch", "epoch", False),
-        ("epoch-source", "epoch", False), ("epoch-auto", "epoch", False),
+        ("epoch-tasks", "epoch", False), ("epoch-source", "epoch", False), ("epoch-auto", "epoch", False),
     ]  # fmt: skip
     if with_s3:
         kinds.append(("epoch-s3", "epoch", True))
@@ -128,6 +130,8 @@ def small_epochs_phase(
         extra = {"auto_compact": True} if label == "epoch-auto" else {}
         if label == "epoch-source":
             extra = {"via": "data_source"}  # the Python Data Source door (issue 38)
+        if label == "epoch-tasks":
+            extra = {"driver_write": "never"}  # the foreachBatch door's tasks, not the driver (issue 52)
         # Spark's sink behind an identity mapInArrow: the floor of any stream with a Python step.
         changes = {"through_arrow": True} if label == "parquet-arrow" else {}
         of_turns = f", turn {turn + 1}/{turns}" if turns > 1 else ""

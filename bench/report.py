@@ -33,6 +33,7 @@ NAMES = {
     "connect-parquet": '(d) Spark Connect client, format("parquet")',
     "epoch-s3": "write_stream into moto S3",
     "epoch-auto": "write_stream, auto_compact=True",
+    "epoch-tasks": 'write_stream, driver_write="never"',
     "epoch-stock": "write_stream, Spark's stock workers",
     "foreach": "LakeForeachWriter",
 }

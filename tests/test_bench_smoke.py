@@ -176,7 +176,7 @@ def test_bench_harness_local(tmp_path: Path) -> None:
     assert results["connect"]["connect"]["rows_per_second_vs_baseline"] > 0
     assert len(results["connect_pids"]) == 1  # one server for both Connect runs
     small = results["small_epochs"]["runs"]
-    assert set(small) == {"parquet", "parquet-arrow", "epoch", "epoch-source", "epoch-auto"}
+    assert set(small) == {"parquet", "parquet-arrow", "epoch", "epoch-tasks", "epoch-source", "epoch-auto"}
     assert [len(run["epochs"]) for run in small.values()] == [6] * 5  # two turns of 3
     assert small["epoch"]["summary"]["driver_commit"]["count"] == 4  # the epochs after each turn's first
     assert all(len(run["turn_trigger_p50"]) == 2 for run in small.values())
