@@ -225,14 +225,21 @@ def test_a_partitioned_lake_reads_the_same_in_every_reader(spark: Any, day_label
     spark_rows = sorted((r["id"], r["label"], r["day"]) for r in frame.collect())
     assert spark_rows == expected
     assert frame.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
-    # lakesink's own Spark reader, through the log: the same rows, and at an older version.
-    ours = spark.read.format("lakesink").load(lake)
-    assert sorted((r["id"], r["label"], r["day"]) for r in ours.collect()) == expected
-    assert ours.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
-    older = spark.read.format("lakesink").option("versionAsOf", 0).load(lake)
-    assert sorted(r["id"] for r in older.collect()) == sorted(
-        read_committed(lake, version=0).column("id").to_pylist()
-    )
+    # lakesink's own Spark reader, through the log: the same rows, and at an older version,
+    # through Spark's Parquet scan of the pinned files and through the Python data source.
+    from lakesink.spark.scan import is_spark_scan
+
+    lakesink.register(spark, warm_up=False)
+    for scan in ("spark", "python"):
+        ours = spark.read.format("lakesink").option("scan", scan).load(lake)
+        assert is_spark_scan(ours) == (scan == "spark")
+        assert ours.columns == ["id", "label", "day"]
+        assert sorted((r["id"], r["label"], r["day"]) for r in ours.collect()) == expected
+        assert ours.where("label = 'a/b=c'").count() == len([r for r in expected if r[1] == "a/b=c"])
+        older = spark.read.format("lakesink").option("scan", scan).option("versionAsOf", 0).load(lake)
+        assert sorted(r["id"] for r in older.collect()) == sorted(
+            read_committed(lake, version=0).column("id").to_pylist()
+        )
 
     # deltalake, polars and DuckDB, through the Delta view: the same ids, at each version.
     seen = oracle(lake, [None, 0, 1])

@@ -217,12 +217,15 @@ def truth(lake: str, columns: list[str]) -> dict[str, int]:
             "n_sum": sum(table.column("n").to_pylist())}  # fmt: skip
 
 
-def spark_answers(spark: Any, lake: str, columns: list[str], **options: str) -> dict[str, int]:
+def spark_answers(
+    spark: Any, lake: str, columns: list[str], *, source: str = "parquet", **options: str
+) -> dict[str, int]:
     """The same, as Spark's Parquet reader answers, in one job: ``count_if(col IS NULL)`` per
-    column (what Catalyst folds to 0 for a column it believes non-nullable)."""
+    column (what Catalyst folds to 0 for a column it believes non-nullable). ``source``
+    "lakesink": ``spark.read.format("lakesink")`` (its ``scan`` option in ``options``)."""
     from pyspark.sql import functions as F
 
-    frame = spark.read.options(**options).parquet(lake)
+    frame = spark.read.format(source).options(**options).load(lake)
     assert frame.columns == columns, frame.columns  # every column of the lake, in its order
     counts = [F.count(F.lit(1)).alias("rows")] + [F.expr(f"count_if({c} IS NULL)").alias(c) for c in columns]
     row = frame.agg(*counts, F.sum("n").alias("n_sum")).collect()[0]
@@ -277,6 +280,14 @@ def test_every_engine_answers_as_the_log_after_a_column_is_added_and_a_type_wide
     # Spark's reader without mergeSchema takes the lake's schema from the Spark view's summary
     # (the first file by path has neither newcol nor a long n), and widens older files itself.
     assert spark_answers(spark, lake, columns) == expected
+    # spark.read.format("lakesink"): Spark's scan of the pinned files with the log's schema
+    # (older files widened, missing columns null), and the Python data source, answer alike.
+    from lakesink.spark.scan import is_spark_scan
+
+    lakesink.register(spark, warm_up=False)
+    assert is_spark_scan(spark.read.format("lakesink").option("scan", "spark").load(lake))
+    assert spark_answers(spark, lake, columns, source="lakesink", scan="spark") == expected
+    assert spark_answers(spark, lake, columns, source="lakesink", scan="python") == expected
     with pytest.raises(Exception, match="CANNOT_MERGE_SCHEMAS"):  # loud, not a wrong answer
         spark_answers(spark, lake, columns, mergeSchema="true")
     seen = isolated(NULLS, lake, json.dumps(columns))

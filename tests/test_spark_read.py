@@ -51,6 +51,17 @@ def test_a_batch_read_returns_the_committed_rows_at_the_latest_and_an_older_vers
     frame = spark.read.format("lakesink").load(lake)
     assert frame.schema.names == Lake(lake).schema.names
     assert frame.where("id >= 400").count() == 20  # batch 4: ids 400..419
+    # On local disk the read is Spark's own Parquet scan of the pinned files (issue 52); the
+    # Python data source reads the same.
+    from lakesink.spark.scan import is_spark_scan
+
+    assert is_spark_scan(frame)
+    python = spark.read.format("lakesink").option("scan", "python")
+    assert not is_spark_scan(python.load(lake))
+    assert ids(python.load(lake)) == ids(frame)
+    assert ids(python.option("versionAsOf", 2).load(lake)) == committed(lake, version=2)
+    with pytest.raises(ValueError, match="scan must be one of 'auto', 'spark', 'python', got 'jvm'"):
+        spark.read.format("lakesink").option("scan", "jvm").load(lake)
 
 
 def test_bad_read_options_are_refused_naming_the_way_out(lake: str) -> None:

@@ -148,8 +148,8 @@ class LakeSinkDataSource(DataSource):
         if unknown:  # Spark does not say which read asks: name both doors' options
             raise ValueError(
                 f'unknown option(s) {unknown} for reading format("lakesink"): spark.read takes path, '
-                "storage_options, versionAsOf, timestampAsOf; spark.readStream takes path, storage_options, "
-                "startingVersion, startingTimestamp, maxFilesPerTrigger, maxBytesPerTrigger"
+                "storage_options, versionAsOf, timestampAsOf, scan; spark.readStream takes path, "
+                "storage_options, startingVersion, startingTimestamp, maxFilesPerTrigger, maxBytesPerTrigger"
             )
         return from_arrow_schema(self.read_plan.schema)
 

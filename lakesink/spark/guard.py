@@ -78,7 +78,59 @@ def install(*, connect: bool = False) -> None:
     DataStreamWriter.start = _checked_start(DataStreamWriter.start, read)  # type: ignore[method-assign]
     DataStreamWriter.foreach = _remembered_foreach(DataStreamWriter.foreach)  # type: ignore[method-assign]
     DataFrameWriter.save = _checked_save(DataFrameWriter.save, source_of)  # type: ignore[method-assign]
+    if not connect:
+        # Here, not at the top: the classic reader's class, for its sessions only (as above).
+        from pyspark.sql.readwriter import DataFrameReader
+
+        DataFrameReader.load = _scanned_load(DataFrameReader.load)  # type: ignore[method-assign]
     _installed.add(api)
+
+
+def _scanned_load(load: Any) -> Any:
+    """``spark.read.format("lakesink").load(...)`` as Spark's own Parquet scan of the pinned
+    version's files where Spark reaches them (``lakesink.spark.scan``); every other read as it was."""
+
+    @functools.wraps(load)
+    def scanned(
+        self: Any, path: str | list[str] | None = None, format: str | None = None, schema: Any = None,
+        **options: Any,
+    ) -> Any:  # fmt: skip
+        if format is not None:
+            self.format(format)
+        if schema is None and not isinstance(path, list) and _reads_lakesink(self):
+            # Here, not at the top: the scan's module is the lakesink reads' alone.
+            from lakesink.spark.scan import parquet_scan
+
+            given = {**_reader_options(self), **{k: str(v) for k, v in options.items()}}
+            if path is not None:
+                given["path"] = path
+            frame = parquet_scan(self._spark, given)
+            if frame is not None:
+                return frame
+        return load(self, path, None, schema, **options)
+
+    return scanned
+
+
+def _reads_lakesink(reader: Any) -> bool:
+    try:
+        source = jvm_field(reader._jreader, "source")
+        user_schema = jvm_field(reader._jreader, "userSpecifiedSchema")
+    except Exception:  # noqa: BLE001 - a JVM object of another layout: not ours to judge
+        return False
+    no_schema = user_schema is None or not user_schema.isDefined()
+    return source is not None and str(source).lower() == SOURCE_NAME and no_schema
+
+
+def _reader_options(reader: Any) -> dict[str, str]:
+    options: dict[str, str] = {}
+    extra = jvm_field(reader._jreader, "extraOptions")
+    if extra is not None:
+        entries = extra.originalMap().iterator()
+        while entries.hasNext():
+            entry = entries.next()
+            options[str(entry._1())] = str(entry._2())
+    return options
 
 
 @dataclass

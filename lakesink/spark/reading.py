@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from lakesink_reader.lake import Lake
 
 #: The options of a batch read (lower case, as Spark passes them).
-READ_OPTIONS = ("path", "storage_options", "versionasof", "timestampasof")
+READ_OPTIONS = ("path", "storage_options", "versionasof", "timestampasof", "scan")
 #: Bytes of files per task at most: Spark's own file sources split at 128 MiB
 #: (``spark.sql.files.maxPartitionBytes``) ...
 TASK_BYTES = 128 << 20
@@ -67,7 +67,7 @@ def plan_read(options: Mapping[str, str]) -> ReadPlan:
     if unknown:
         raise ValueError(
             f'unknown option(s) {unknown} for spark.read.format("lakesink"); its options: '
-            "['path', 'storage_options', 'versionAsOf', 'timestampAsOf']"
+            "['path', 'storage_options', 'versionAsOf', 'timestampAsOf', 'scan']"
         )
     path, storage_options = lake_location(opts, 'spark.read.format("lakesink")')
     if "versionasof" in opts and "timestampasof" in opts:
