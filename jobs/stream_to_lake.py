@@ -4,9 +4,9 @@
         --lake /tmp/lake --checkpoint /tmp/chk
     spark-submit jobs/stream_to_lake.py --source files --input /data/in --available-now ...
     python jobs/stream_to_lake.py --remote sc://127.0.0.1:15002 ...   # through Spark Connect
-    python jobs/stream_to_lake.py --source kafka --bootstrap 127.0.0.1:9092 --topic events \
+    python jobs/stream_to_lake.py --source kafka --bootstrap 127.0.0.1:9092 --topic events \\
         --starting-offsets earliest --max-offsets-per-trigger 10000 --mode epoch ...
-    python jobs/stream_to_lake.py --source lake --input /data/lake/raw --mode epoch \
+    python jobs/stream_to_lake.py --source lake --input /data/lake/raw --mode epoch \\
         --max-files-per-trigger 100 --lake /data/lake/clean --checkpoint /data/chk/clean
 
 Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one

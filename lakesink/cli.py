@@ -487,7 +487,10 @@ def _history(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([{**dataclasses.asdict(e), "operation": e.operation} for e in entries], indent=2))
         return 0
-    columns = (("version", 8), ("committed (UTC)", -19), ("operation", -13), ("writer", -16), ("batch", 6),
+    # The operation column as wide as its longest entry ("auto-compaction" is 15): the rest in line.
+    operation = -max([13, *(len(e.operation) for e in entries)])
+    columns = (("version", 8), ("committed (UTC)", -19), ("operation", operation), ("writer", -16),
+               ("batch", 6),
                ("+files", 7), ("+rows", 12), ("+bytes", 14),
                ("-files", 7), ("-rows", 12), ("-bytes", 14))  # fmt: skip
 

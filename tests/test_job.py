@@ -37,6 +37,13 @@ def test_bad_arguments_are_named(tmp_path: Path, args: list[str], complaint: str
     assert complaint in out.stderr
 
 
+def test_help_shows_each_example_command_on_its_own_lines() -> None:
+    out = run_job("--help", timeout=60)
+    assert out.returncode == 0 and "--source kafka --bootstrap" in out.stdout
+    # A line break inside an example stays a line break, not a run of spaces (issue 53).
+    assert not re.search(r"\S {3,}--", out.stdout.split("options:")[0]), out.stdout
+
+
 def test_via_reaches_write_stream_and_none_keeps_its_default(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

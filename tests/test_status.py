@@ -136,6 +136,9 @@ def test_history_names_every_operation_a_lake_went_through(
         "vacuum", "auto-compaction", "compaction", "continuation", "schema", "append", "upgrade",
     ]  # fmt: skip
     assert writer_tag(W2) in out[4] and "40" in out[3].split()  # the rows the compaction removed
+    # Every column in line, "auto-compaction" (the longest operation) included.
+    writer_at = out[0].index("writer")
+    assert all(line[writer_at - 2 : writer_at] == "  " and line[writer_at] != " " for line in out[1:]), out
     assert main(["history", lake, "--limit", "1", "--json"]) == 0
     [doc] = json.loads(capsys.readouterr().out)
     assert (doc["version"], doc["operation"], doc["kind"]) == (8, "vacuum", "vacuum")
