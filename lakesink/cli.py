@@ -1,7 +1,7 @@
 """The ``lakesink`` command: maintenance of a lake (the writers run inside Spark).
 
 lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
-lakesink verify PATH [--deep] [--storage-option k=v ...] [--json]
+lakesink verify PATH [--deep] [--all-versions] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
 lakesink status PATH [--storage-option k=v ...] [--json]
 lakesink history PATH [--limit N] [--storage-option k=v ...] [--json]
@@ -164,6 +164,15 @@ def _orphan_doc(o: Any) -> dict[str, Any]:
     }
 
 
+def _versions_checked(versions: tuple[int, int] | None) -> str:
+    if versions is None:
+        return ""
+    first, last = versions
+    if first == last:
+        return f" at version {last} (the latest; --all-versions checks every retained one)"
+    return f" at versions {first}..{last} (every retained one)"
+
+
 def _verify(args: argparse.Namespace) -> int:
     # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.verify import verify
@@ -173,6 +182,7 @@ def _verify(args: argparse.Namespace) -> int:
         deep=args.deep,
         storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "checking", json_out=args.json),
+        all_versions=args.all_versions,
     )
     if args.json:
         doc = {
@@ -181,11 +191,13 @@ def _verify(args: argparse.Namespace) -> int:
             "problems": [{"name": p.name, "epoch": p.epoch, "problem": p.problem} for p in report.problems],
             "delta_view": report.delta_view,
             "spark_view": report.spark_view,
+            "versions": list(report.versions) if report.versions is not None else None,
         }
         print(json.dumps(doc, indent=2))
     else:
         state = "ok" if report.ok else f"{len(report.problems)} problem(s)"
-        print(f"{report.checked} committed file(s) checked in {report.path}: {state}")
+        where = f"{report.path}{_versions_checked(report.versions)}"
+        print(f"{report.checked} committed file(s) checked in {where}: {state}")
         for p in report.problems:
             print(f"  epoch {p.epoch}: {p.name}: {p.problem}")
         if report.delta_view is not None:
@@ -570,6 +582,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     check.add_argument("--deep", action="store_true", help="read every row, not only each file's footer")
+    check.add_argument(
+        "--all-versions",
+        action="store_true",
+        help="format 3: the files of every retained version (what time travel reads), not only the latest's",
+    )
     _storage_option_argument(check)
     check.add_argument("--json", action="store_true", help="print the report as JSON")
     check.set_defaults(run=_verify)

@@ -445,3 +445,36 @@ def test_a_sweep_leaves_a_running_s3_probe_alone_whatever_the_store_says_of_its_
         assert len(s3.open_uploads()) == 1  # the probe's upload is still open
     finally:
         storage.discard(probing.seal())
+
+
+def test_verify_all_versions_checks_what_time_travel_reads(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``lakesink verify`` checks the latest version and says so; ``--all-versions`` checks every
+    retained one: a file only an older version lists (compacted away since), damaged, is found
+    there and only there (issue 53, item 7)."""
+    from test_reader_v3 import W1, Writer
+
+    from lakesink.commit.versions import VersionedLogWriter
+    from lakesink.maintenance.compact import compact
+
+    lake = str(tmp_path / "lake")
+    storage, table_id = v3_table(lake)
+    writer = Writer(VersionedLogWriter(storage, table_id), W1)
+    for batch in range(3):
+        writer.append(batch * 100)
+    assert compact(lake, min_files=2, check_store=False).version == 3
+    assert main(["verify", lake]) == 0
+    assert "1 committed file(s) checked in" in (out := capsys.readouterr().out)
+    assert "at version 3 (the latest; --all-versions checks every retained one): ok" in out
+    assert main(["verify", lake, "--all-versions"]) == 0
+    assert "7 committed file(s) checked in" in (out := capsys.readouterr().out)
+    assert "at versions 0..3 (every retained one): ok" in out
+    replaced = next(p for p in Path(lake).glob("w*.parquet"))  # an append's file, compacted away
+    replaced.unlink()
+    assert main(["verify", lake]) == 0  # the latest version does not list it
+    capsys.readouterr()
+    assert main(["verify", lake, "--all-versions", "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["versions"] == [0, 3] and [p["name"] for p in doc["problems"]] == [replaced.name]
+    assert doc["problems"][0]["problem"].startswith("missing")

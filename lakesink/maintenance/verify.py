@@ -52,6 +52,9 @@ class VerifyReport:
     #: A view a foreign writer touched is a problem (``spark.read`` may read other rows).
     spark_view: str | None = None
     spark_view_ok: bool = True
+    #: Format-3 epoch lakes: the versions whose files were checked (the latest, or with
+    #: ``all_versions`` every retained one); None for lakes without a versioned log.
+    versions: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
@@ -64,11 +67,14 @@ def verify(
     deep: bool = False,
     storage_options: Mapping[str, Any] | None = None,
     progress: Callable[[int, int], None] | None = None,
+    all_versions: bool = False,
 ) -> VerifyReport:
     """Check every committed file: present, of the recorded size, a Parquet file of the table's schema.
 
     ``deep=True`` also reads every row (catches damaged pages that a footer check misses).
-    Raises TableNotFoundError / NotALakeError when there is no table at the path.
+    ``all_versions=True`` (format 3): the files of every retained version, not only the latest's
+    (what time travel reads). Raises TableNotFoundError / NotALakeError when there is no table
+    at the path.
     """
     storage = (
         open_storage(path_or_storage, storage_options)
@@ -78,8 +84,11 @@ def verify(
     metadata = read_table_metadata(storage)
     listing = {entry.name: entry.size for entry in storage.list("")}
     schema, evolves = metadata.schema, False
+    versions: tuple[int, int] | None = None
     if metadata.has_log:
-        committed, schema = _live_files(storage, metadata.table_id or "")
+        committed, schema, versions = _live_files(storage, metadata.table_id or "")
+        if all_versions:
+            committed, versions = _retained_files(storage, storage_options, committed, versions)
         evolves = True  # files of an older schema that fits the lake's are the lake's
         # A partitioned lake's files are in their folders: list each folder the log names.
         for folder in sorted({f.name.rpartition("/")[0] for f in committed} - {""}):
@@ -96,7 +105,7 @@ def verify(
             and parsed.state == "published"
         ]
     fs, base = storage.arrow_filesystem()
-    report = VerifyReport(storage.url)
+    report = VerifyReport(storage.url, versions=versions)
     for done, f in enumerate(committed, 1):
         report.checked += 1
         data_schema = pa.schema([c for c in schema if c.name not in metadata.partition_columns])
@@ -153,10 +162,30 @@ def _check(
     return None
 
 
-def _live_files(storage: Storage, table_id: str) -> tuple[list[CommittedFile], pa.Schema]:
+def _retained_files(
+    storage: Storage,
+    storage_options: Mapping[str, Any] | None,
+    latest: list[CommittedFile],
+    versions: tuple[int, int],
+) -> tuple[list[CommittedFile], tuple[int, int]]:
+    """The files of every retained version (each once), and the range of those versions."""
+    # Here, not at the top: the reader's Lake, for this option alone.
+    from lakesink_reader.lake import Lake
+
+    found = {f.name: f for f in latest}
+    retained = [v.version for v in Lake(storage.url, storage_options).versions() if v.version <= versions[1]]
+    for version in retained:
+        for f in Lake(storage.url, storage_options, version=version).files():
+            if f.name not in found:
+                rows, size = (f.rows if f.rows is not None else -1), (f.size or 0)
+                found[f.name] = CommittedFile(f.name, f.partition or 0, f.epoch or 0, rows, size)
+    return list(found.values()), ((retained[0] if retained else versions[0]), versions[1])
+
+
+def _live_files(storage: Storage, table_id: str) -> tuple[list[CommittedFile], pa.Schema, tuple[int, int]]:
     """A format-3 lake's live files at its latest version: the newest usable checkpoint's list
-    and the commits after it (a vacuumed log starts at a checkpoint, not at version 0); and the
-    lake's schema there."""
+    and the commits after it (a vacuumed log starts at a checkpoint, not at version 0); the
+    lake's schema there, and that version (twice: the range checked)."""
     metadata, log = open_v3(storage, "verify")
     snapshot = log.snapshot()
     files: list[CommittedFile] = []
@@ -169,4 +198,5 @@ def _live_files(storage: Storage, table_id: str) -> tuple[list[CommittedFile], p
             files.append(CommittedFile(str(path), partition or 0, batch or 0, int(rows), int(size)))
 
     stream_live_files(storage, log, snapshot, take)
-    return files, schema_at(metadata.schema, snapshot.state.schema_at(snapshot.version))
+    schema = schema_at(metadata.schema, snapshot.state.schema_at(snapshot.version))
+    return files, schema, (snapshot.version, snapshot.version)
