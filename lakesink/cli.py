@@ -8,7 +8,7 @@ lakesink history PATH [--limit N] [--storage-option k=v ...] [--json]
 lakesink config PATH [NAME=VALUE ...] [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
                  [--abandon-older-than 1h] [--storage-option k=v ...] [--json]
-lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--storage-option k=v ...] [--json]
+lakesink vacuum PATH [--retain 7d] [--delete] [--force] [--list] [--storage-option k=v ...] [--json]
 lakesink upgrade PATH [--check] [--storage-option k=v ...] [--json]
 lakesink sync-views PATH [--only all|delta|spark] [--check] [--storage-option k=v ...] [--json]
 lakesink --version
@@ -304,6 +304,27 @@ def _compact(args: argparse.Namespace) -> int:
     return 0
 
 
+#: What each kind of file vacuum removes is, in its summary (``--list`` gives each file's reason).
+VACUUM_KINDS = {
+    "removed_file": "removed from the table before the retained range (compactions replaced them)",
+    "unrecorded_file": "listed by no retained version, their batches settled (failed or replayed attempts')",
+    "staged_file": "staged data of settled batches, or older than the writers' age",
+    "multipart_upload": "uploads never completed, of settled batches or older than the writers' age",
+    "lease": "leases of finished maintenance ops",
+    "probe": "leftovers of the store check",
+}
+#: Files kept shown without ``--list``.
+KEPT_SHOWN = 20
+
+
+def _by_kind(orphans: Sequence[Any]) -> dict[str, tuple[int, int]]:
+    found: dict[str, tuple[int, int]] = {}
+    for o in orphans:
+        count, size = found.get(o.kind, (0, 0))
+        found[o.kind] = (count + 1, size + (o.size or 0))
+    return found
+
+
 def _vacuum(args: argparse.Namespace) -> int:
     # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.vacuum import RETAIN_FLOOR, vacuum
@@ -348,16 +369,27 @@ def _vacuum(args: argparse.Namespace) -> int:
     done = f" (vacuum commit at version {report.version})" if report.version is not None else ""
     print(f"{report.path}: versions {report.retained_from}..{report.latest} stay readable{done}")
     print(f"{len(report.files)} file(s) and {len(report.log_entries)} log entr(ies) {verb}")
-    for o in report.files:
-        size = "?" if o.size is None else str(o.size)
-        print(f"  {o.kind:<17} {_age(o.age):>7} {size:>12} B  {o.name}  ({o.reason})")
-    for name in report.log_entries:
-        print(f"  {'log':<17} {name}")
+    if args.list:
+        for o in report.files:
+            size = "?" if o.size is None else str(o.size)
+            print(f"  {o.kind:<17} {_age(o.age):>7} {size:>12} B  {o.name}  ({o.reason})")
+        for name in report.log_entries:
+            print(f"  {'log':<17} {name}")
+    else:
+        for kind, (count, total) in _by_kind(report.files).items():
+            print(f"  {kind:<17} {count:>7,} file(s) {total:>14,} B  {VACUUM_KINDS.get(kind, '')}")
+        if report.log_entries:
+            first, last = report.log_entries[0].rsplit("/", 1)[-1], report.log_entries[-1].rsplit("/", 1)[-1]
+            print(f"  {'log':<17} {len(report.log_entries):>7,} entr(ies)  {first} .. {last}")
+        if report.files:
+            print("  (--list names each file and why)")
     if report.kept:
         # (a batch that may still be committed, or a file a derived view behind the floor lists)
         print(f"{len(report.kept)} file(s) listed by no retained version kept, each for its reason:")
-        for o in report.kept:
+        for o in report.kept if args.list else report.kept[:KEPT_SHOWN]:
             print(f"  {o.kind:<17} {_age(o.age):>7} {o.size or 0:>12} B  {o.name}  ({o.reason})")
+        if not args.list and len(report.kept) > KEPT_SHOWN:
+            print(f"  ... and {len(report.kept) - KEPT_SHOWN} more (--list shows them all)")
     for name, error in report.failed:
         print(f"error: could not remove {name}: {error}", file=sys.stderr)
     return 0 if report.ok else 1
@@ -723,6 +755,9 @@ def build_parser() -> argparse.ArgumentParser:
     vac.add_argument("--retain", default="7d", metavar="AGE", help="keep versions this young readable (7d)")
     vac.add_argument("--delete", action="store_true", help="commit the floor and remove (default: dry run)")
     vac.add_argument("--force", action="store_true", help="allow --retain below the 24h safety floor")
+    vac.add_argument(
+        "--list", action="store_true", help="name each file and log entry and why (default: a summary)"
+    )
     _storage_option_argument(vac)
     vac.add_argument("--json", action="store_true", help="print the report as JSON")
     vac.set_defaults(run=_vacuum)

@@ -73,6 +73,20 @@ def test_dry_run_lists_and_changes_nothing(tmp_path: Path, capsys: pytest.Captur
     assert main(["vacuum", path]) == 0  # the CLI default is a dry run too (7d: nothing that old)
     assert "nothing to vacuum" in capsys.readouterr().out
     assert data_files(path) == files and log_entries(path) == entries
+    # Forced to now: a summary of what would go, one line a kind; --list names each file (issue 53).
+    assert main(["vacuum", path, "--retain", "0", "--force"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[1].startswith(f"{len(replaced)} file(s) and ") and "would go (dry run" in out[1]
+    assert any(line.split()[:2] == ["removed_file", str(len(replaced))] and "compactions replaced" in line
+               for line in out), out  # fmt: skip
+    assert len(out) < 8 and not any(name in "\n".join(out) for name in replaced)
+    assert main(["vacuum", path, "--retain", "0", "--force", "--list"]) == 0
+    listed = capsys.readouterr().out
+    assert (
+        all(name in listed for name in replaced)
+        and "removed from the table (a compaction replaced it)" in listed
+    )
+    assert data_files(path) == files and log_entries(path) == entries
 
 
 def test_retain_below_the_floor_is_refused_without_force(

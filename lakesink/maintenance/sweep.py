@@ -61,7 +61,9 @@ log = logging.getLogger(__name__)
 #: Folders of a table that writers stage files in (the table layout is flat, docs/FORMAT.md).
 TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
-OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "lease", "probe"]
+#: ``removed_file``: a data file a retained commit removed (a compaction replaced it) before the
+#: retained range; ``unrecorded_file``: one no retained version lists for another reason.
+OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "removed_file", "lease", "probe"]
 
 
 @dataclass(frozen=True)
@@ -308,7 +310,7 @@ def _remove(storage: Storage, report: SweepReport, progress: Progress | None) ->
     total = len(report.findings)
     for done, orphan in enumerate(report.findings, 1):
         try:
-            if orphan.kind in ("unrecorded_file", "lease", "probe"):
+            if orphan.kind in ("unrecorded_file", "removed_file", "lease", "probe"):
                 storage.delete(orphan.name)
             else:
                 storage.drop_staged(StagedEntry(orphan.name, orphan.kind, None, orphan.size, orphan.handle))
@@ -430,15 +432,18 @@ def plan_v3(
         batch, settled, why = _producer(state, name.rpartition("/")[2])
         if settled is None:
             continue  # not a data file of this lake (or a staged one: below)
+        kind: OrphanKind = "unrecorded_file"
         if name in facts.removed_before:
-            settled, why = (
+            kind, settled, why = (
+                "removed_file",
                 True,
-                f"removed from the table before version {facts.retained_from}, the retained range's start",
+                f"removed from the table (a compaction replaced it) before version {facts.retained_from}, "
+                "the retained range's start",
             )
         elif settled:
             why = f"no version from {facts.retained_from} on lists it; {why}"
         age = None if entry.modified is None else now - entry.modified
-        orphan = Orphan("unrecorded_file", name, batch, age, entry.size, settled, why)
+        orphan = Orphan(kind, name, batch, age, entry.size, settled, why)
         (findings if settled else kept).append(orphan)
     for part in staged:
         batch, settled, why = _producer(state, part.name.rsplit("/", 1)[-1])
@@ -449,8 +454,10 @@ def plan_v3(
             if age is None or age < older_than:
                 continue  # may be a live task's (or checkpoint writer's): too young to judge
             why = f"staged {age:.0f} s ago, longer than {older_than:g} s"
-        kind: OrphanKind = "multipart_upload" if part.kind == "multipart_upload" else "staged_file"
-        findings.append(Orphan(kind, part.name, batch, age, part.size, bool(settled), why, part.handle))
+        staged_kind: OrphanKind = "multipart_upload" if part.kind == "multipart_upload" else "staged_file"
+        findings.append(
+            Orphan(staged_kind, part.name, batch, age, part.size, bool(settled), why, part.handle)
+        )
     for entry in leases:
         token = entry.name.rsplit("/", 1)[-1].removesuffix(".json")
         op = state.ops.get(token)
