@@ -116,10 +116,15 @@ def test_a_vacuumed_version_and_bad_options_are_refused_naming_the_way_out(
     lakesink.register(spark)
     a = str(tmp_path / "a")
     lake_a(a, 3)
-    with pytest.raises(Exception, match=r"unknown option.*startingversoin.*spark.readStream takes"):
+    # Refused in the user's process, in one line (issue 53, item 3), not in Spark's traceback.
+    with pytest.raises(ValueError, match=r"unknown option.*startingversoin.*spark.readStream") as refused:
         follow(spark, a, str(tmp_path / "b"), tmp_path / "chk", startingVersoin=1)
-    with pytest.raises(Exception, match="maxFilesPerTrigger must be a whole number >= 1"):
+    assert "\n" not in str(refused.value) and "Traceback" not in str(refused.value)
+    with pytest.raises(ValueError, match="maxFilesPerTrigger must be a whole number >= 1, got '0'"):
         follow(spark, a, str(tmp_path / "b"), tmp_path / "chk", maxFilesPerTrigger=0)
+    with pytest.raises(ValueError, match="versionAsOf must be a version number >= 0") as refused:
+        spark.read.format("lakesink").option("versionAsOf", "abc").load(a)
+    assert "\n" not in str(refused.value)
     assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 3
     assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok
     with pytest.raises(Exception, match=r"needs version 1 .* vacuum removed.*startingVersion"):

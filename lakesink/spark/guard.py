@@ -81,8 +81,10 @@ def install(*, connect: bool = False) -> None:
     if not connect:
         # Here, not at the top: the classic reader's class, for its sessions only (as above).
         from pyspark.sql.readwriter import DataFrameReader
+        from pyspark.sql.streaming.readwriter import DataStreamReader
 
         DataFrameReader.load = _scanned_load(DataFrameReader.load)  # type: ignore[method-assign]
+        DataStreamReader.load = _checked_stream_load(DataStreamReader.load)  # type: ignore[method-assign]
     _installed.add(api)
 
 
@@ -112,7 +114,32 @@ def _scanned_load(load: Any) -> Any:
     return scanned
 
 
+def _checked_stream_load(load: Any) -> Any:
+    """``spark.readStream.format("lakesink").load(...)``: its options parsed here first, so that a
+    bad one is refused in one line, not inside Spark's ``PYTHON_DATA_SOURCE_ERROR`` and the
+    worker's traceback (issue 53, item 3)."""
+
+    @functools.wraps(load)
+    def checked(
+        self: Any, path: str | None = None, format: str | None = None, schema: Any = None, **options: Any
+    ) -> Any:
+        if format is not None:
+            self.format(format)
+        if _reads_lakesink(self):
+            # Here, not at the top: the stream source's module is the lakesink streams' alone.
+            from lakesink.spark.streaming import parse_stream_options
+
+            given = {**_reader_options(self), **{k: str(v) for k, v in options.items()}}
+            if path is not None:
+                given["path"] = path
+            parse_stream_options(given)
+        return load(self, path, None, schema, **options)
+
+    return checked
+
+
 def _reads_lakesink(reader: Any) -> bool:
+    """A classic batch or stream reader of ``format("lakesink")`` without a schema of the user's."""
     try:
         source = jvm_field(reader._jreader, "source")
         user_schema = jvm_field(reader._jreader, "userSpecifiedSchema")
