@@ -206,7 +206,7 @@ class WriterRun:
         start = self.lake_at_start(stream)
         if self.config.sink.continue_writer:
             self.check_continuation(start)
-        writer = self.checkpoint.query_id()
+        writer = self.query_id()
         return TaskPlan(
             self.config,
             self.memo.file_schema or stream,
@@ -238,7 +238,7 @@ class WriterRun:
         """Refuse, before the first batch of a continuing query writes, a continuation that
         cannot be: against the lake as the run found it, for a writer the lake did not know then
         (the commit checks it again, against the state it commits on)."""
-        writer = self.checkpoint.query_id()
+        writer = self.query_id()
         continue_writer = self.config.sink.continue_writer
         if writer is None or not continue_writer:
             return  # Spark writes metadata before planning batch 0: nothing to judge yet
@@ -382,19 +382,19 @@ class WriterRun:
 
         return read_table_metadata(self.storage)
 
+    def query_id(self) -> str | None:
+        """The query's id from its checkpoint, read once per run (the memo keeps it)."""
+        if self.memo.writer_id is None:
+            self.memo.writer_id = self.checkpoint.query_id()
+        return self.memo.writer_id
+
     def writer_id(self, reports: Sequence[TaskReport]) -> str:
         """The writer: the query's id from its checkpoint (or the tasks' reports).
 
         Every batch needs it, empty ones included (they keep the writer's batches contiguous):
         a commit without one would escape every ownership rule, so it is refused instead.
         """
-        memo = self.memo
-        if memo.writer_id is not None:
-            return memo.writer_id
-        found = self.checkpoint.query_id()
-        if found is not None:
-            memo.writer_id = found  # one read per run, not one per commit
-        found = found or next((r.query_id for r in reports if r.query_id), None)
+        found = self.query_id() or next((r.query_id for r in reports if r.query_id), None)
         if found is None:
             raise CommitRefusedError(
                 f"{self.config.path}: cannot tell which streaming query commits this batch (no "
