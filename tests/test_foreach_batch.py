@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -125,6 +127,26 @@ def test_driver_write_always_is_refused_on_the_data_source_door(spark: Any, tmp_
         lakesink.write_stream(df, str(tmp_path / "lake"), checkpoint_location=str(tmp_path / "c"),
                               via="data_source", driver_write="always")  # fmt: skip
     assert not (tmp_path / "lake").exists()
+
+
+@pytest.mark.parametrize("driver_write", ["auto", "never"])
+def test_a_query_stopped_mid_batch_stops_quietly_and_keeps_whole_batches(
+    tmp_path: Path, driver_write: str
+) -> None:
+    """``query.stop()`` while a batch runs (on the driver or in tasks): no ``StackOverflowError``
+    and no page of regex frames in the log (issue 53, item 1), and the lake holds whole batches."""
+    lake = str(tmp_path / "lake")
+    script = Path(__file__).with_name("stopped_query.py")
+    done = subprocess.run(
+        [sys.executable, str(script), lake, str(tmp_path / "chk"), driver_write],
+        capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0 and "STOPPED" in done.stdout, done.stderr[-3000:]
+    assert "INTERRUPTED" in done.stdout, "the stop did not land inside a batch"
+    assert "StackOverflowError" not in done.stderr and "Pattern$Loop" not in done.stderr, done.stderr[-3000:]
+    values = read_committed(lake).column("value").to_pylist()
+    assert values and len(values) == len(set(values))  # whole batches, each once
+    assert sorted(values) == list(range(len(values)))  # the rate source's rows, from 0, no gap
 
 
 def test_a_bad_door_is_refused_before_anything_starts(spark: Any, tmp_path: Path) -> None:

@@ -79,6 +79,22 @@ class LakeBatchWrite:
         return f"LakeBatchWrite({self.config.path!r})"
 
     def __call__(self, df: Any, batch_id: int) -> None:
+        try:
+            self.write_batch(df, batch_id)
+        except Exception as exc:
+            interrupted = interruption(exc)
+            if interrupted is None:
+                raise
+            # Spark stops the query by interrupting its thread; the Py4J error that reaches it
+            # carries the whole Java stack (8 KB), against which Spark 4.3 runs a recursive regex
+            # to tell a stop from a failure -- a StackOverflowError and 1,000 lines of log for a
+            # clean stop (issue 53). The same finding in a few lines: a quiet stop.
+            raise BatchInterrupted(
+                f"batch {batch_id} of {self.config.path} was interrupted ({interrupted})"
+            ) from None
+
+    def write_batch(self, df: Any, batch_id: int) -> None:
+        """The batch's files written (on the driver or in tasks) and committed."""
         if self.writer is None:
             # The lake checked or created, the replays' bound read: once per run, at its first batch.
             self.writer = self.source.streamWriter(df.schema, False)
@@ -141,6 +157,46 @@ class LakeBatchWrite:
             yield pa.record_batch([array([pickle.dumps(message)], pa.binary())], names=["message"])
 
         return [pickle.loads(row.message) for row in df.mapInArrow(task, MESSAGE_SCHEMA).collect()]
+
+
+class BatchInterrupted(RuntimeError):
+    """The query's thread was interrupted while its batch ran (``query.stop()``)."""
+
+
+#: The Java exceptions Spark takes for an interruption by ``stop()`` (``StreamExecution``).
+INTERRUPTIONS = (
+    "java.lang.InterruptedException",
+    "java.io.InterruptedIOException",
+    "java.nio.channels.ClosedByInterruptException",
+)
+
+
+def interruption(exc: BaseException) -> str | None:
+    """For a Py4J error whose Java cause is an interruption, the line Spark recognises a stop by
+    (``py4j.protocol.Py4JJavaError: An error occurred while calling ...: <the exception>``)."""
+    # Here, not at the top: py4j is pyspark's, loaded already; the name is for this check alone.
+    from py4j.protocol import Py4JJavaError
+
+    if not isinstance(exc, Py4JJavaError):
+        return None
+    try:
+        cause, depth = exc.java_exception, 0
+        while cause is not None and depth < 16:
+            name = str(cause.getClass().getName())
+            if name in INTERRUPTIONS:
+                return f"py4j.protocol.Py4JJavaError: {exc.errmsg.strip()}\n: {name}"
+            if name == "org.apache.spark.SparkException" and "SPARK_JOB_CANCELLED" in str(cause.getMessage()):
+                # The batch's job cancelled by the stop (a collect waits on it, not interrupted):
+                # what Spark takes for a stop without Py4J between (``isInterruptionException``),
+                # said the way it recognises through Py4J.
+                return (
+                    f"py4j.protocol.Py4JJavaError: {exc.errmsg.strip()}\n: {INTERRUPTIONS[0]} "
+                    "(its job was cancelled: the query was stopped)"
+                )
+            cause, depth = cause.getCause(), depth + 1
+    except Exception:  # noqa: BLE001 - the JVM is going away: not ours to judge
+        return None
+    return None
 
 
 def import_commit_modules() -> None:
