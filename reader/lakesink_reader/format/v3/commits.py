@@ -782,10 +782,7 @@ def _parse_counts(doc: Mapping[str, Any]) -> CommitCounts:
 
 
 def _int(doc: Mapping[str, Any], key: str) -> int:
-    value = doc[key]
-    if type(value) is not int or value < 0:
-        raise ValueError(f"{key} must be an int >= 0, got {value!r}")
-    return value
+    return jsondoc.count(doc[key], key)
 
 
 def _opt_int(doc: Mapping[str, Any], key: str) -> int | None:
