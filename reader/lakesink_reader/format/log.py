@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
 from lakesink_reader.names import (
     EPOCH_LAST_CHECKPOINT,
@@ -252,7 +252,7 @@ class EpochLog:
         """The record of ``epoch``, or None when the epoch is not committed."""
         name = epoch_record_name(epoch)
         try:
-            data = self.storage.read_bytes(name)
+            data = limits.read(self.storage, name, limits.EPOCH_RECORD)
         except FileNotFoundError:
             return None
         return self._parse(self._decode(data, name), name)
@@ -341,7 +341,7 @@ class EpochLog:
     def _segment(self, epoch: int) -> _Segment | None:
         name = epoch_checkpoint_name(epoch)
         try:
-            doc = self._decode(self.storage.read_bytes(name), name)
+            doc = self._decode(limits.read(self.storage, name, limits.EPOCH_RECORD), name)
         except FileNotFoundError:
             return None
         try:
@@ -358,8 +358,10 @@ class EpochLog:
 
     def _hint(self) -> int | None:
         try:
-            return int(jsondoc.loads(self.storage.read_bytes(EPOCH_LAST_CHECKPOINT))["epoch"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return jsondoc.count(
+                jsondoc.loads(limits.read(self.storage, EPOCH_LAST_CHECKPOINT, limits.HINT))["epoch"], "epoch"
+            )
+        except (FileNotFoundError, ValueError, KeyError, TypeError, CorruptFileError):
             return None  # a hint: missing or damaged means "list the log"
 
     def _entries(self) -> list[tuple[int, str]]:

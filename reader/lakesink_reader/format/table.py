@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import (
     CorruptFileError,
     FormatVersionError,
@@ -160,10 +160,11 @@ class TableMetadata:
         owner = doc.get("owner_query")
         table_id = doc.get("table_id")
         interval = doc.get("checkpoint_interval")
-        if interval is not None and (
-            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
-        ):
-            raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {interval!r}")
+        if interval is not None:
+            try:
+                jsondoc.count(interval, "checkpoint_interval", least=1)
+            except ValueError as exc:
+                raise CorruptFileError(f"{where}: {exc}") from None
         features = doc.get("reader_features", [])
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
             raise CorruptFileError(f"{where}: reader_features must be a list of names, got {features!r}")
@@ -221,7 +222,7 @@ def find_table(storage: Storage, *, first_contact: bool = True) -> TableMetadata
     query pass ``first_contact=False``: a store restarting under them is retried.
     """
     try:
-        data = storage.read_bytes(TABLE_FILE, first_contact=first_contact, limit=jsondoc.LIMIT)
+        data = limits.read(storage, TABLE_FILE, limits.TABLE, first_contact=first_contact)
     except NotADirectoryError:
         raise NotADirectoryError(
             f"{storage.url!r} cannot be a lake folder: {_file_in_the_way(storage.url)!r} is a file"
