@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from lakesink import __version__
 from lakesink_reader.errors import LakeSinkError
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.options import parse_option_pairs
 
@@ -742,7 +743,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, TypeError, OSError, LakeSinkError) as exc:
-        print(f"lakesink {args.command}: error: {exc}", file=sys.stderr)
+        # Redacted again here (the backends' messages are already): whatever a message quotes, a
+        # lake URL's user info or signature never reaches a terminal or a log collector.
+        print(f"lakesink {args.command}: error: {redacted(str(exc))}", file=sys.stderr)
         return 2
 
 

@@ -27,7 +27,8 @@ from test_compact import build
 
 from lakesink.cli import main
 from lakesink.config import SinkConfig
-from lakesink_reader import CorruptFileError, Lake, read_committed
+from lakesink.spark.failures import lakesink_error
+from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage import open_storage
@@ -552,3 +553,44 @@ def test_a_sparse_huge_format_2_record_is_refused(tmp_path: Path, capsys: pytest
     with pytest.raises(CorruptFileError, match="the most a format-2 epoch record"):
         read_committed(path)
     one_line_error(*cli(["verify", path], capsys), record.name)
+
+
+SECRET_URLS = [
+    "s3://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "s3a://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "hdfs://hdfsuser:SuperSecret123@namenode:8020/lake",
+    "s3://bucket/lake?X-Amz-Security-Token=SuperSecret123&X-Amz-Signature=SuperSecret123",
+    "s3://bucket/lake?X-Amz-Credential=AKIAEXAMPLE%2F20260101&sig=SuperSecret123",
+    "file://user:SuperSecret123@/tmp/lake",
+    "gs://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "https://user:SuperSecret123@host/lake?sig=SuperSecret123",
+]
+
+
+@pytest.mark.parametrize("url", SECRET_URLS)
+def test_a_lake_url_s_secrets_are_never_echoed(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal of a URL carrying credentials names the URL redacted (``***``), in the reader,
+    the CLI and the Spark door's options (the same ``lakesink_reader.redact.redacted``)."""
+    messages = []
+    for attempt in (
+        lambda: read_committed(url),
+        lambda: Lake(url),
+        lambda: SinkConfig.from_options({"path": url}).storage(),
+    ):
+        with pytest.raises((ValueError, TypeError, LakeSinkError)) as caught:
+            attempt()
+        messages.append(str(caught.value))
+    for command in ("status", "verify", "history", "sync-views", "compact", "vacuum"):
+        code, out = cli([command, url], capsys)
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        messages.append(out)
+    for text in messages:
+        assert "SuperSecret123" not in text and "***" in text, text
+
+
+def test_a_spark_failure_s_lakesink_line_is_redacted() -> None:
+    """The Spark door raises lakesink's error remade from Spark's text: redacted there too."""
+    text = "... lakesink_reader.errors.CorruptFileError: s3://k:SuperSecret123@b/x/_lakesink/table.json: bad"
+    found = lakesink_error(RuntimeError(text))
+    assert isinstance(found, CorruptFileError) and "SuperSecret123" not in str(found)
+    assert "s3://***@b/x" in str(found)
