@@ -452,6 +452,22 @@ def test_numbers_out_of_range_are_corrupt_files(
         one_line_error(*cli([command, lake], capsys), target.name)
 
 
+@pytest.mark.parametrize("when", [str(1 << 63), "-1", "1e300", "true"])
+def test_a_time_no_date_holds_is_a_corrupt_file(
+    lake: str, when: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer (case 257): ``committed_at`` 2**63 made ``history`` raise OverflowError
+    from ``datetime.fromtimestamp``. Times are seconds from 0 to the end of year 9999."""
+    commit = log_dir(lake) / f"{5:020d}.json"  # after the checkpoint: every read reads it
+    text = commit.read_text()
+    committed = re.search(r'"committed_at":[^,]+', text)
+    assert committed is not None
+    commit.write_text(text.replace(committed.group(0), f'"committed_at":{when}', 1))
+    with pytest.raises(CorruptFileError, match="committed_at must be a time"):
+        read_committed(lake)
+    one_line_error(*cli(["history", lake], capsys), commit.name)
+
+
 @pytest.mark.parametrize("number", ["1e999", HUGE_INT, "NaN", str(1 << 63)])
 def test_out_of_range_checkpoint_and_hint_are_skipped(
     lake: str, number: str, caplog: pytest.LogCaptureFixture

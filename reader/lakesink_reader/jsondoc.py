@@ -39,6 +39,9 @@ MAX_INT_DIGITS = 40
 #: The largest version, count, size or interval a lake may state: what a signed 64-bit integer
 #: holds (what Delta, Spark and Parquet use for them).
 MAX_COUNT = (1 << 63) - 1
+#: The latest time a lake may state (seconds since 1970): the last second of year 9999, the
+#: most ``datetime`` holds (``history`` and ``status`` print these times).
+MAX_SECONDS = 253_402_300_799
 #: What to read of a file that holds one document (``Storage.read_bytes(..., limit=LIMIT)``): one
 #: byte more than a document may have, so that a larger file is refused without reading it all.
 LIMIT = MAX_BYTES + 1
@@ -119,6 +122,15 @@ def count(value: Any, what: str, *, least: int = 0) -> int:
         shown = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge number"
         raise ValueError(f"{what} must be an int from {least} to 2**63-1, got {shown[:60]}")
     return value
+
+
+def seconds(value: Any, what: str) -> float:
+    """``value`` as a time read from a lake (seconds since 1970, int or float, not a bool) from 0
+    to :data:`MAX_SECONDS`; ValueError naming ``what`` otherwise."""
+    if type(value) not in (int, float) or not 0 <= value <= MAX_SECONDS:
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 10**40 else "a huge number"
+        raise ValueError(f"{what} must be a time in seconds from 0 to {MAX_SECONDS}, got {shown[:60]}")
+    return float(value)
 
 
 def depth(doc: Any, limit: int) -> int:

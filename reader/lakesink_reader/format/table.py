@@ -188,11 +188,19 @@ class TableMetadata:
         auto_compact = doc.get("auto_compact")
         if auto_compact is not None and not isinstance(auto_compact, bool):
             raise CorruptFileError(f"{where}: auto_compact must be true or false, got {auto_compact!r}")
+        try:
+            created_at = jsondoc.seconds(doc.get("created_at", 0.0), "created_at")
+        except ValueError as exc:
+            raise CorruptFileError(f"{where}: {exc}") from None
+        if upgrade_version is not None and (
+            type(upgrade_version) is not int or upgrade_version > jsondoc.MAX_COUNT
+        ):
+            upgrade_version = None  # as for any value that is not a version: not an upgraded lake's
         return cls(
             version,
             mode,
             schema,
-            float(doc.get("created_at", 0.0)),
+            created_at,
             str(table_id) if table_id is not None else None,
             str(owner) if owner is not None else None,
             interval,

@@ -234,7 +234,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
                 first_version=_count(w["first_version"]),
                 last_batch=_count(w["last_batch"]),
                 last_version=_count(w["last_version"]),
-                committed_at=float(w["committed_at"]),
+                committed_at=jsondoc.seconds(w["committed_at"], "committed_at"),
                 offsets=w["offsets"],
                 allow_other_queries=bool(w["allow_other_queries"]),
                 continues=w["continues"],
@@ -252,7 +252,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
             table_id,
             version,
             _text(doc, "commit_token"),
-            float(committed_at) if committed_at is not None else None,
+            jsondoc.seconds(committed_at, "committed_at") if committed_at is not None else None,
             writers,
             ops,
             _count(doc["retained_from"]),
@@ -262,7 +262,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
         rows = _count(files["rows"])
         if rows != state.counts.files:
             raise ValueError(f"its list has {rows} rows for {state.counts.files} live files")
-        created_at = float(doc["created_at"])
+        created_at = jsondoc.seconds(doc["created_at"], "created_at")
         return Checkpoint(state, token, created_at, f"{LOG_DIR}/{name}", rows, _count(files["bytes"]))
     except FormatVersionError:
         raise

@@ -735,15 +735,13 @@ def _parse_header(doc: Mapping[str, Any], where: str) -> CommitHeader:
         allow = body["allow_other_queries"]
         if allow is not None and not isinstance(allow, bool):
             raise ValueError(f"allow_other_queries must be a bool or null, got {allow!r}")
-        committed_at = body["committed_at"]
-        if type(committed_at) not in (int, float):
-            raise ValueError(f"committed_at must be a number, got {committed_at!r}")
+        committed_at = jsondoc.seconds(body["committed_at"], "committed_at")
         header = CommitHeader(
             _int(body, "version"),
             _str(body, "table_id"),
             kind,
             _str(body, "token"),
-            float(committed_at),
+            committed_at,
             writer,
             continues,
             allow,
