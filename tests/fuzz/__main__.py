@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
             for name, step in case.result.get("steps", {}).items():
                 outcomes[f"{name}:{step.get('verdict')}"] += 1
             if args.verbose:
-                print(f"{case.line()} ({case.seconds} s)")
+                grown = case.result.get("rss_growth", 0) >> 20
+                print(f"{case.line()} ({case.seconds} s, resident memory +{grown} MiB)")
                 for name, step in case.result.get("steps", {}).items():
                     detail = step.get("err", "").strip().splitlines()[-1:] or [""]
                     print(f"    {name}: {step.get('verdict')} {step.get('seconds')} s {detail[0][:160]}")
