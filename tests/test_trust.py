@@ -610,3 +610,20 @@ def test_a_spark_failure_s_lakesink_line_is_redacted() -> None:
     found = lakesink_error(RuntimeError(text))
     assert isinstance(found, CorruptFileError) and "SuperSecret123" not in str(found)
     assert "s3://***@b/x" in str(found)
+
+
+@pytest.mark.parametrize("view_file", ["_delta_log/00000000000000000005.json", "_spark_metadata/19.compact"])
+def test_a_sparse_huge_view_file_is_refused(
+    lake: str, view_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Delta-view commit or a Spark-view compact file made 6 GiB: read to the view-file limit
+    (256 MiB) and refused, naming it; status reports the Delta view unknown (~350 MB peak, 2-4 s)."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    target = Path(lake) / view_file
+    sparse(target)
+    for command in ("sync-views", "verify"):
+        one_line_error(*cli([command, lake], capsys), target.name)
+    code, out = cli(["status", lake], capsys)
+    assert code == 0 and "Traceback" not in out, out
+    # the Spark view's status reads its newest batch only: the compact file is sync's and verify's
+    assert ("the most a view file may hold" in out) == view_file.startswith("_delta_log"), out
