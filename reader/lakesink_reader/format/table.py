@@ -153,7 +153,7 @@ class TableMetadata:
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow_schema"])))
             mode = doc["mode"]
-        except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
+        except (ValueError, KeyError, TypeError, OSError, pa.ArrowException) as exc:  # IPC garbage: OSError
             raise CorruptFileError(f"{where}: table metadata has no readable schema: {exc}") from exc
         if mode not in WRITER_MODES:
             raise CorruptFileError(f"{where}: unknown writer mode {mode!r}")
