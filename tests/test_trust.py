@@ -627,3 +627,29 @@ def test_a_sparse_huge_view_file_is_refused(
     assert code == 0 and "Traceback" not in out, out
     # the Spark view's status reads its newest batch only: the compact file is sync's and verify's
     assert ("the most a view file may hold" in out) == view_file.startswith("_delta_log"), out
+
+
+def test_the_fuzzer_s_findings_stay_fixed(
+    tmp_path: Path, lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/fuzz found these (docs/design/trust.md): each is one clear error, quickly."""
+    # case 1213: one add line repeated 400,000 times, under the commit limit
+    commit = log_dir(lake) / f"{5:020d}.json"
+    lines = commit.read_text().splitlines(keepends=True)
+    commit.write_text("".join(lines) + lines[-1] * 400_000)
+    start = time.monotonic()
+    with pytest.raises(CorruptFileError, match="400002 action lines, but its header counts 2"):
+        read_committed(lake)
+    assert time.monotonic() - start < 5
+    # case 1247: an arrow_schema that is not Arrow IPC (pyarrow raises the builtin OSError)
+    edit_file(Path(lake) / TABLE_FILE, '"arrow_schema": "', '"arrow_schema": "xxxx')
+    one_line_error(*cli(["status", lake], capsys), "table.json")
+    # case 1199: a format-2 record listing one file 100,000 times
+    path = str(tmp_path / "v2")
+    epoch_lake(path)
+    record = Path(path) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    doc = json.loads(record.read_text())
+    doc["files"] = doc["files"][:1] * 100_000
+    record.write_text(json.dumps(doc))
+    with pytest.raises(CorruptFileError, match="listed more than once"):
+        read_committed(path)
