@@ -478,7 +478,7 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
         handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
         size = handle.size()
         listed = pq.ParquetFile(handle, read_dictionary=["path"])
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
         raise CorruptFileError(f"checkpoint file list {where} cannot be read: {exc}") from exc
     rows = listed.metadata.num_rows
     if rows != checkpoint.files_rows:
