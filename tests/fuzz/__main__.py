@@ -45,6 +45,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.cases < 1:
         parser.error("--cases must be at least 1")
     logging.disable(logging.CRITICAL)  # the reader's warnings about skipped files: not the output
+    # The code under test is the code at the start (the forkserver imports it then).
+    commit = git("rev-parse", "--short=12", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--", "lakesink", "reader", "tests/fuzz"))
     started = time.monotonic()
     fuzzer = Fuzzer(keep=args.keep)
     if args.keep:
@@ -90,8 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.ledger:
         entry = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "commit": git("rev-parse", "--short=12", "HEAD"),
-            "dirty": bool(git("status", "--porcelain", "--", "lakesink", "reader", "tests/fuzz")),
+            "commit": commit,
+            "dirty": dirty,
             "start": args.seed,
             "cases": args.cases,
             "clean": args.cases - len(failed),
