@@ -729,6 +729,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The most of an error message the CLI prints: a message may quote a name read from a lake,
+#: which its writer may have made a megabyte long.
+MESSAGE_CHARS = 4000
+
+
+def _shortened(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    half = MESSAGE_CHARS // 2
+    return f"{message[:half]} ... ({len(message) - 2 * half} characters left out) ... {message[-half:]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lakesink`` console script; returns the exit status."""
     parser = build_parser()
@@ -745,7 +757,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, TypeError, OSError, LakeSinkError) as exc:
         # Redacted again here (the backends' messages are already): whatever a message quotes, a
         # lake URL's user info or signature never reaches a terminal or a log collector.
-        print(f"lakesink {args.command}: error: {redacted(str(exc))}", file=sys.stderr)
+        print(f"lakesink {args.command}: error: {_shortened(redacted(str(exc)))}", file=sys.stderr)
         return 2
 
 

@@ -31,6 +31,7 @@ from lakesink.spark.failures import lakesink_error
 from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
 from lakesink_reader.names import TABLE_FILE
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.hdfs import HdfsStorage
 from lakesink_reader.storage.options import S3_OPTIONS
@@ -653,3 +654,23 @@ def test_the_fuzzer_s_findings_stay_fixed(
     record.write_text(json.dumps(doc))
     with pytest.raises(CorruptFileError, match="listed more than once"):
         read_committed(path)
+
+
+def test_redaction_is_linear_and_cli_errors_are_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fuzzer case 2257: a format-2 record naming a 1 MB path; the CLI's error quoted it, and
+    ``redacted``'s unbounded scheme pattern backtracked over it for minutes."""
+    for text in ("x" * 1_000_000, "?" + "a" * 1_000_000, "?key" * 200_000, "a://" * 250_000):
+        start = time.monotonic()
+        redacted(text)
+        assert time.monotonic() - start < 2
+    path = str(tmp_path / "v2")
+    epoch_lake(path)
+    record = Path(path) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    doc = json.loads(record.read_text())
+    doc["files"][0]["path"] = "x" * (1 << 20)
+    record.write_text(json.dumps(doc))
+    start = time.monotonic()
+    code, out = cli(["verify", path], capsys)
+    assert code == 2 and len(out) < 10_000 and "characters left out" in out and time.monotonic() - start < 10

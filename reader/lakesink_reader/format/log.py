@@ -400,7 +400,7 @@ class EpochLog:
         try:
             doc = jsondoc.loads(data)
             version = int(doc.get("format_version", 0))
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, TypeError) as exc:
             raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
         if version > EPOCH_LOG_FORMAT_VERSION:
             raise FormatVersionError(
