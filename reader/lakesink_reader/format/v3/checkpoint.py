@@ -479,7 +479,8 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
         size = handle.size()
         listed = pq.ParquetFile(handle, read_dictionary=["path"])
     except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
-        raise CorruptFileError(f"checkpoint file list {where} cannot be read: {exc}") from exc
+        said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
+        raise CorruptFileError(f"checkpoint file list {where} cannot be read: {said}") from exc
     rows = listed.metadata.num_rows
     if rows != checkpoint.files_rows:
         raise CorruptFileError(
@@ -537,7 +538,8 @@ def iter_file_list(
         try:
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
         except (OSError, pa.ArrowException) as exc:
-            raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {exc}") from exc
+            said = " ".join(str(exc).split())  # one line (fuzzer case 3994)
+            raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {said}") from exc
         if "path" in table.column_names:
             index = table.column_names.index("path")
             table = table.set_column(

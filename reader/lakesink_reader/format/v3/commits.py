@@ -645,7 +645,7 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
                         body.get("stats"),
                     )
                 )
-        except (ValueError, TypeError, AttributeError) as exc:
+        except (ValueError, TypeError, AttributeError, KeyError) as exc:  # KeyError: a field missing
             raise CorruptFileError(f"{where}: line {number}: {exc}") from exc
         if adds and key == "remove":
             raise CorruptFileError(f"{where}: line {number}: removes come before adds")
