@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate bench lint typecheck docs clean
+.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate fuzz bench lint typecheck docs clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -26,6 +26,8 @@ help: ## list the targets and the variables they take
 	@echo "  BENCH_SMOKE=no         make bench without running the bench's smoke tests first"
 	@echo "  SEEDS=N START=S        make simulate: how many seeds, from which (default 1000 from 0)"
 	@echo "  SIM_ARGS='...'         extra arguments of python -m tests.sim (e.g. --faults lost,kill --actors writer,vacuum)"
+	@echo "  CASES=N FUZZ_SEED=S    make fuzz: how many cases, from which seed (default 1000 from 0)"
+	@echo "  FUZZ_ARGS='...'        extra arguments of python -m tests.fuzz (e.g. --mutation link_out --template v3)"
 
 # The Makefile is a prerequisite too: a change of how lakesink is installed reinstalls it.
 $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constraints.txt Makefile
@@ -112,6 +114,15 @@ SIM_LEDGER ?= bench/results/simulation-ledger.jsonl
 simulate: $(STAMP) ## run SEEDS seeds of the format-3 simulation over 2 processes, a ledger line per 1000; prints seeds/s and failing seeds
 	$(PY) -m tests.sim --seeds $(SEEDS) --start $(START) --jobs 2 --keep-going --ledger $(SIM_LEDGER) $(SIM_ARGS)
 	$(PY) -m tests.sim --summary $(SIM_LEDGER)
+
+# The fuzzer of the trust boundary (issue 51; docs/design/trust.md): crafted lakes opened by the
+# reader and the read-only commands in capped children; a failing case prints its replay.
+CASES ?= 1000
+FUZZ_SEED ?= 0
+FUZZ_ARGS ?=
+FUZZ_LEDGER ?= bench/results/fuzz-ledger.jsonl
+fuzz: $(STAMP) ## run CASES cases of the trust-boundary fuzzer (crafted lakes, capped children); a ledger line per run
+	$(PY) -m tests.fuzz --cases $(CASES) --seed $(FUZZ_SEED) --ledger $(FUZZ_LEDGER) $(FUZZ_ARGS)
 
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 
 from lakesink import __version__
 from lakesink_reader.errors import LakeSinkError
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.options import parse_option_pairs
 
@@ -783,6 +784,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The most of an error message the CLI prints: a message may quote a name read from a lake,
+#: which its writer may have made a megabyte long.
+MESSAGE_CHARS = 4000
+
+
+def _shortened(message: str) -> str:
+    if len(message) <= MESSAGE_CHARS:
+        return message
+    half = MESSAGE_CHARS // 2
+    return f"{message[:half]} ... ({len(message) - 2 * half} characters left out) ... {message[-half:]}"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``lakesink`` console script; returns the exit status."""
     parser = build_parser()
@@ -797,7 +810,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     except (ValueError, TypeError, OSError, LakeSinkError) as exc:
-        print(f"lakesink {args.command}: error: {exc}", file=sys.stderr)
+        # Redacted again here (the backends' messages are already): whatever a message quotes, a
+        # lake URL's user info or signature never reaches a terminal or a log collector.
+        print(f"lakesink {args.command}: error: {_shortened(redacted(str(exc)))}", file=sys.stderr)
         return 2
 
 

@@ -13,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,11 @@ from test_compact import build
 
 from lakesink.cli import main
 from lakesink.config import SinkConfig
-from lakesink_reader import CorruptFileError, Lake, read_committed
+from lakesink.spark.failures import lakesink_error
+from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
 from lakesink_reader.names import TABLE_FILE
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.hdfs import HdfsStorage
 from lakesink_reader.storage.options import S3_OPTIONS
@@ -410,3 +413,264 @@ def test_hdfs_files_honour_the_cluster_umask(tmp_path: Path, monkeypatch: pytest
     assert HdfsStorage(url).file_mode == 0o640
     with pytest.raises(ValueError, match=re.escape("fs.permissions.umask-mode")):
         HdfsStorage(url, {"config": {"fs.permissions.umask-mode": "rwx"}})
+
+
+# Issue 51: numbers, element counts, claimed versions, sizes by kind -------------------------------
+
+HUGE_INT = "1" + "0" * 400
+
+
+def one_line_error(code: int, out: str, name: str) -> None:
+    """The CLI's refusal: exit 2, one line naming the file, no traceback."""
+    lines = [line for line in out.splitlines() if "error:" in line]
+    assert code == 2 and len(lines) == 1 and name in lines[0] and "Traceback" not in out, out
+
+
+def edit_file(path: Path, old: str, new: str) -> None:
+    text = path.read_text()
+    assert old in text, (path, old)
+    path.write_text(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("number", ["1e999", "-1e999", HUGE_INT, "NaN", "Infinity"])
+@pytest.mark.parametrize("where", ["table", "header", "action"])
+def test_numbers_out_of_range_are_corrupt_files(
+    lake: str, number: str, where: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``1e999`` overflows to infinity (``int(inf)`` is an OverflowError), ``10**400`` and NaN are
+    no version, count or time: the decoder refuses them, naming the file."""
+    if where == "table":
+        target = Path(lake) / TABLE_FILE
+        edit_file(target, '"created_at": ', f'"created_at": {number}, "x": ')
+    else:
+        target = log_dir(lake) / f"{5:020d}.json"
+        old = '"committed_at":' if where == "header" else '"rows":'
+        edit_file(target, old, f'{old}{number},"x":')
+    with pytest.raises(CorruptFileError, match=re.escape(target.name)):
+        read_committed(lake)
+    # status and history read commit headers only: an action line is verify's (and the reader's)
+    for command in ("status", "verify", "history") if where != "action" else ("verify",):
+        one_line_error(*cli([command, lake], capsys), target.name)
+
+
+@pytest.mark.parametrize("when", [str(1 << 63), "-1", "1e300", "true"])
+def test_a_time_no_date_holds_is_a_corrupt_file(
+    lake: str, when: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer (case 257): ``committed_at`` 2**63 made ``history`` raise OverflowError
+    from ``datetime.fromtimestamp``. Times are seconds from 0 to the end of year 9999."""
+    commit = log_dir(lake) / f"{5:020d}.json"  # after the checkpoint: every read reads it
+    text = commit.read_text()
+    committed = re.search(r'"committed_at":[^,]+', text)
+    assert committed is not None
+    commit.write_text(text.replace(committed.group(0), f'"committed_at":{when}', 1))
+    with pytest.raises(CorruptFileError, match="committed_at must be a time"):
+        read_committed(lake)
+    one_line_error(*cli(["history", lake], capsys), commit.name)
+
+
+@pytest.mark.parametrize("number", ["1e999", HUGE_INT, "NaN", str(1 << 63)])
+def test_out_of_range_checkpoint_and_hint_are_skipped(
+    lake: str, number: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    summary = next(log_dir(lake).glob("*.checkpoint.json"))
+    edit_file(summary, '"version":4', f'"version":{number}')
+    (Path(lake) / LAST_CHECKPOINT).write_text(f'{{"version": {number}}}')
+    with caplog.at_level(logging.WARNING):
+        assert ids(lake) == LAKE_IDS
+        assert [v.version for v in Lake(lake).versions()] == list(range(6))
+    assert any("damaged" in r.getMessage() for r in caplog.records)
+
+
+def test_a_header_of_a_million_empty_objects_is_refused_quickly(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The issue's 60 MiB ``[{},{},...]`` (under the byte and depth limits) took 217 s and 4.5 GB
+    to decode: the element count (commas and brackets, counted in C) refuses it first."""
+    commit = log_dir(lake) / f"{5:020d}.json"
+    header, rest = commit.read_text().split("\n", 1)
+    bomb = "[" + "{}," * (20 << 20) + "{}]"
+    commit.write_text(header.replace('"source_offsets":null', f'"source_offsets":{bomb}') + "\n" + rest)
+    assert commit.stat().st_size > 60 << 20
+    start = time.monotonic()
+    with pytest.raises(CorruptFileError, match="values"):
+        read_committed(lake)
+    one_line_error(*cli(["history", lake], capsys), commit.name)
+    assert time.monotonic() - start < 10
+
+
+def test_a_checkpoint_claiming_a_huge_version_builds_no_range(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A checkpoint, its list, its commit and the hint all claiming version 9 * 10**18 (within
+    int64): versions and history read the commits that exist and stop at the first gap."""
+    claimed = 9 * 10**18
+    log = log_dir(lake)
+    summary = next(log.glob("*.checkpoint.json"))
+    doc = json.loads(summary.read_text())
+    listed = log / doc["files"]["name"]
+    doc["version"], doc["files"]["name"] = claimed, f"{claimed:020d}{listed.name[20:]}"
+    listed.rename(log / doc["files"]["name"])
+    summary.unlink()
+    (log / f"{claimed:020d}.checkpoint.json").write_text(json.dumps(doc))
+    header, rest = (log / f"{4:020d}.json").read_text().split("\n", 1)
+    head = json.loads(header)
+    head["commit"].update(version=claimed, read_version=claimed - 1)
+    (log / f"{claimed:020d}.json").write_text(json.dumps(head, separators=(",", ":")) + "\n" + rest)
+    (Path(lake) / LAST_CHECKPOINT).write_text(json.dumps({"version": claimed}))
+    start = time.monotonic()
+    with pytest.raises(CorruptFileError, match=f"{6:020d}.json is missing"):
+        Lake(lake).versions()
+    one_line_error(*cli(["history", lake], capsys), f"{6:020d}.json")
+    assert time.monotonic() - start < 10
+
+
+SPARSE = 6 << 30
+
+
+def sparse(path: Path) -> None:
+    """``path`` made a 6 GiB file of zeros that takes no disk (an attacker's cost: nothing)."""
+    with open(path, "r+b" if path.exists() else "wb") as f:
+        f.truncate(SPARSE)
+
+
+@pytest.mark.parametrize("kind", ["table", "commit", "checkpoint", "hint", "lease"])
+def test_a_sparse_huge_file_is_refused_by_its_kind_limit(
+    lake: str, kind: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Each read of lake metadata passes its kind's limit (``lakesink_reader.limits``): a 6 GiB
+    file is refused having read at most the limit, never read whole."""
+    target = {
+        "table": Path(lake) / TABLE_FILE,
+        "commit": log_dir(lake) / f"{5:020d}.json",
+        "checkpoint": next(log_dir(lake).glob("*.checkpoint.json")),
+        "hint": Path(lake) / LAST_CHECKPOINT,
+        "lease": Path(lake) / "_lakesink" / "ops" / "0123456789abcdef.json",
+    }[kind]
+    target.parent.mkdir(exist_ok=True)
+    sparse(target)
+    start = time.monotonic()
+    if kind in ("table", "commit"):
+        with pytest.raises(CorruptFileError, match="bytes, the most a"):
+            read_committed(lake)
+        # the file keeps its first bytes: status reads a commit's header line alone, verify all
+        one_line_error(*cli(["verify", lake], capsys), target.name)
+    else:  # hints, checkpoints and leases are skipped: the lake reads from what else is there
+        with caplog.at_level(logging.WARNING):
+            assert ids(lake) == LAKE_IDS
+        assert cli(["status", lake], capsys)[0] == 0
+    assert time.monotonic() - start < 20
+
+
+def test_a_sparse_huge_format_2_record_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = str(tmp_path / "lake")
+    epoch_lake(path)
+    record = Path(path) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    sparse(record)
+    with pytest.raises(CorruptFileError, match="the most a format-2 epoch record"):
+        read_committed(path)
+    one_line_error(*cli(["verify", path], capsys), record.name)
+
+
+SECRET_URLS = [
+    "s3://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "s3a://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "hdfs://hdfsuser:SuperSecret123@namenode:8020/lake",
+    "s3://bucket/lake?X-Amz-Security-Token=SuperSecret123&X-Amz-Signature=SuperSecret123",
+    "s3://bucket/lake?X-Amz-Credential=AKIAEXAMPLE%2F20260101&sig=SuperSecret123",
+    "file://user:SuperSecret123@/tmp/lake",
+    "gs://AKIAEXAMPLE:SuperSecret123@bucket/lake",
+    "https://user:SuperSecret123@host/lake?sig=SuperSecret123",
+]
+
+
+@pytest.mark.parametrize("url", SECRET_URLS)
+def test_a_lake_url_s_secrets_are_never_echoed(url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The refusal of a URL carrying credentials names the URL redacted (``***``), in the reader,
+    the CLI and the Spark door's options (the same ``lakesink_reader.redact.redacted``)."""
+    messages = []
+    for attempt in (
+        lambda: read_committed(url),
+        lambda: Lake(url),
+        lambda: SinkConfig.from_options({"path": url}).storage(),
+    ):
+        with pytest.raises((ValueError, TypeError, LakeSinkError)) as caught:
+            attempt()
+        messages.append(str(caught.value))
+    for command in ("status", "verify", "history", "sync-views", "compact", "vacuum"):
+        code, out = cli([command, url], capsys)
+        assert code == 2 and len(out.strip().splitlines()) == 1, out
+        messages.append(out)
+    for text in messages:
+        assert "SuperSecret123" not in text and "***" in text, text
+
+
+def test_a_spark_failure_s_lakesink_line_is_redacted() -> None:
+    """The Spark door raises lakesink's error remade from Spark's text: redacted there too."""
+    text = "... lakesink_reader.errors.CorruptFileError: s3://k:SuperSecret123@b/x/_lakesink/table.json: bad"
+    found = lakesink_error(RuntimeError(text))
+    assert isinstance(found, CorruptFileError) and "SuperSecret123" not in str(found)
+    assert "s3://***@b/x" in str(found)
+
+
+@pytest.mark.parametrize("view_file", ["_delta_log/00000000000000000005.json", "_spark_metadata/19.compact"])
+def test_a_sparse_huge_view_file_is_refused(
+    lake: str, view_file: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A Delta-view commit or a Spark-view compact file made 6 GiB: read to the view-file limit
+    (256 MiB) and refused, naming it; status reports the Delta view unknown (~350 MB peak, 2-4 s)."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    target = Path(lake) / view_file
+    sparse(target)
+    for command in ("sync-views", "verify"):
+        one_line_error(*cli([command, lake], capsys), target.name)
+    code, out = cli(["status", lake], capsys)
+    assert code == 0 and "Traceback" not in out, out
+    # the Spark view's status reads its newest batch only: the compact file is sync's and verify's
+    assert ("the most a view file may hold" in out) == view_file.startswith("_delta_log"), out
+
+
+def test_the_fuzzer_s_findings_stay_fixed(
+    tmp_path: Path, lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """tests/fuzz found these (docs/design/trust.md): each is one clear error, quickly."""
+    # case 1213: one add line repeated 400,000 times, under the commit limit
+    commit = log_dir(lake) / f"{5:020d}.json"
+    lines = commit.read_text().splitlines(keepends=True)
+    commit.write_text("".join(lines) + lines[-1] * 400_000)
+    start = time.monotonic()
+    with pytest.raises(CorruptFileError, match="400002 action lines, but its header counts 2"):
+        read_committed(lake)
+    assert time.monotonic() - start < 5
+    # case 1247: an arrow_schema that is not Arrow IPC (pyarrow raises the builtin OSError)
+    edit_file(Path(lake) / TABLE_FILE, '"arrow_schema": "', '"arrow_schema": "xxxx')
+    one_line_error(*cli(["status", lake], capsys), "table.json")
+    # case 1199: a format-2 record listing one file 100,000 times
+    path = str(tmp_path / "v2")
+    epoch_lake(path)
+    record = Path(path) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    doc = json.loads(record.read_text())
+    doc["files"] = doc["files"][:1] * 100_000
+    record.write_text(json.dumps(doc))
+    with pytest.raises(CorruptFileError, match="listed more than once"):
+        read_committed(path)
+
+
+def test_redaction_is_linear_and_cli_errors_are_bounded(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fuzzer case 2257: a format-2 record naming a 1 MB path; the CLI's error quoted it, and
+    ``redacted``'s unbounded scheme pattern backtracked over it for minutes."""
+    for text in ("x" * 1_000_000, "?" + "a" * 1_000_000, "?key" * 200_000, "a://" * 250_000):
+        start = time.monotonic()
+        redacted(text)
+        assert time.monotonic() - start < 2
+    path = str(tmp_path / "v2")
+    epoch_lake(path)
+    record = Path(path) / "_lakesink" / "epochs" / f"{1:020d}.json"
+    doc = json.loads(record.read_text())
+    doc["files"][0]["path"] = "x" * (1 << 20)
+    record.write_text(json.dumps(doc))
+    start = time.monotonic()
+    code, out = cli(["verify", path], capsys)
+    assert code == 2 and len(out) < 10_000 and "characters left out" in out and time.monotonic() - start < 10

@@ -202,14 +202,29 @@ def corrupted(change: Callable[[list[dict[str, Any]]], None]) -> bytes:
     ("data", "error", "match"),
     [
         (corrupted(lambda d: None)[:-1], CorruptFileError, "truncated"),
-        (corrupted(lambda d: None) + b"{not json\n", CorruptFileError, "line 4 is not JSON"),
+        (
+            b"\n".join([*corrupted(lambda d: None).split(b"\n")[:2], b"{not json", b""]),
+            CorruptFileError,
+            "line 3 is not JSON",
+        ),
+        # more action lines than the header counts: refused before one is decoded (issue 51)
+        (
+            corrupted(lambda d: None) + b"{not json\n",
+            CorruptFileError,
+            "3 action lines, but its header counts 2",
+        ),
         (corrupted(lambda d: d[1].update(add="x")), CorruptFileError, "line 2: add must be a JSON object"),
         (corrupted(lambda d: d[0]["commit"]["counts"].update(add_rows=21)), CorruptFileError, "counts"),
         (corrupted(lambda d: d[0]["commit"].update(format_version=4)), FormatVersionError, "version 4"),
         (corrupted(lambda d: d[0]["commit"].update(format_version=2)), CorruptFileError, "not a format-v3"),
         (corrupted(lambda d: d[0]["commit"].update(read_version=3)), CorruptFileError, "read_version"),
         (
-            corrupted(lambda d: d.append({"remove": {"path": "z", "rows": 1, "bytes": 1}})),
+            corrupted(
+                lambda d: (
+                    d.append({"remove": {"path": "z", "rows": 1, "bytes": 1}}),
+                    d[0]["commit"]["counts"].update(remove_files=1),
+                )
+            ),
             CorruptFileError,
             "before",
         ),
@@ -278,7 +293,7 @@ def test_the_header_is_read_without_the_actions(tmp_path: Path) -> None:
     commit = append(W1, 0, *files).at(0, TABLE)
     data = encode_commit(commit)
     assert len(data) > 2 * HEADER_READ_BYTES
-    damaged = data.split(b"\n", 1)[0] + b"\n" + b"garbage\n" * 10
+    damaged = data.split(b"\n", 1)[0] + b"\n" + b"garbage\n" * 1500  # as many lines as it counts
     assert decode_header(damaged, where="v0") == commit.header  # the actions are never parsed
     with pytest.raises(CorruptFileError, match="line 2 is not JSON"):
         decode_commit(damaged, where="v0")

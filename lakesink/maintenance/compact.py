@@ -49,7 +49,7 @@ import pyarrow.parquet as pq
 from lakesink.commit.files import FileWriter, WriteOptions
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink.views.derived import maintenance_views
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitRefusedError,
@@ -573,7 +573,7 @@ def settle_ops(
 
 def _lease_time(storage: Storage, name: str, fallback: float) -> float:
     try:
-        doc = jsondoc.loads(storage.read_bytes(name))
+        doc = jsondoc.loads(limits.read(storage, name, limits.OPS_LEASE))
         value = doc.get("refreshed_at")
         return float(value) if isinstance(value, int | float) else fallback
     except (OSError, ValueError, LakeSinkError):

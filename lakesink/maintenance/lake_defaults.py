@@ -19,6 +19,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import FormatVersionError, LakeSinkError
 from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.names import TABLE_FILE
@@ -67,7 +68,7 @@ def set_lake_defaults(
     if seen is None:
         read_table_metadata(storage)  # raises, naming what is there instead of a lake
         raise DefaultsChangedError(f"{storage.url}/{TABLE_FILE} appeared while it was read: run it again")
-    data = storage.read_bytes(TABLE_FILE)
+    data = limits.read(storage, TABLE_FILE, limits.TABLE)
     metadata = TableMetadata.from_json(data, f"{storage.url}/{TABLE_FILE}")
     if not metadata.has_log:
         raise FormatVersionError(
@@ -75,7 +76,7 @@ def set_lake_defaults(
             f"{metadata.format_version}, {metadata.mode} mode); `lakesink upgrade {storage.url}` "
             "first for a format-2 epoch lake"
         )
-    doc = json.loads(data)
+    doc = jsondoc.loads(data)
     for name, value in changes.items():
         if value is None:
             doc.pop(name, None)

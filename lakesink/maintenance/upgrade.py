@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from lakesink.commit.checkpoints import LIST_ROW_GROUP_ROWS, advance_hint
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import CommitConflictError, CorruptFileError
 from lakesink_reader.format.log import UPGRADE_FENCE_PREFIX, EpochLog, EpochRecord
 from lakesink_reader.format.table import probe_store, read_table_metadata
@@ -181,7 +181,7 @@ def upgrade(
         else path_or_storage
     )
     metadata = read_table_metadata(storage)  # refuses a folder that is not a lake
-    raw = storage.read_bytes(TABLE_FILE)
+    raw = limits.read(storage, TABLE_FILE, limits.TABLE)
     doc = _table_doc(raw, storage)
     report = UpgradeReport(storage.url, metadata.mode, metadata.format_version, "would_upgrade")
     report.table_id = metadata.table_id
@@ -394,7 +394,7 @@ class _UpgradedMeanwhile(Exception):
 
 
 def _check_not_upgraded(storage: Storage) -> None:
-    if _table_doc(storage.read_bytes(TABLE_FILE), storage).get("format_version") == 3:
+    if _table_doc(limits.read(storage, TABLE_FILE, limits.TABLE), storage).get("format_version") == 3:
         raise _UpgradedMeanwhile
 
 
@@ -456,7 +456,7 @@ def _commit_point(
 ) -> None:
     """Replace table.json with its format-3 form: the upgrade's commit point (``put``: atomic
     on every backend). Skipped when a concurrent run got there first."""
-    current = _table_doc(storage.read_bytes(TABLE_FILE), storage)
+    current = _table_doc(limits.read(storage, TABLE_FILE, limits.TABLE), storage)
     if current.get("format_version") == 3:
         return
     new = dict(doc)

@@ -19,6 +19,7 @@ import re
 from typing import Any, TypeVar
 
 from lakesink_reader import errors
+from lakesink_reader.redact import redacted
 
 #: A lakesink error as a Python traceback's last line names it, inside Spark's text.
 _ERROR_LINE = re.compile(r"lakesink_reader\.errors\.(\w+): (.+)")
@@ -33,7 +34,7 @@ def lakesink_error(failure: BaseException) -> errors.LakeSinkError | None:
     for match in _ERROR_LINE.finditer(str(failure)):
         kind = getattr(errors, match.group(1), None)
         if isinstance(kind, type) and issubclass(kind, errors.LakeSinkError):
-            found = kind(match.group(2).strip())
+            found = kind(redacted(match.group(2).strip()))
     return found
 
 

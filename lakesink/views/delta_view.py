@@ -47,7 +47,7 @@ from lakesink.views.delta import (
     last_checkpoint_doc,
 )
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
@@ -373,7 +373,7 @@ def prior_table(paths: Any, ms: Any) -> pa.Table | None:
 
 def _view_commit_ms(storage: Storage, version: int) -> int | None:
     try:
-        first = storage.read_bytes(delta_commit_name(version)).split(b"\n", 1)[0]
+        first = limits.read(storage, delta_commit_name(version), limits.VIEW_FILE).split(b"\n", 1)[0]
         return int(jsondoc.loads(first)["commitInfo"]["timestamp"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -442,8 +442,8 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
                 files[unquote(add["path"])] = int(add["size"])
     while version + 1 in commits:
         version += 1
-        for line in storage.read_bytes(delta_commit_name(version)).splitlines():
-            action = json.loads(line)
+        for line in limits.read(storage, delta_commit_name(version), limits.VIEW_FILE).splitlines():
+            action = jsondoc.loads(line)
             if "add" in action:
                 files[unquote(action["add"]["path"])] = int(action["add"]["size"])
             elif "remove" in action:
@@ -453,8 +453,10 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
 
 def _hint_version(storage: Storage) -> int | None:
     try:
-        return int(jsondoc.loads(storage.read_bytes(LAST_CHECKPOINT))["version"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return jsondoc.count(
+            jsondoc.loads(limits.read(storage, LAST_CHECKPOINT, limits.HINT))["version"], "version"
+        )
+    except (OSError, ValueError, KeyError, TypeError, CorruptFileError):
         return None
 
 
@@ -640,7 +642,7 @@ def delta_sync(
         name = delta_commit_name(v)
         if v in present:
             try:
-                same = storage.read_bytes(name) == data
+                same = limits.read(storage, name, limits.VIEW_FILE) == data
             except FileNotFoundError:
                 same = None
             if same is False:
@@ -750,7 +752,7 @@ def check_view(storage: Storage, metadata: TableMetadata, vlog: VersionedLog, la
         report.state = "absent"
         return report
     try:
-        existing = storage.read_bytes(delta_commit_name(latest))
+        existing = limits.read(storage, delta_commit_name(latest), limits.VIEW_FILE)
     except FileNotFoundError:
         existing = None
     if existing is None:

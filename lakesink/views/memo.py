@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
+from lakesink_reader import jsondoc, limits
+
 if TYPE_CHECKING:
     from lakesink_reader.storage.base import Storage
 
@@ -117,6 +119,6 @@ class StopFile:
 
     def reason(self, storage: Storage) -> str:
         try:
-            return str(json.loads(storage.read_bytes(self.name))["reason"])
+            return str(jsondoc.loads(limits.read(storage, self.name, limits.VIEW_NOTE))["reason"])[:500]
         except Exception:  # noqa: BLE001 -- only a message
             return f"{self.name} {self.otherwise}"

@@ -73,7 +73,7 @@ import pyarrow.parquet as pq
 
 from lakesink.views.delta_view import added_times, live_at, prior_table, remember_time, table_interval
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.opening import open_epoch_log
@@ -329,9 +329,9 @@ def _read_layout_once(storage: Storage) -> Layout:
         name = f.name.rsplit("/", 1)[-1]
         if name.endswith(".json") and name[:-5].isdigit():
             try:
-                doc = jsondoc.loads(storage.read_bytes(f.name))
+                doc = jsondoc.loads(limits.read(storage, f.name, limits.VIEW_NOTE))
                 anchors[int(doc["batch"])] = int(doc["version"])
-            except (FileNotFoundError, ValueError, KeyError, TypeError):
+            except (FileNotFoundError, ValueError, KeyError, TypeError, CorruptFileError):
                 # Gone since the listing, or not an anchor of ours. Any other failed read raises:
                 # skipped, it would leave a batch no anchor explains -- and the view stopped as
                 # foreign for good (simulation seed 3041).
@@ -354,7 +354,7 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
     for b in range(max((top + 1) // COMPACT_INTERVAL * COMPACT_INTERVAL - 1, 0), top + 1):
         if b not in layout.batches:
             continue
-        for entry in parse_batch(storage.read_bytes(layout.batches[b])):
+        for entry in parse_batch(limits.read(storage, layout.batches[b], limits.VIEW_FILE)):
             path = entry.get("path")
             if isinstance(path, str) and path.startswith(base) and path != base + SUMMARY:
                 files[unquote(path[len(base) :])] = int(entry.get("size", -1))  # type: ignore[call-overload]
@@ -600,7 +600,7 @@ def write_version(
     name = batch_name(batch)
     if not storage.put_if_absent(name, data):
         expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
-        if _files_of(storage.read_bytes(name), base) != expected:
+        if _files_of(limits.read(storage, name, limits.VIEW_FILE), base) != expected:
             raise Foreign(
                 f"compact batch {batch} of _spark_metadata/ lists other files than the lake at version {v}"
             )
@@ -633,7 +633,7 @@ def summary_entry(storage: Storage, base: str, encoded: str, ms: int) -> str:
     compact batch, with the size it has now (Spark reads its footer by that size)."""
     data = summary_bytes(storage, encoded)
     try:
-        existing: bytes | None = storage.read_bytes(SUMMARY)
+        existing: bytes | None = limits.read(storage, SUMMARY, limits.VIEW_FILE)
     except FileNotFoundError:
         existing = None
     if existing != data:
@@ -657,8 +657,12 @@ def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: 
     another lake version there (its content is what lakesink derives for that version), else
     Foreign."""
     try:
-        doc = jsondoc.loads(storage.read_bytes(anchor_name(batch))) if is_compact(batch) else None
-    except (FileNotFoundError, ValueError):
+        doc = (
+            jsondoc.loads(limits.read(storage, anchor_name(batch), limits.VIEW_NOTE))
+            if is_compact(batch)
+            else None
+        )
+    except (FileNotFoundError, ValueError, CorruptFileError):
         doc = None
     if doc is not None:
         if doc.get("table_id") == vlog.table_id and doc.get("version") != version:
@@ -668,7 +672,7 @@ def _lost_or_foreign(storage: Storage, vlog: VersionedLog, batch: int, version: 
     other = layout.version_of(batch)
     if other is not None and other != version and batch in layout.batches:
         commit = vlog.read_commit(other)
-        if commit is not None and storage.read_bytes(layout.batches[batch]) == adds_batch(
+        if commit is not None and limits.read(storage, layout.batches[batch], limits.VIEW_FILE) == adds_batch(
             base_uri(storage), commit
         ):
             raise LostRace(f"batch {batch} holds version {other}")
@@ -679,8 +683,8 @@ def _unfilled(storage: Storage, vlog: VersionedLog, batch: int) -> int | None:
     """The lake version that this lake's anchor of compact batch ``batch`` names, when the batch
     file is not there (None: another table's anchor, an unreadable one, or a batch written)."""
     try:
-        doc = jsondoc.loads(storage.read_bytes(anchor_name(batch)))
-    except (FileNotFoundError, ValueError):
+        doc = jsondoc.loads(limits.read(storage, anchor_name(batch), limits.VIEW_NOTE))
+    except (FileNotFoundError, ValueError, CorruptFileError):
         return None
     version = doc.get("version")
     if doc.get("table_id") != vlog.table_id or not isinstance(version, int):
@@ -725,7 +729,7 @@ def _prior(storage: Storage, base: str, batch: int) -> pa.Table | None:
     tables = []
     for b in reversed(range(batch, batch + COMPACT_INTERVAL)):  # a later batch's entry wins
         try:
-            data = storage.read_bytes(batch_name(b))
+            data = limits.read(storage, batch_name(b), limits.VIEW_FILE)
         except FileNotFoundError:
             continue
         header, _, body = data.partition(b"\n")
@@ -879,7 +883,7 @@ def _check(storage: Storage, vlog: VersionedLog, layout: Layout, latest: int, *,
                 return f"compact batch {b} of _spark_metadata/ has no anchor: lakesink did not write it"
             if not deep:
                 continue
-            data = storage.read_bytes(layout.batches[b])
+            data = limits.read(storage, layout.batches[b], limits.VIEW_FILE)
             try:
                 live = live_at(storage, vlog, v, table_interval(storage), None)
             except CorruptFileError:
@@ -893,7 +897,7 @@ def _check(storage: Storage, vlog: VersionedLog, layout: Layout, latest: int, *,
             commit = vlog.read_commit(v)
             if commit is None:
                 continue  # vacuumed away; its batch is older than what a compact replaces soon
-            data = storage.read_bytes(layout.batches[b])
+            data = limits.read(storage, layout.batches[b], limits.VIEW_FILE)
             if commit.removes or data != adds_batch(base, commit):
                 return f"batch {b} of _spark_metadata/ holds content lakesink did not derive from version {v}"
     return None

@@ -564,9 +564,10 @@ class Lake:
                 return "missing: the lake commits it, but it is not in storage"
             return "gone since it was listed (published or removed meanwhile)"
         except (OSError, pa.ArrowException) as exc:
+            said = " ".join(str(exc).split())  # pyarrow's text may span lines: a reason is one
             if f.state == "committed":
-                return f"corrupt: {exc}"
-            return f"not a complete Parquet file (still being written, or truncated by a crash): {exc}"
+                return f"corrupt: {said}"
+            return f"not a complete Parquet file (still being written, or truncated by a crash): {said}"
         if fit_problems(meta.schema.to_arrow_schema(), self._data_schema()):
             return "schema differs from the table's"
         if self.metadata.partition_columns:

@@ -22,7 +22,7 @@ from lakesink_reader.format.v3.checkpoint import (
     oldest_listed_commit,
 )
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
-from lakesink_reader.format.v3.logfiles import commit_name, parallel
+from lakesink_reader.format.v3.logfiles import READ_BATCH, commit_name, parallel
 from lakesink_reader.format.v3.state import TableState, WriterState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
@@ -142,12 +142,22 @@ class LogView:
         return max(floor, listed if listed is not None else self.version)
 
     def headers(self, first: int, last: int) -> list[CommitHeader]:
-        """Headers of versions ``first..last`` (within the snapshot), cached."""
-        wanted = [v for v in range(first, last + 1) if v not in self._headers]
-        for v, header in zip(wanted, parallel(self.log.read_header, wanted), strict=True):
-            if header is None:
-                raise CorruptFileError(f"{self.where(v)} is missing: the log is not contiguous")
-            self._headers[v] = header
+        """Headers of versions ``first..last`` (within the snapshot), cached.
+
+        Read :data:`READ_BATCH` versions at a time, oldest first, stopping at the first missing
+        commit: ``last`` may be what a checkpoint claims (10**18, say), and only commits that
+        exist are ever listed, so a claim with no commits under it fails at the first gap
+        instead of building a range over it (docs/FORMAT.md, "Trust")."""
+        for start in range(first, last + 1, READ_BATCH):
+            stop = min(start + READ_BATCH, last + 1)
+            wanted = [v for v in range(start, stop) if v not in self._headers]
+            for v, header in zip(wanted, parallel(self.log.read_header, wanted), strict=True):
+                if header is None:
+                    raise CorruptFileError(
+                        f"{self.where(v)} is missing: the log is not contiguous (the snapshot is at "
+                        f"version {self.version})"
+                    )
+                self._headers[v] = header
         return [self._headers[v] for v in range(first, last + 1)]
 
     def commits(self, versions: Sequence[int]) -> list[Commit]:

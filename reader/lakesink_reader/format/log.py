@@ -19,6 +19,7 @@ record since epoch 0): they read as a segment starting at epoch 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 import uuid
@@ -27,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
 from lakesink_reader.names import (
     EPOCH_LAST_CHECKPOINT,
@@ -137,15 +138,25 @@ class EpochRecord:
 
     @classmethod
     def from_doc(cls, doc: Mapping[str, Any]) -> EpochRecord:
-        epoch = int(doc["epoch"])
+        epoch = jsondoc.count(doc["epoch"], "epoch")
         files = tuple(
-            CommittedFile(_data_name(f["path"]), int(f["partition"]), epoch, int(f["rows"]), int(f["bytes"]))
+            CommittedFile(
+                _data_name(f["path"]),
+                jsondoc.count(f["partition"], "partition"),
+                epoch,
+                jsondoc.count(f["rows"], "rows"),
+                jsondoc.count(f["bytes"], "bytes"),
+            )
             for f in doc["files"]
         )
+        if len({f.name for f in files}) != len(files):
+            # Each listing of a file is a read of it: one file listed 100,000 times took its
+            # reader past 1.3 GB (fuzzer, case 1199). Lakesink lists each file of an epoch once.
+            raise ValueError("a file is listed more than once")
         query_id, commit_id = doc.get("query_id"), doc.get("commit_id")
         return cls(
             epoch,
-            float(doc["committed_at"]),
+            jsondoc.seconds(doc["committed_at"], "committed_at"),
             files,
             doc.get("source_offsets"),
             str(query_id) if query_id is not None else None,
@@ -252,7 +263,7 @@ class EpochLog:
         """The record of ``epoch``, or None when the epoch is not committed."""
         name = epoch_record_name(epoch)
         try:
-            data = self.storage.read_bytes(name)
+            data = limits.read(self.storage, name, limits.EPOCH_RECORD)
         except FileNotFoundError:
             return None
         return self._parse(self._decode(data, name), name)
@@ -311,9 +322,13 @@ class EpochLog:
             first = last + 1
         needed = [last for first, last in bounds if last >= low and (high is None or first <= high)]
         others = [e for e in needed if e != hinted]
-        segments = self._parallel(self._segment, others)
-        if any(s is None for s in segments):
-            return None  # a segment of the chain is gone: read the records themselves
+        # READ_THREADS at a time, stopping at the first gone: ``previous`` is the segment's own
+        # claim (a crafted one listed a million predecessors: 89 s and 2 GB read at once).
+        segments: list[_Segment | None] = []
+        for at in range(0, len(others), READ_THREADS):
+            segments += self._parallel(self._segment, others[at : at + READ_THREADS])
+            if any(s is None for s in segments):
+                return None  # a segment of the chain is gone: read the records themselves
         records = [r for s in [*segments, top if hinted in needed else None] if s for r in s.records]
         if high is None or high > hinted:
             records += self._walk(hinted + 1, high)
@@ -341,25 +356,26 @@ class EpochLog:
     def _segment(self, epoch: int) -> _Segment | None:
         name = epoch_checkpoint_name(epoch)
         try:
-            doc = self._decode(self.storage.read_bytes(name), name)
+            doc = self._decode(limits.read(self.storage, name, limits.EPOCH_RECORD), name)
         except FileNotFoundError:
             return None
         try:
             records = tuple(self._parse(r, name) for r in doc["epochs"])
             # Format 1 checkpoints were cumulative: every record since epoch 0.
-            return _Segment(
-                int(doc.get("first_epoch", 0)),
-                int(doc["epoch"]),
-                tuple(int(e) for e in doc.get("previous", ())),
-                records,
-            )
+            first = jsondoc.count(doc.get("first_epoch", 0), "first_epoch")
+            previous = tuple(jsondoc.count(e, "a previous segment") for e in doc.get("previous", ()))
+            if any(b <= a for a, b in itertools.pairwise(previous)) or (previous and previous[-1] >= first):
+                raise ValueError("previous segments must be increasing and end below first_epoch")
+            return _Segment(first, jsondoc.count(doc["epoch"], "epoch"), previous, records)
         except (KeyError, TypeError, ValueError) as exc:
             raise CorruptFileError(f"epoch log checkpoint {self._where(name)} is malformed: {exc!r}") from exc
 
     def _hint(self) -> int | None:
         try:
-            return int(jsondoc.loads(self.storage.read_bytes(EPOCH_LAST_CHECKPOINT))["epoch"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
+            return jsondoc.count(
+                jsondoc.loads(limits.read(self.storage, EPOCH_LAST_CHECKPOINT, limits.HINT))["epoch"], "epoch"
+            )
+        except (FileNotFoundError, ValueError, KeyError, TypeError, CorruptFileError):
             return None  # a hint: missing or damaged means "list the log"
 
     def _entries(self) -> list[tuple[int, str]]:
@@ -384,7 +400,7 @@ class EpochLog:
         try:
             doc = jsondoc.loads(data)
             version = int(doc.get("format_version", 0))
-        except (ValueError, AttributeError) as exc:
+        except (ValueError, AttributeError, TypeError) as exc:
             raise CorruptFileError(f"epoch log entry {where} is not valid JSON: {exc}") from exc
         if version > EPOCH_LOG_FORMAT_VERSION:
             raise FormatVersionError(

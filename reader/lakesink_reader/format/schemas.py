@@ -106,7 +106,7 @@ def encode_schema(schema: pa.Schema) -> str:
 def decode_schema(text: str, where: str) -> pa.Schema:
     try:
         return pa.ipc.read_schema(pa.py_buffer(base64.b64decode(text)))
-    except (ValueError, TypeError, pa.ArrowInvalid) as exc:
+    except (ValueError, TypeError, OSError, pa.ArrowException) as exc:  # IPC garbage: OSError too
         raise CorruptFileError(f"{where}: not a readable schema: {exc}") from exc
 
 

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import (
     CorruptFileError,
     FormatVersionError,
@@ -153,17 +153,18 @@ class TableMetadata:
         try:
             schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(doc["arrow_schema"])))
             mode = doc["mode"]
-        except (ValueError, KeyError, TypeError, pa.ArrowInvalid) as exc:
+        except (ValueError, KeyError, TypeError, OSError, pa.ArrowException) as exc:  # IPC garbage: OSError
             raise CorruptFileError(f"{where}: table metadata has no readable schema: {exc}") from exc
         if mode not in WRITER_MODES:
             raise CorruptFileError(f"{where}: unknown writer mode {mode!r}")
         owner = doc.get("owner_query")
         table_id = doc.get("table_id")
         interval = doc.get("checkpoint_interval")
-        if interval is not None and (
-            isinstance(interval, bool) or not isinstance(interval, int) or interval < 1
-        ):
-            raise CorruptFileError(f"{where}: checkpoint_interval must be an int >= 1, got {interval!r}")
+        if interval is not None:
+            try:
+                jsondoc.count(interval, "checkpoint_interval", least=1)
+            except ValueError as exc:
+                raise CorruptFileError(f"{where}: {exc}") from None
         features = doc.get("reader_features", [])
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
             raise CorruptFileError(f"{where}: reader_features must be a list of names, got {features!r}")
@@ -187,11 +188,19 @@ class TableMetadata:
         auto_compact = doc.get("auto_compact")
         if auto_compact is not None and not isinstance(auto_compact, bool):
             raise CorruptFileError(f"{where}: auto_compact must be true or false, got {auto_compact!r}")
+        try:
+            created_at = jsondoc.seconds(doc.get("created_at", 0.0), "created_at")
+        except ValueError as exc:
+            raise CorruptFileError(f"{where}: {exc}") from None
+        if upgrade_version is not None and (
+            type(upgrade_version) is not int or upgrade_version > jsondoc.MAX_COUNT
+        ):
+            upgrade_version = None  # as for any value that is not a version: not an upgraded lake's
         return cls(
             version,
             mode,
             schema,
-            float(doc.get("created_at", 0.0)),
+            created_at,
             str(table_id) if table_id is not None else None,
             str(owner) if owner is not None else None,
             interval,
@@ -221,7 +230,7 @@ def find_table(storage: Storage, *, first_contact: bool = True) -> TableMetadata
     query pass ``first_contact=False``: a store restarting under them is retried.
     """
     try:
-        data = storage.read_bytes(TABLE_FILE, first_contact=first_contact, limit=jsondoc.LIMIT)
+        data = limits.read(storage, TABLE_FILE, limits.TABLE, first_contact=first_contact)
     except NotADirectoryError:
         raise NotADirectoryError(
             f"{storage.url!r} cannot be a lake folder: {_file_in_the_way(storage.url)!r} is a file"

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lakesink_reader.errors import missing_extra
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage.base import Sealed, StagedEntry, StagedFile, Storage, StoredFile
 from lakesink_reader.storage.local import LocalStorage
 from lakesink_reader.storage.options import check_local_options, check_storage_options
@@ -47,7 +48,7 @@ def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
         # Here, not at the top: the ``s3`` extra (botocore), and only for an S3 lake.
         from lakesink_reader.storage.s3 import S3Storage
     except ImportError as exc:
-        raise missing_extra("s3", f"the S3 lake {url!r}") from exc
+        raise missing_extra("s3", f"the S3 lake {redacted(url)!r}") from exc
     options = json.dumps(check_storage_options(storage_options, url), sort_keys=True, default=repr)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("AWS_")))
     return _cached(("s3", url, options, environment), lambda: S3Storage(url, storage_options))
@@ -60,7 +61,7 @@ def _hdfs_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storag
         # Here, not at the top: the ``hdfs`` extra (hdfs-native), and only for an HDFS lake.
         from lakesink_reader.storage.hdfs import HdfsStorage, hdfs_settings
     except ImportError as exc:
-        raise missing_extra("hdfs", f"the HDFS lake {url!r}") from exc
+        raise missing_extra("hdfs", f"the HDFS lake {redacted(url)!r}") from exc
     options = json.dumps(hdfs_settings(storage_options, url), sort_keys=True)
     environment = tuple(sorted((k, v) for k, v in os.environ.items() if k.startswith("HADOOP_")))
     return _cached(("hdfs", url, options, environment), lambda: HdfsStorage(url, storage_options))
@@ -72,7 +73,8 @@ def _local_storage(url: str, storage_options: Mapping[str, Any] | None) -> Stora
     if parsed.scheme.lower() != "file":
         return LocalStorage(url)
     if parsed.netloc not in ("", "localhost"):
-        raise ValueError(f"file:// URL {url!r} names the host {parsed.netloc!r}: use file:///path")
+        host = parsed.netloc.rpartition("@")[2]
+        raise ValueError(f"file:// URL {redacted(url)!r} names the host {host!r}: use file:///path")
     return LocalStorage(unquote(parsed.path))
 
 
@@ -103,6 +105,7 @@ def open_storage(url: str | os.PathLike[str], storage_options: Mapping[str, Any]
     backend = BACKENDS.get(scheme)
     if backend is None:
         raise ValueError(
-            f"unsupported lake URL scheme {scheme!r} in {url!r}: use a local path, file://, s3:// or hdfs://"
+            f"unsupported lake URL scheme {scheme!r} in {redacted(url)!r}: "
+            "use a local path, file://, s3:// or hdfs://"
         )
     return backend(url, storage_options)

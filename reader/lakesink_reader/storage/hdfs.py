@@ -50,6 +50,7 @@ from hdfs_native import Client, FileStatus, FileWriter, WriteOptions
 
 from lakesink_reader.errors import CommitError, StorageError, log, quietly
 from lakesink_reader.names import STAGED_SUFFIX, new_attempt_id, staged_name
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,
@@ -103,11 +104,14 @@ def hdfs_settings(options: object, url: str) -> dict[str, str]:
     given = check_storage_options(options, url)
     unknown = sorted(set(given) - set(HDFS_OPTIONS))
     if unknown:
-        raise ValueError(f"unknown HDFS storage_options {unknown} for {url}; known: {list(HDFS_OPTIONS)}")
+        raise ValueError(
+            f"unknown HDFS storage_options {unknown} for {redacted(url)}; known: {list(HDFS_OPTIONS)}"
+        )
     config = given.get("config") or {}
     if not isinstance(config, Mapping) or not all(isinstance(k, str) for k in config):
         raise TypeError(
-            f"storage_options 'config' for {url} must be a dict of Hadoop configuration keys to values"
+            f"storage_options 'config' for {redacted(url)} must be a dict of Hadoop configuration keys "
+            "to values"
         )
     settings = {key: str(value) for key, value in config.items()}
     user = hdfs_user(options, url)
@@ -143,7 +147,8 @@ def hdfs_umask(config: Mapping[str, str], url: str) -> int:
         m = _SYMBOLIC_UMASK.match(clause.strip())
         if m is None:
             raise ValueError(
-                f"{UMASK_KEY} for {url} must be octal (022) or symbolic (u=rwx,g=rx,o=) (value not shown)"
+                f"{UMASK_KEY} for {redacted(url)} must be octal (022) or symbolic (u=rwx,g=rx,o=) "
+                "(value not shown)"
             )
         who = m.group(1) or "a"
         bits = sum({"r": 4, "w": 2, "x": 1}[c] for c in set(m.group(2)))
@@ -174,7 +179,8 @@ def hdfs_user(options: object, url: str) -> str | None:
         return None
     if not isinstance(user, str) or not user or any(c.isspace() for c in user):
         raise ValueError(
-            f"storage_options 'user' for {url} must be an HDFS user name, without spaces (value not shown)"
+            f"storage_options 'user' for {redacted(url)} must be an HDFS user name, without spaces "
+            "(value not shown)"
         )
     return user
 
@@ -191,7 +197,7 @@ def pin_user(user: str, url: str) -> None:
             os.environ[USER_ENV] = user
         elif current != user:
             raise ValueError(
-                f"{url}: storage_options user={user!r}, but this process's HDFS user is already "
+                f"{redacted(url)}: storage_options user={user!r}, but this process's HDFS user is already "
                 f"{USER_ENV}={current!r} (hdfs-native reads it at every connection: one user per process)"
             )
 
@@ -201,10 +207,10 @@ def parse_hdfs_url(url: str) -> tuple[str | None, str]:
     parsed = urlparse(url)
     scheme = parsed.scheme.lower()
     if scheme not in HDFS_SCHEMES:
-        raise ValueError(f"not an HDFS URL (want hdfs://namenode:port/path): {url!r}")
+        raise ValueError(f"not an HDFS URL (want hdfs://namenode:port/path): {redacted(url)!r}")
     if parsed.query or parsed.fragment or "@" in parsed.netloc:
         raise ValueError(
-            f"HDFS URL {url!r} must not have a user, query or fragment (the user: HADOOP_USER_NAME)"
+            f"HDFS URL {redacted(url)!r} must not have a user, query or fragment (the user: HADOOP_USER_NAME)"
         )
     root = "/" + parsed.path.strip("/")
     return (f"{scheme}://{parsed.netloc}" if parsed.netloc else None), root

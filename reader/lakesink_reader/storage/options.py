@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from lakesink_reader import jsondoc
+from lakesink_reader.redact import redacted
 
 #: Every option, with the type it must have. Values are never printed: they may be secrets.
 S3_OPTIONS: dict[str, type | tuple[type, ...]] = {
@@ -75,7 +76,7 @@ def check_storage_options(options: object, url: str) -> dict[str, Any]:
         return {}
     if not isinstance(options, Mapping):
         raise TypeError(
-            f"storage_options for {url} must be a dict of option names to values, "
+            f"storage_options for {redacted(url)} must be a dict of option names to values, "
             f"got {type(options).__name__} (value not shown: it may hold a secret)"
         )
     return dict(options)
@@ -96,7 +97,8 @@ def check_endpoint(endpoint: object, what: str) -> None:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as messages and logs show it: without a user name or password."""
+    """``url`` as messages and logs show it: without a user name or password (an endpoint:
+    its host only; a lake URL is shown by :func:`lakesink_reader.redact.redacted`)."""
     parts = urlsplit(url)
     if "@" not in parts.netloc:
         return url
@@ -108,7 +110,8 @@ def check_local_options(options: object, url: str) -> None:
     given = check_storage_options(options, url)
     if given:
         raise ValueError(
-            f"storage_options {sorted(given)} do not apply to the local path {url}; they are for s3:// lakes"
+            f"storage_options {sorted(given)} do not apply to the local path {redacted(url)}; "
+            "they are for s3:// lakes"
         )
 
 
@@ -117,18 +120,20 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
     given = check_storage_options(options, url)
     unknown = sorted(set(given) - set(S3_OPTIONS))
     if unknown:
-        raise ValueError(f"unknown S3 storage_options {unknown} for {url}; known: {sorted(S3_OPTIONS)}")
+        raise ValueError(
+            f"unknown S3 storage_options {unknown} for {redacted(url)}; known: {sorted(S3_OPTIONS)}"
+        )
     for name, value in given.items():
         kind = S3_OPTIONS[name]
         if value is not None and (not isinstance(value, kind) or isinstance(value, bool)):
             want = "a dict" if kind is Mapping else {"int": "an int", "str": "a string"}[kind.__name__]  # type: ignore[union-attr]
             raise TypeError(
-                f"storage_options {name!r} for {url} must be {want}, got {type(value).__name__} "
+                f"storage_options {name!r} for {redacted(url)} must be {want}, got {type(value).__name__} "
                 "(value not shown)"
             )
     endpoint = given.get("endpoint_url")
     if endpoint is not None:
-        check_endpoint(endpoint, f"storage_options 'endpoint_url' for {url}")
+        check_endpoint(endpoint, f"storage_options 'endpoint_url' for {redacted(url)}")
     part_size = given.get("part_size") or DEFAULT_PART_SIZE
     if not MIN_PART_SIZE <= part_size <= MAX_PART_SIZE:
         raise ValueError(
@@ -140,13 +145,13 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
         raise ValueError(f"storage_options parts_in_flight must be from 1 to 64, got {in_flight!r}")
     client_kwargs = dict(given.get("client_kwargs") or {})
     if client_kwargs.get("endpoint_url") is not None:
-        where = f"storage_options client_kwargs['endpoint_url'] for {url}"
+        where = f"storage_options client_kwargs['endpoint_url'] for {redacted(url)}"
         check_endpoint(client_kwargs["endpoint_url"], where)
     config_kwargs = dict(given.get("config_kwargs") or {})
     retries = config_kwargs.pop("retries", None) or {}
     if not isinstance(retries, Mapping):
         raise TypeError(
-            f"storage_options config_kwargs['retries'] for {url} must be a dict such as "
+            f"storage_options config_kwargs['retries'] for {redacted(url)} must be a dict such as "
             f"{{'max_attempts': 5}}, got {type(retries).__name__}"
         )
     retries = {**_DEFAULT_CONFIG["retries"], **retries}
@@ -170,7 +175,7 @@ def s3_client_settings(options: object, url: str) -> S3Settings:
         attempts = retried + 1 if isinstance(retried, int) and not isinstance(retried, bool) else retried
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         raise ValueError(
-            f"storage_options config_kwargs['retries'] for {url}: max_attempts must be an int >= 0 "
+            f"storage_options config_kwargs['retries'] for {redacted(url)}: max_attempts must be an int >= 0 "
             "(retries), total_max_attempts an int >= 1 (attempts)"
         )
     # Publishing many files at once (epoch commits, sweeps) runs requests in parallel.

@@ -41,6 +41,7 @@ from botocore.exceptions import ClientError
 
 from lakesink_reader.errors import CommitError, StorageError, quietly
 from lakesink_reader.names import STAGING_DIR
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage.base import (
     Sealed,
     StagedEntry,
@@ -66,12 +67,12 @@ def parse_s3_url(url: str) -> tuple[str, str]:
     """``s3://bucket/some/prefix`` -> ("bucket", "some/prefix"); ValueError naming a bad URL."""
     parsed = urlparse(url)
     if parsed.scheme.lower() not in ("s3", "s3a"):
-        raise ValueError(f"not an S3 URL (want s3://bucket/prefix): {url!r}")
+        raise ValueError(f"not an S3 URL (want s3://bucket/prefix): {redacted(url)!r}")
     bucket = parsed.netloc
     if not bucket or "@" in bucket or ":" in bucket:
-        raise ValueError(f"S3 URL {url!r} has no valid bucket name (want s3://bucket/prefix)")
+        raise ValueError(f"S3 URL {redacted(url)!r} has no valid bucket name (want s3://bucket/prefix)")
     if parsed.query or parsed.fragment:
-        raise ValueError(f"S3 URL {url!r} must not have a query or fragment")
+        raise ValueError(f"S3 URL {redacted(url)!r} must not have a query or fragment")
     return bucket, parsed.path.strip("/")
 
 

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
 from lakesink_reader.format.v3.commits import (
@@ -72,8 +72,6 @@ log = logging.getLogger(__name__)
 
 #: The hint naming the newest checkpoint. Safe to lose, to lag, or to find damaged.
 LAST_CHECKPOINT = f"{LOG_DIR}/_last_checkpoint"
-#: The most of the hint that is read: ``{"version": c}`` is a few dozen bytes.
-_HINT_BYTES = 4096
 #: Downward probes of multiples of N before a finder lists the log folder instead.
 MAX_PROBES = 8
 
@@ -236,7 +234,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
                 first_version=_count(w["first_version"]),
                 last_batch=_count(w["last_batch"]),
                 last_version=_count(w["last_version"]),
-                committed_at=float(w["committed_at"]),
+                committed_at=jsondoc.seconds(w["committed_at"], "committed_at"),
                 offsets=w["offsets"],
                 allow_other_queries=bool(w["allow_other_queries"]),
                 continues=w["continues"],
@@ -254,7 +252,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
             table_id,
             version,
             _text(doc, "commit_token"),
-            float(committed_at) if committed_at is not None else None,
+            jsondoc.seconds(committed_at, "committed_at") if committed_at is not None else None,
             writers,
             ops,
             _count(doc["retained_from"]),
@@ -264,7 +262,7 @@ def decode_checkpoint(data: bytes, *, version: int, table_id: str, where: str) -
         rows = _count(files["rows"])
         if rows != state.counts.files:
             raise ValueError(f"its list has {rows} rows for {state.counts.files} live files")
-        created_at = float(doc["created_at"])
+        created_at = jsondoc.seconds(doc["created_at"], "created_at")
         return Checkpoint(state, token, created_at, f"{LOG_DIR}/{name}", rows, _count(files["bytes"]))
     except FormatVersionError:
         raise
@@ -280,9 +278,7 @@ def _text(doc: Mapping[str, Any], key: str) -> str:
 
 
 def _count(value: Any) -> int:
-    if type(value) is not int or value < 0:
-        raise ValueError(f"expected an int >= 0, got {value!r}")
-    return value
+    return jsondoc.count(value, "a version or count")
 
 
 def _op_kind(value: Any) -> CommitKind | None:
@@ -306,11 +302,10 @@ def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint
     name = checkpoint_name(version)
     where = _url(storage, name)
     try:
-        data = storage.read_bytes(name, limit=jsondoc.LIMIT)
+        data = limits.read(storage, name, limits.CHECKPOINT)
+        return decode_checkpoint(data, version=version, table_id=table_id, where=where)
     except FileNotFoundError:
         return None
-    try:
-        return decode_checkpoint(data, version=version, table_id=table_id, where=where)
     except CorruptFileError as exc:
         log.warning("skipping a damaged checkpoint: %s", exc)
         return None
@@ -319,14 +314,11 @@ def read_checkpoint(storage: Storage, table_id: str, version: int) -> Checkpoint
 def read_hint(storage: Storage) -> int | None:
     """The version ``_last_checkpoint`` names; None when it is missing or damaged."""
     try:
-        doc = jsondoc.loads(storage.read_bytes(LAST_CHECKPOINT, limit=_HINT_BYTES))
-        version = doc["version"]
-        if type(version) is not int or version < 0:
-            raise ValueError(f"not a version: {version!r}")
-        return version
+        doc = jsondoc.loads(limits.read(storage, LAST_CHECKPOINT, limits.HINT))
+        return jsondoc.count(doc["version"], "the version")
     except FileNotFoundError:
         return None
-    except (ValueError, KeyError, TypeError) as exc:
+    except (ValueError, KeyError, TypeError, CorruptFileError) as exc:
         log.warning("ignoring the damaged hint %s: %r", _url(storage, LAST_CHECKPOINT), exc)
         return None
 
@@ -486,8 +478,9 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
         handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
         size = handle.size()
         listed = pq.ParquetFile(handle, read_dictionary=["path"])
-    except (OSError, pa.ArrowException) as exc:
-        raise CorruptFileError(f"checkpoint file list {where} cannot be read: {exc}") from exc
+    except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
+        said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
+        raise CorruptFileError(f"checkpoint file list {where} cannot be read: {said}") from exc
     rows = listed.metadata.num_rows
     if rows != checkpoint.files_rows:
         raise CorruptFileError(
@@ -545,7 +538,8 @@ def iter_file_list(
         try:
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
         except (OSError, pa.ArrowException) as exc:
-            raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {exc}") from exc
+            said = " ".join(str(exc).split())  # one line (fuzzer case 3994)
+            raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {said}") from exc
         if "path" in table.column_names:
             index = table.column_names.index("path")
             table = table.set_column(
@@ -799,7 +793,7 @@ def plain_commit_reader(storage: Storage, table_id: str) -> Callable[[int], Comm
     def read(version: int) -> Commit | None:
         name = commit_name(version)
         try:
-            data = storage.read_bytes(name)
+            data = limits.read(storage, name, limits.COMMIT)
         except FileNotFoundError:
             return None
         commit = decode_commit(data, where=_url(storage, name))

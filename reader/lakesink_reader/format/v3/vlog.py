@@ -21,6 +21,7 @@ import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from lakesink_reader import limits
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.v3.checkpoint import (
     Checkpoint,
@@ -239,7 +240,7 @@ class VersionedLog:
         try:
             data = self.storage.read_bytes(name, limit=HEADER_READ_BYTES)
             if header_line(data) is None and len(data) >= HEADER_READ_BYTES:
-                data = self.storage.read_bytes(name)  # a header longer than the first read
+                data = limits.read(self.storage, name, limits.COMMIT)  # a header longer than the first read
         except FileNotFoundError:
             return None
         header = decode_header(data, where=self._where(version))
@@ -249,7 +250,7 @@ class VersionedLog:
     def read_commit(self, version: int) -> Commit | None:
         """The whole commit of ``version``; None when it does not exist."""
         try:
-            data = self.storage.read_bytes(commit_name(version))
+            data = limits.read(self.storage, commit_name(version), limits.COMMIT)
         except FileNotFoundError:
             return None
         commit = decode_commit(data, where=self._where(version))

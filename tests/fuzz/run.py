@@ -1,0 +1,138 @@
+"""The fuzzer's driver: templates once, then each case in a fresh child under the caps."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.fuzz.child import RSS_CAP, run_case
+from tests.fuzz.mutate import mutate
+from tests.fuzz.templates import TEMPLATES, VICTIM_IDS, build
+
+#: A case's steps, in order; each may take at most this long (seconds) in all.
+STEPS = ["read", "status", "verify", "history"]
+TIME_CAP = 30.0
+#: How often the driver looks at a child's resident memory (seconds), and what a child holds
+#: before its case starts (the preloaded modules: ~150 MiB).
+POLL = 0.05
+BASE_RSS = 300 << 20
+#: What the child preloads (forkserver): a case pays for its work, not for these imports.
+PRELOAD = ["lakesink.cli", "lakesink_reader.lake", "pyarrow.parquet", "pyarrow.compute", "tests.fuzz.child"]
+
+
+@dataclass
+class Case:
+    seed: int
+    template: str = ""
+    mutation: str = ""
+    file: str = ""
+    what: str = ""
+    result: dict[str, Any] = field(default_factory=dict)
+    failures: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def line(self) -> str:
+        return f"case {self.seed}: {self.template} {self.mutation} {self.file}: {self.what}"
+
+
+def rss(pid: int | None) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            m = re.search(r"VmRSS:\s+(\d+) kB", f.read())
+        return int(m.group(1)) << 10 if m else 0
+    except OSError:
+        return 0
+
+
+class Fuzzer:
+    def __init__(self, workdir: Path | None = None, *, keep: bool = False) -> None:
+        self.workdir = Path(workdir or tempfile.mkdtemp(prefix="lakesink-fuzz-"))
+        self.keep = keep
+        self.templates = build(self.workdir / "templates")
+        # Each thread's malloc arena reserves 64 MiB of address space: two arenas keep the
+        # children's address space near what they use (the forkserver starts with this
+        # environment, and the children it forks inherit it).
+        os.environ.setdefault("MALLOC_ARENA_MAX", "2")
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(PRELOAD)
+
+    def close(self) -> None:
+        if not self.keep:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def run(self, seed: int, *, template: str | None = None, mutation: str | None = None) -> Case:
+        rng = random.Random(seed)
+        case = Case(seed, template or rng.choice(sorted(TEMPLATES)))
+        place = self.workdir / f"case-{seed}"
+        if place.exists():
+            shutil.rmtree(place)
+        shutil.copytree(self.templates[case.template].parent, place, symlinks=True)
+        root = place / "lake"
+        start = time.monotonic()
+        try:
+            case.mutation, case.file, case.what = mutate(rng, root, mutation)
+            case.result = self._child(str(root))
+        finally:
+            case.seconds = round(time.monotonic() - start, 2)
+            if not self.keep:
+                shutil.rmtree(place, ignore_errors=True)
+        case.failures = judge(case.result)
+        return case
+
+    def _child(self, root: str) -> dict[str, Any]:
+        receive, send = self.ctx.Pipe(duplex=False)
+        child = self.ctx.Process(target=run_case, args=(root, VICTIM_IDS, STEPS, send), daemon=True)
+        child.start()
+        send.close()
+        result: dict[str, Any] = {}
+        deadline = time.monotonic() + TIME_CAP
+        peak = 0
+        while not result:
+            if receive.poll(POLL):
+                try:
+                    result = receive.recv()
+                except EOFError:
+                    result = {}
+                break
+            peak = max(peak, rss(child.pid))
+            if peak > 2 * RSS_CAP + BASE_RSS:
+                result = {"memory": peak}
+            elif time.monotonic() > deadline:
+                result = {"timeout": TIME_CAP}
+        child.join(5)
+        if child.is_alive():
+            child.kill()
+            child.join()
+        if not result:
+            result = {"died": child.exitcode}
+        receive.close()
+        return result
+
+
+def judge(result: dict[str, Any]) -> list[str]:
+    """The oracle: what in a child's result breaks the promise."""
+    failures = []
+    if "memory" in result:
+        failures.append(f"memory: the child's resident memory reached {result['memory'] >> 20} MiB: killed")
+    if "timeout" in result:
+        failures.append(f"hang: no answer within {result['timeout']} s")
+    if "died" in result:
+        failures.append(f"the child died (exit {result['died']}): a crash or the memory cap")
+    if "error" in result:
+        failures.append(f"the harness failed in the child: {result['error'][-300:]}")
+    for name, step in result.get("steps", {}).items():
+        if step.get("problem"):
+            failures.append(f"{name}: {step['problem']}")
+    failures.extend(f"outside the lake: {event}" for event in result.get("audit", [])[:5])
+    growth = result.get("rss_growth", 0)
+    if growth > RSS_CAP:
+        failures.append(f"memory: resident memory grew by {growth >> 20} MiB (cap {RSS_CAP >> 20})")
+    return failures
