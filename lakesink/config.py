@@ -20,6 +20,7 @@ from lakesink.commit.files import DEFAULT_STAGED_AGE, WriteOptions
 from lakesink.commit.observer import Observer
 from lakesink_reader import jsondoc
 from lakesink_reader.format.log import DEFAULT_CHECKPOINT_INTERVAL
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage import Storage, open_storage
 from lakesink_reader.storage.options import check_storage_options
 
@@ -279,6 +280,14 @@ class SinkConfig:
         if self.checkpoint_location:
             options["checkpointLocation"] = self.checkpoint_location
         return options
+
+    def driver_write_refusal(self) -> str:
+        """Why ``driver_write="always"`` cannot be on the data source door."""
+        return (
+            "driver_write='always' needs the foreachBatch door (lakesink.write_stream on a classic session, "
+            f"via='foreach_batch' or the default): format('lakesink') writes {redacted(self.path)!r} in Spark's tasks "
+            "only. Drop the option, or write through write_stream"
+        )
 
     def replace(self, **changes: Any) -> SinkConfig:
         return dataclasses.replace(self, **changes)

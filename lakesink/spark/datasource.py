@@ -176,9 +176,7 @@ class LakeSinkDataSource(DataSource):
             )
         if self.config.sink.driver_write == "always" and not self.batch_door:
             # The start's guard refuses it first (``guard.check_stream``); a session without it here.
-            from lakesink.spark.guard import driver_write_refusal
-
-            raise ValueError(driver_write_refusal(self.config.path))
+            raise ValueError(self.config.driver_write_refusal())
         # Here, not at the top: rows loads pyarrow (HOOK_MODULES).
         from lakesink.spark.rows import arrow_schema
 

@@ -388,7 +388,7 @@ def check_stream(
             options[PARTITION_BY_OPTION] = partition_option(pending.partitioning, options)
         config = SinkConfig.from_options(options)  # unknown or bad options fail here, by name
     if config.sink.driver_write == "always" and not batch_door:
-        raise ValueError(driver_write_refusal(config.path))
+        raise ValueError(config.driver_write_refusal())
     query = _query_identity(pending, config.storage_options)
     plan = pending.plan
     start = None if plan is None else lambda: preflight.kafka_start_offsets(plan())
@@ -396,14 +396,6 @@ def check_stream(
         pending, lambda: preflight.check_epoch_start(config, arrow_schema(pending.schema()), query, start)
     )
     return config
-
-
-def driver_write_refusal(path: str) -> str:
-    return (
-        f"driver_write='always' needs the foreachBatch door (lakesink.write_stream on a classic session, "
-        f"via='foreach_batch' or the default): format('lakesink') writes {path!r} in Spark's tasks only. "
-        "Drop the option, or write through write_stream"
-    )
 
 
 def partition_option(columns: list[str], options: Mapping[str, Any]) -> str:
