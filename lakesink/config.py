@@ -285,8 +285,8 @@ class SinkConfig:
         """Why ``driver_write="always"`` cannot be on the data source door."""
         return (
             "driver_write='always' needs the foreachBatch door (lakesink.write_stream on a classic session, "
-            f"via='foreach_batch' or the default): format('lakesink') writes {redacted(self.path)!r} in Spark's tasks "
-            "only. Drop the option, or write through write_stream"
+            f"via='foreach_batch' or the default): format('lakesink') writes {redacted(self.path)!r} in "
+            "Spark's tasks only. Drop the option, or write through write_stream"
         )
 
     def replace(self, **changes: Any) -> SinkConfig:
