@@ -137,9 +137,11 @@ def test_a_bounded_run_over_the_s3_store_is_clean_and_replays() -> None:
     for request in ("put_if_absent", "stage", "write_part", "publish", "list"):
         assert f": {request} " in first.stdout, request  # the requests S3Storage makes are scheduled
     assert "[lost]" in first.stdout or "[late]" in first.stdout or "[fail]" in first.stdout
-    second = simulate("--seed", S3_SEEDS, "--digest", *S3_SWITCHES)
-    digests = [re.findall(r"seed \d+ digest \w+ steps \d+", r.stdout) for r in (first, second)]
-    assert len(digests[0]) == count and digests[0] == digests[1], (digests, second.stdout[-2000:])
+    # A seed replays to the same trace alone in its process as after others.
+    last = S3_SEEDS.split(",")[-1]
+    second = simulate("--seed", last, "--digest", *S3_SWITCHES)
+    digests = [re.findall(rf"seed {last} digest \w+ steps \d+", r.stdout) for r in (first, second)]
+    assert len(digests[0]) == 1 and digests[0] == digests[1], (digests, second.stdout[-2000:])
 
 
 #: Seeds that found a hole before it was closed (1-4: issue 32's; then the all-on hunt): (hole,

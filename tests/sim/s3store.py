@@ -181,6 +181,17 @@ class S3Shared:
     requests. Takes the place of ``store.Shared`` in ``Env`` (same attributes the run reads)."""
 
     def __init__(self, world: World, root: str) -> None:
+        import random
+
+        # What is set up once a process (moto, botocore's first client) draws uuids too: from a
+        # generator of its own, so that a seed replays the same first in a process or later.
+        ids, world.ids = world.ids, random.Random(0)
+        try:
+            self._setup(world, root)
+        finally:
+            world.ids = ids
+
+    def _setup(self, world: World, root: str) -> None:
         _start(world)
         from moto.moto_api._internal import mock_random
 
