@@ -65,6 +65,12 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="the final pass without compact's abandon of dead ops (vacuum, orphans, sync-views only)",
     )
+    parser.add_argument(
+        "--store",
+        choices=("local", "s3"),
+        default="local",
+        help="the store under the lake: local (default), or s3 (the real S3Storage over in-process moto)",
+    )
     parser.add_argument("--jobs", type=int, default=1, help="processes to spread the seeds over (default 1)")
     parser.add_argument("--keep-going", action="store_true", help="run every seed even after a failure")
     parser.add_argument(
@@ -89,7 +95,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from tests.sim.run import Config
 
-    cfg = Config.parse(args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world)
+    cfg = Config.parse(
+        args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world, args.store
+    )
     seeds = args.seed if args.seed is not None else list(range(args.start, args.start + args.seeds))
     if args.jobs > 1 and len(seeds) > 1 and args.seed is None:  # (a --seed list runs in one)
         return _fan_out(args, seeds)
@@ -141,7 +149,7 @@ def _chunks(args: argparse.Namespace) -> int:
 
     source = _source_version()
     switches = Config.parse(
-        args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world
+        args.faults, args.actors, args.max_steps, not args.no_final_abandon, args.world, args.store
     ).describe()
     failed = 0
     end = args.start + args.seeds
@@ -243,6 +251,8 @@ def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | Non
         common.append("--keep-going")
     if args.no_final_abandon:
         common.append("--no-final-abandon")
+    if args.store != "local":
+        common += ["--store", args.store]
     workers = []
     block = -(-len(seeds) // args.jobs)
     for j in range(args.jobs):

@@ -65,10 +65,18 @@ class Config:
     final_abandon: bool = True
     #: "upgrade": every seed is an upgrade world (``--world``; the seed's draw is made all the same).
     world: str = "any"
+    #: "s3": the real S3Storage over in-process moto (``--store``; tests/sim/s3store.py).
+    store: str = "local"
 
     @classmethod
     def parse(
-        cls, faults: str, actors: str, max_steps: int = 400, final_abandon: bool = True, world: str = "any"
+        cls,
+        faults: str,
+        actors: str,
+        max_steps: int = 400,
+        final_abandon: bool = True,
+        world: str = "any",
+        store: str = "local",
     ) -> Config:
         f = frozenset(x for x in faults.split(",") if x) if faults != "all" else frozenset(FAULTS)
         a = frozenset(x for x in actors.split(",") if x) if actors != "all" else frozenset(ACTORS)
@@ -80,11 +88,16 @@ class Config:
             raise ValueError(f"unknown world {world!r}; known: any, upgrade")
         if world == "upgrade":
             a |= {"upgrade"}
-        return cls(f, a | {"writer"}, max_steps, final_abandon, world)
+        if store not in ("local", "s3"):
+            raise ValueError(f"unknown store {store!r}; known: local, s3")
+        if store == "s3" and a & {"foreach", "upgrade"}:
+            raise ValueError("--store s3 runs the epoch world: leave out the foreach and upgrade actors")
+        return cls(f, a | {"writer"}, max_steps, final_abandon, world, store)
 
     def describe(self) -> str:
         text = f"--faults {','.join(sorted(self.faults)) or ','} --actors {','.join(sorted(self.actors))}"
         text += "" if self.world == "any" else f" --world {self.world}"
+        text += "" if self.store == "local" else f" --store {self.store}"
         return text + ("" if self.final_abandon else " --no-final-abandon")
 
 
@@ -190,6 +203,10 @@ def run_seed(seed: int, cfg: Config, *, base: str | None = None) -> Outcome:
     os.makedirs(root)
     world.redact = root
     env = Env(world, root, cfg)
+    if cfg.store == "s3":
+        from tests.sim import s3store
+
+        s3store.attach(env)
     _current_env = env
     try:
         violation = _run(env)
@@ -710,6 +727,10 @@ def _final(env: Env) -> None:
             if not view.ok:
                 raise Violation("views", f"the {name} view does not sync: {view.summary()}")
     left = [x for x in env.checker.leftovers() if not _never_committed(env, x.rpartition(" ")[2])]
+    if env.cfg.store == "s3":
+        from tests.sim import s3store
+
+        left += s3store.leftovers(env)
     if left:
         raise Violation("converges", f"the final pass left {left[:5]} ({len(left)} in all)")
     env.checker.check()
