@@ -124,6 +124,13 @@ FUZZ_LEDGER ?= bench/results/fuzz-ledger.jsonl
 fuzz: $(STAMP) ## run CASES cases of the trust-boundary fuzzer (crafted lakes, capped children); a ledger line per run
 	$(PY) -m tests.fuzz --cases $(CASES) --seed $(FUZZ_SEED) --ledger $(FUZZ_LEDGER) $(FUZZ_ARGS)
 
+# Bugs planted in the product, one at a time, that the simulation must catch (issue 50, item 5):
+# each in a scratch copy of the checkout, up to MUTANT_SEEDS seeds of --actors all.
+MUTANT_SEEDS ?= 300
+MUTANTS ?=
+mutants: $(STAMP) ## plant each mutant of tests/sim/mutants.py in a copy and run the simulation on it; exit 1 if one survives
+	$(PY) -m tests.sim.mutants --seeds $(MUTANT_SEEDS) --jobs 2 $(if $(MUTANTS),--only $(MUTANTS),)
+
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set
 	@# every Spark worker process would compile it from source: a regular install never does.
