@@ -150,8 +150,13 @@ def _reads_lakesink(reader: Any) -> bool:
 
 
 def _reader_options(reader: Any) -> dict[str, str]:
+    return jvm_options(reader._jreader)
+
+
+def jvm_options(jobj: Any) -> dict[str, str]:
+    """The options a JVM reader or writer was given (its ``extraOptions``, as set)."""
     options: dict[str, str] = {}
-    extra = jvm_field(reader._jreader, "extraOptions")
+    extra = jvm_field(jobj, "extraOptions")
     if extra is not None:
         entries = extra.originalMap().iterator()
         while entries.hasNext():
@@ -233,13 +238,7 @@ def _classic_pending(writer: Any) -> PendingWrite | None:
     """From the writer's JVM object; None when it is not laid out as expected."""
     jwrite = writer._jwrite
     try:
-        options: dict[str, str] = {}
-        extra = jvm_field(jwrite, "extraOptions")
-        if extra is not None:
-            entries = extra.originalMap().iterator()
-            while entries.hasNext():
-                entry = entries.next()
-                options[str(entry._1())] = str(entry._2())
+        options = jvm_options(jwrite)
         partitioning = jvm_field(jwrite, "partitioningColumns")
         columns = (
             str(partitioning.get().mkString("\x00")).split("\x00")  # a Scala Seq of names
