@@ -76,6 +76,7 @@ def parquet_scan(spark: SparkSession, options: Mapping[str, str]) -> DataFrame |
 
 
 def scan_of(spark: SparkSession, plan: ReadPlan, root: str) -> DataFrame:
+    # Here, not at the top: pyspark's Arrow type mapping loads pyarrow (the guard imports this module).
     from pyspark.sql.pandas.types import from_arrow_schema
 
     schema = from_arrow_schema(plan.schema)
