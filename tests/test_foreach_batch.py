@@ -129,7 +129,10 @@ def test_driver_write_always_is_refused_on_the_data_source_door(spark: Any, tmp_
     assert not (tmp_path / "lake").exists()
 
 
-@pytest.mark.parametrize("driver_write", ["auto", "never"])
+@pytest.mark.parametrize(
+    "driver_write",
+    ["auto", pytest.param("never", marks=[pytest.mark.chaos, pytest.mark.long])],  # make chaos: ~30 s
+)
 def test_a_query_stopped_mid_batch_stops_quietly_and_keeps_whole_batches(
     tmp_path: Path, driver_write: str
 ) -> None:
