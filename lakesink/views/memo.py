@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
 from lakesink_reader import jsondoc, limits
+from lakesink_reader.lru import LruMemo
 
 if TYPE_CHECKING:
     from lakesink_reader.storage.base import Storage
@@ -62,27 +61,16 @@ class ViewMemos(Generic[Memo]):
 
     def __init__(self, fresh: Callable[[], Memo]) -> None:
         self._fresh = fresh
-        self._memos: OrderedDict[tuple[str, str], Memo] = OrderedDict()
-        self._lock = threading.Lock()
+        self._memos: LruMemo[tuple[str, str], Memo] = LruMemo(MAX_LAKES)
 
     def get(self, storage: Storage, table_id: str) -> Memo:
         """The memo of the lake in ``storage`` with ``table_id`` (a fresh one the first time)."""
-        key = (storage.url, table_id)
-        with self._lock:
-            memo = self._memos.get(key)
-            if memo is None:
-                memo = self._memos[key] = self._fresh()
-                while len(self._memos) > MAX_LAKES:
-                    self._memos.popitem(last=False)
-            else:
-                self._memos.move_to_end(key)
-            return memo
+        return self._memos.get((storage.url, table_id), self._fresh)
 
     def forget(self, storage: Storage, table_id: str) -> None:
         """Drop what this process knows of one lake's view (after a sync, in tests): the next
         commit looks at the view afresh."""
-        with self._lock:
-            self._memos.pop((storage.url, table_id), None)
+        self._memos.pop((storage.url, table_id))
 
 
 class StopFile:

@@ -25,10 +25,10 @@ tests run once that way too, and must pass unchanged.
 from __future__ import annotations
 
 import os
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+from lakesink_reader.lru import LruMemo
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -63,22 +63,12 @@ class RunMemo:
     auto_compact_due: int = 0
 
 
-_RUNS: OrderedDict[tuple[str, str], RunMemo] = OrderedDict()
-_LOCK = threading.Lock()
+_RUNS: LruMemo[tuple[str, str], RunMemo] = LruMemo(MAX_RUNS)
 
 
 def run_memo(url: str, run_token: str) -> RunMemo:
     """The memo of run ``run_token`` on the lake at ``url`` (a fresh one the first time)."""
-    key = (url, run_token)
-    with _LOCK:
-        memo = _RUNS.get(key)
-        if memo is None:
-            memo = _RUNS[key] = RunMemo()
-            while len(_RUNS) > MAX_RUNS:
-                _RUNS.popitem(last=False)
-        else:
-            _RUNS.move_to_end(key)
-        return memo
+    return _RUNS.get((url, run_token), RunMemo)
 
 
 def cursor_enabled() -> bool:

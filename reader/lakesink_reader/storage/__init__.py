@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import unquote, urlparse
 
 from lakesink_reader.errors import missing_extra
+from lakesink_reader.lru import LruMemo
 from lakesink_reader.redact import redacted
 from lakesink_reader.storage.base import Sealed, StagedEntry, StagedFile, Storage, StoredFile
 from lakesink_reader.storage.local import LocalStorage
@@ -27,20 +26,12 @@ _S3_SCHEMES = ("s3", "s3a")
 #: of: the URL, the options, the environment (AWS_*, HADOOP_*); only time is saved (a storage
 #: holds no fact about its lake); the :data:`MAX_STORAGES` used last are kept.
 _CacheKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
-_CACHE: OrderedDict[_CacheKey, Storage] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
 MAX_STORAGES = 32
+_CACHE: LruMemo[_CacheKey, Storage] = LruMemo(MAX_STORAGES)
 
 
 def _cached(key: _CacheKey, make: Callable[[], Storage]) -> Storage:
-    with _CACHE_LOCK:
-        storage = _CACHE.get(key)
-        if storage is None:
-            storage = _CACHE[key] = make()
-            while len(_CACHE) > MAX_STORAGES:
-                _CACHE.popitem(last=False)
-        _CACHE.move_to_end(key)
-        return storage
+    return _CACHE.get(key, make)
 
 
 def _s3_storage(url: str, storage_options: Mapping[str, Any] | None) -> Storage:
