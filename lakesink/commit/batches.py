@@ -247,10 +247,16 @@ class BatchCommitter:
         return {a.path for a in commit.adds} if commit is not None else set()
 
     def _drop(self, files: Sequence[AddFile], *, listed: Iterable[str], why: str) -> None:
-        keep = set(listed)
-        for f in files:
-            if f.path not in keep:
-                quietly(lambda f=f: self.storage.delete(f.path), f"delete {f.path} ({why})")  # type: ignore[misc]
+        drop_files(self.storage, files, why, keep=listed)
+
+
+def drop_files(storage: Storage, files: Sequence[AddFile], why: str, *, keep: Iterable[str] = ()) -> None:
+    """Delete an attempt's published ``files`` that nothing commits (but those in ``keep``),
+    each best-effort: one that stays is the sweep's."""
+    kept = set(keep)
+    for f in files:
+        if f.path not in kept:
+            quietly(lambda f=f: storage.delete(f.path), f"delete {f.path} ({why})")  # type: ignore[misc]
 
 
 def _canonical(offsets: Any) -> str:

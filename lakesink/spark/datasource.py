@@ -240,10 +240,7 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
     ) -> EpochCommitMessage:
         """A whole batch written as one task on the driver (``driver_write``): no heap freeze,
         which is for Spark's workers, not the user's process."""
-        try:
-            return EpochCommitMessage.of(self.plan.write(batches, 0, epoch, query_id))
-        finally:
-            release_arrow_memory()
+        return self._written(batches, 0, epoch, query_id)
 
     def write_partition(
         self, iterator: Iterator[pa.RecordBatch], partition: int, epoch: int, query_id: str | None
@@ -251,10 +248,15 @@ class LakeStreamWriter(DataSourceStreamArrowWriter):
         """``write``'s work, told its partition, batch and query (``lakesink.spark.batches``'
         tasks know them from their closure, not from Spark's local properties)."""
         freeze_heap_once()
+        return self._written(iterator, partition, epoch, query_id)
+
+    def _written(
+        self, batches: Iterator[pa.RecordBatch], partition: int, epoch: int, query_id: str | None
+    ) -> EpochCommitMessage:
         try:
-            return EpochCommitMessage.of(self.plan.write(iterator, partition, epoch, query_id))
+            return EpochCommitMessage.of(self.plan.write(batches, partition, epoch, query_id))
         finally:
-            release_arrow_memory()  # the worker idles until its next task: without the writer's pages
+            release_arrow_memory()  # the process idles until its next batch: without the writer's pages
 
     # Driver ------------------------------------------------------------------------------
 

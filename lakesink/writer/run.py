@@ -38,7 +38,7 @@ from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from lakesink.writer.memo import cursor_enabled
-from lakesink_reader.errors import CommitError, CommitRefusedError, quietly
+from lakesink_reader.errors import CommitError, CommitRefusedError
 from lakesink_reader.format.log import CommittedFile
 from lakesink_reader.format.v3.commits import AddFile, writer_tag
 
@@ -282,7 +282,10 @@ class WriterRun:
                 )
             offsets = self.checkpoint.end_offsets(batch)
         except Exception:
-            self.delete(adds, f"the commit of batch {batch} failed before its log entry")
+            # Here, not at the top: the commit protocol loads pyarrow.
+            from lakesink.commit.batches import drop_files
+
+            drop_files(self.storage, adds, f"the commit of batch {batch} failed before its log entry")
             raise
         cursor, memo.cursor = (memo.cursor if cursor_enabled() else None), None
         result = committer.commit(
@@ -412,10 +415,6 @@ class WriterRun:
             for f, s in zip(r.files, stats, strict=True):
                 adds.append(AddFile(f.name, f.rows, f.size, partition=f.partition, batch=f.epoch, stats=s))
         return adds
-
-    def delete(self, files: Sequence[AddFile], why: str) -> None:
-        for f in files:
-            quietly(lambda f=f: self.storage.delete(f.path), f"delete {f.path} ({why})")  # type: ignore[misc]
 
 
 def reports_of(
