@@ -293,11 +293,14 @@ def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | Non
         worker.wait()
     elapsed = time.perf_counter() - started
     bad = [r for r in results if not r["ok"]]
+    # A worker that died reported fewer seeds than it was given: those count as failed.
+    seen = {int(str(r["seed"])) for r in results}
+    lost = [s for s in seeds if s not in seen]
     if failed is not None:
         failed.extend(sorted(int(str(r["seed"])) for r in bad))
-        # A worker that died reported fewer seeds than it was given: those count as failed.
-        reported = {int(str(r["seed"])) for r in results}
-        failed.extend(s for s in seeds if s not in reported)
+        failed.extend(lost)
+    if lost:
+        print(f"FAIL: {len(lost)} seed(s) never reported (a worker died): {lost[:10]}")
     for r in bad:
         print(f"FAIL seed {r['seed']}: {r['violation']}")
         switches = f"--faults {args.faults} --actors {args.actors}" + (
@@ -309,7 +312,7 @@ def _fan_out(args: argparse.Namespace, seeds: list[int], failed: list[int] | Non
         f"{elapsed:.1f} s over {args.jobs} processes: {len(results) / elapsed:.2f} seeds/s; "
         f"--faults {args.faults} --actors {args.actors}"
     )
-    return 1 if bad else 0
+    return 1 if bad or lost else 0
 
 
 if __name__ == "__main__":

@@ -299,7 +299,9 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
     from lakesink.maintenance.vacuum import vacuum
 
     def job(storage: Any) -> str:
-        rng = env.world.rng
+        rng, actor = env.world.rng, env.world.current
+        assert actor is not None
+        actor.data["clock_high"] = actor.offset  # the clock may step during the run: its highest
         retain = rng.choice([0.0, 60.0, 600.0, 3600.0, 86400.0])
         report = vacuum(
             storage,
@@ -308,6 +310,11 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
             force=True,
             older_than=rng.choice([0.0, 600.0, 3600.0]),
             check_store=rng.random() < 0.3,
+        )
+        # Judged at the latest time this actor's clock read during the run: the loosest bound.
+        high = env.world.now + max(actor.data.pop("clock_high"), actor.offset)
+        env.checker.check_retention(
+            report.retained_from, report.previous_retained_from, high - retain, retain
         )
         return (
             f"retain {retain:g}: R={report.retained_from} commit={report.version} "
@@ -349,22 +356,27 @@ def sweep_job(env: Env) -> Callable[[Any], str]:
 
 
 def read_job(env: Env) -> Callable[[Any], str]:
-    """A reader at the latest version, then at an older retained one: a read that succeeds must
-    hold whole batches, each once (a read may fail under faults; the god's-eye checks of
-    ``tests.sim.invariants`` judge readability)."""
+    """A reader at the latest version, then at an older retained one. Each read is held to the
+    model of the version it pinned (``Checker.check_read``): its rows are that version's batches,
+    each once; it may fail only under store faults or once vacuum gave that version up. With
+    ``data_points``, maintenance may run whole between the log read and the data read."""
     from lakesink_reader.lake import Lake
+
+    def ids(lake: Lake) -> list[int]:
+        return lake.to_table(columns=["id"]).column("id").to_pylist()
 
     def job(storage: Any) -> str:
         lake = Lake(env.root)
         latest = lake.version
-        rows = lake.to_table(columns=["id"]).column("id").to_pylist()
-        env.checker.check_rows(rows, f"a reader at version {latest}")
+        assert latest is not None
+        rows = env.checker.check_read(latest, "a reader at the latest version", lambda: ids(lake))
         versions = [v.version for v in lake.versions()]
         if not versions:
             return f"read {len(rows)} rows at {latest}"
         older = env.world.rng.choice(versions)
-        old_rows = lake.at(version=older).to_table(columns=["id"]).column("id").to_pylist()
-        env.checker.check_rows(old_rows, f"a reader at version {older}")
+        old_rows = env.checker.check_read(
+            older, "a reader at an older version", lambda: ids(lake.at(version=older))
+        )
         return f"read {len(rows)} rows at {latest}, {len(old_rows)} at {older}"
 
     return job

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import os
 from collections import Counter
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tests.sim.actors import batch_of, batch_rows
+from tests.sim.world import START
 
 if TYPE_CHECKING:
     from tests.sim.run import Env
@@ -66,6 +68,12 @@ class Checker:
         self._spark: tuple[object, int] | None = None
         self._ids: dict[str, tuple[Any, list[int]]] = {}
         self._versions: dict[int, set[tuple[int, int]]] = {}
+        #: Every commit seen in the log: version -> (its committer's ``committed_at``, the store's
+        #: time of its object), what vacuum's retention is judged by (``check_retention``).
+        self.commit_times: dict[int, tuple[float | None, float | None]] = {}
+        #: The batches each version held when it was the latest (the model a reader's read of a
+        #: pinned version is held to, ``check_read``).
+        self.model: dict[int, frozenset[tuple[int, int]]] = {}
 
     def _log(self):  # type: ignore[no-untyped-def]
         from lakesink_reader.format.v3.vlog import VersionedLog
@@ -85,6 +93,7 @@ class Checker:
             except Exception as exc:
                 raise Violation("readable", f"the log cannot be read: {type(exc).__name__}: {exc}") from exc
             self._state = (log_key, state)
+            self._note_commit_times()
         for plan in self.env.writers:
             if not plan.acked:
                 continue
@@ -106,11 +115,54 @@ class Checker:
             if (known := state.writers.get(plan.id)) is not None
             for b in range(known.last_batch + 1)
         }
+        self.model.setdefault(state.version, frozenset(expected))
         if present != expected:
             raise Violation(
                 "exactly_once",
                 f"the latest version {state.version} holds batches {sorted(present - expected)} the log does "
                 f"not, and lacks {sorted(expected - present)} that it does",
+            )
+
+    def _note_commit_times(self) -> None:
+        """Record the times of the commits that appeared (or were made again) since the last look."""
+        import json
+
+        from lakesink_reader.format.v3.logfiles import parse_commit_name
+
+        storage = self.env.client(None)
+        for entry in storage.list("_lakesink/log"):
+            version = parse_commit_name(entry.name.rsplit("/", 1)[-1])
+            if version is None:
+                continue
+            known = self.commit_times.get(version)
+            if known is not None and known[1] == entry.modified:
+                continue
+            try:
+                first = storage.read_bytes(entry.name).split(b"\n", 1)[0]
+                committed_at = float(json.loads(first)["committed_at"])
+            except (FileNotFoundError, ValueError, KeyError, TypeError):
+                committed_at = None
+            self.commit_times[version] = (committed_at, entry.modified)
+
+    def check_retention(self, retained_from: int | None, previous: int, cutoff: float, retain: float) -> None:
+        """``retention``: a vacuum whose clock read ``cutoff + retain`` when it returned kept every
+        version committed after ``cutoff`` and the newest one at or before it (time travel to
+        them works: ``check_versions`` reads each retained one), unless an earlier vacuum had
+        given them up already (``previous``). A version is that old when both clocks that saw it
+        say so: its committer's and the store's (docs/FORMAT.md, "Vacuum")."""
+        self._note_commit_times()
+        old = [
+            v
+            for v, times in self.commit_times.items()
+            if (seen := [t for t in times if t is not None]) and max(seen) <= cutoff
+        ]
+        allowed = max(max(old, default=0), previous)
+        if retained_from is not None and retained_from > allowed:
+            raise Violation(
+                "retention",
+                f"a vacuum retaining {retain:g} s moved the oldest readable version to {retained_from}, "
+                f"but version {allowed} was still inside the window (committed at or before "
+                f"+{cutoff - START:.0f} s, and every later one after it)",
             )
 
     def _log_key(self) -> object:
@@ -228,6 +280,42 @@ class Checker:
             raise Violation("views", f"{where} holds other batches than the lake at that version")
         files = tuple((p, _stat(p)) for p in dict.fromkeys(paths))
         self._spark = ((folder, anchors, files), retained_from)
+
+    def check_read(self, version: int, who: str, read: Callable[[], list[int]]) -> list[int]:
+        """``reads``: a reader's read of ``version`` (pinned before ``read`` runs) holds exactly the
+        batches the model says that version holds; it may fail under a store fault, or when the
+        version is no longer retained (a vacuum gave it up meanwhile) -- never otherwise."""
+        from tests.sim.store import SimIOError
+
+        try:
+            rows = read()
+        except Violation:
+            raise
+        except Exception as exc:
+            cause: BaseException | None = exc
+            while cause is not None and not isinstance(cause, SimIOError):
+                cause = cause.__cause__ or cause.__context__
+            retained_from = self._log().open().retained_from
+            if cause is None and version >= retained_from:
+                raise Violation(
+                    "reads",
+                    f"{who} could not read version {version}, which the lake still retains (from "
+                    f"{retained_from}): {type(exc).__name__}: {self.env.world.redacted(str(exc)):.300}",
+                ) from exc
+            raise
+        present = self.check_rows(rows, f"{who} ({version})")
+        expected = self.model.get(version)
+        if expected is not None and present != expected:
+            raise Violation(
+                "reads",
+                f"{who} read version {version} as {sorted(present - expected)} beyond its batches and "
+                f"without {sorted(expected - present)}",
+            )
+        return rows
+
+    def forget_views(self) -> None:
+        """Check the views again from scratch (a view removed and rebuilt)."""
+        self._delta = self._spark = None
 
     def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
         """Whole batches, each once; returns the (writer, batch) pairs present."""

@@ -28,6 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent.parent
+#: Address space per simulation process of a mutant's run (a mutant may loop and allocate).
+MEMORY_LIMIT = 6 << 30
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,21 @@ class Mutant:
 
 
 MUTANTS = (
+    Mutant(
+        "verify-ok-ignores-file-problems",
+        "lakesink/maintenance/verify.py",
+        "        return not self.problems and self.delta_view_ok and self.spark_view_ok",
+        "        return self.delta_view_ok and self.spark_view_ok",
+        "verify exits 0 over a committed file that is missing or damaged (the verify invariant)",
+    ),
+    Mutant(
+        "reader-skips-committed-files-by-default",
+        "reader/lakesink_reader/lake.py",
+        '            on_error = "raise" if isolation == "read_committed" else "skip"',
+        '            on_error = "skip" if isolation == "read_committed" else "raise"',
+        "a committed file that is gone (its version vacuumed during the read) is skipped: a read "
+        "returns part of a version as if it were all of it (the reads invariant)",
+    ),
     Mutant(
         "abort-deletes-after-a-commit-call",
         "lakesink/writer/run.py",
@@ -71,7 +88,8 @@ MUTANTS = (
         "lakesink/maintenance/vacuum.py",
         "    found = retention_version(storage, vlog, snap, now - retain)",
         "    found = retention_version(storage, vlog, snap, now)",
-        "versions inside the retention window are vacuumed (time travel to them fails)",
+        "versions inside the retention window are vacuumed (time travel to them fails; the "
+        "retention invariant)",
     ),
     Mutant(
         "sweep-deletes-unsettled-files",
@@ -88,6 +106,117 @@ MUTANTS = (
         "    oldest = max(oldest_commit(storage, vlog) or 0, state.retained_from)",
         "    oldest = oldest_commit(storage, vlog) or 0",
         "sync-views starts the Delta view below vacuum's floor, at commits whose files are gone",
+    ),
+    # The commit path (lakesink/commit) -------------------------------------------------------
+    Mutant(
+        "abort-deletes-a-committed-batch",
+        "lakesink/commit/batches.py",
+        "        if writer is not None and writer.last_batch >= batch:",
+        "        if writer is not None and writer.last_batch > batch:",
+        "an abort after a commit whose answer was lost deletes the files the log now lists",
+    ),
+    Mutant(
+        "replay-deletes-the-files-it-committed",
+        "lakesink/commit/batches.py",
+        '        self._drop(files, listed=self._listed(result), why=f"batch {batch} is already committed")',
+        '        self._drop(files, listed=(), why=f"batch {batch} is already committed")',
+        "a retry after a lost answer finds its own commit and deletes the files it lists",
+    ),
+    # The log's rules and the reader's format code (reader/lakesink_reader/format) -----------------
+    Mutant(
+        "append-replay-check-off-by-one",
+        "reader/lakesink_reader/format/v3/state.py",
+        '        if batch <= known.last_batch:\n            return "replay"',
+        '        if batch < known.last_batch:\n            return "replay"',
+        "a replay of a writer's last batch is taken for its next one",
+    ),
+    Mutant(
+        "compaction-conflicts-checked-on-its-adds",
+        "reader/lakesink_reader/format/v3/state.py",
+        "for p in (r.path for r in pending.removes) if p in removed_after_base",
+        "for p in (a.path for a in pending.adds) if p in removed_after_base",
+        "two compactions of the same inputs both commit: their rows twice",
+    ),
+    Mutant(
+        "abandon-of-a-committed-op",
+        "reader/lakesink_reader/format/v3/state.py",
+        '    if target is None:\n        return "commit"',
+        '    if target is None or target.outcome == "committed":\n        return "commit"',
+        "an abandon of a committed compaction: its outputs are deleted as garbage",
+    ),
+    Mutant(
+        "checkpoint-past-the-pinned-version",
+        "reader/lakesink_reader/format/v3/checkpoint.py",
+        "        return c > 0 and (at_most is None or c <= at_most)",
+        "        return c > 0 and (at_most is None or c <= at_most + 1)",
+        "time travel to a version starts from the checkpoint after it",
+    ),
+    Mutant(
+        "file-list-from-a-checkpoint-above-the-version",
+        "reader/lakesink_reader/format/v3/checkpoint.py",
+        "    if start is not None and start.version <= version:",
+        "    if start is not None:",
+        "the files of an older version listed from a newer checkpoint",
+    ),
+    Mutant(
+        "file-list-keeps-a-file-removed-after-the-checkpoint",
+        "reader/lakesink_reader/format/v3/checkpoint.py",
+        "                del self.added[removed.path]",
+        "                pass",
+        "a file added and compacted away after a checkpoint stays live: its rows twice",
+    ),
+    Mutant(
+        "snapshot-folds-its-checkpoint-again",
+        "reader/lakesink_reader/format/v3/vlog.py",
+        "            self._checkpointed = max(self._checkpointed, found.version)\n"
+        "        headers = self.read_headers(state.version + 1, at_most)",
+        "            self._checkpointed = max(self._checkpointed, found.version)\n"
+        "        headers = self.read_headers(state.version, at_most)",
+        "the commit a checkpoint holds is folded in again on top of it",
+    ),
+    # Maintenance (lakesink/maintenance) ------------------------------------------------------
+    Mutant(
+        "sweep-takes-the-next-batch-for-settled",
+        "lakesink/maintenance/sweep.py",
+        "        if w.retired or w.last_batch >= batch:",
+        "        if w.retired or w.last_batch + 1 >= batch:",
+        "the sweep deletes the published files of a writer's batch in flight",
+    ),
+    Mutant(
+        "sweep-needs-files-from-after-the-floor",
+        "lakesink/maintenance/sweep.py",
+        "        (needed if v > floor else removed_before).update(r.path for r in commit.removes)",
+        "        (needed if v > floor + 1 else removed_before).update(r.path for r in commit.removes)",
+        "the files the oldest retained version reads, removed right after it, are deleted",
+    ),
+    Mutant(
+        "compaction-deletes-outputs-on-unknown-outcome",
+        "lakesink/maintenance/compact.py",
+        "        if not committed and not unknown:",
+        "        if not committed:",
+        "a compaction whose create's answer is unknown deletes the outputs it may commit",
+    ),
+    Mutant(
+        "abandon-deletes-committed-outputs",
+        "lakesink/maintenance/compact.py",
+        '        garbage = [] if (op is not None and op.outcome == "committed") else files.get(token, [])',
+        "        garbage = files.get(token, [])",
+        "settling a committed op deletes its outputs, which the log lists",
+    ),
+    # The views (lakesink/views) ---------------------------------------------------------------
+    Mutant(
+        "delta-view-drops-compaction-removes",
+        "lakesink/views/delta.py",
+        "    for r in commit.removes:",
+        '    for r in (commit.removes if header.kind == "append" else ()):',
+        "a compaction's inputs stay in the Delta view beside its outputs: rows twice",
+    ),
+    Mutant(
+        "spark-view-compaction-without-a-compact-batch",
+        "lakesink/views/spark_metadata_view.py",
+        "k.position = (v, write(commit, k.position[1], jump=bool(commit.removes), state=state))",
+        "k.position = (v, write(commit, k.position[1], jump=False, state=state))",
+        "a compaction written as a batch of adds: Spark reads its inputs and outputs",
     ),
     Mutant(
         "task-replay-bound-off-by-one",
@@ -138,6 +267,13 @@ def checkout_copy(into: Path) -> Path:
     return into
 
 
+def _bounded() -> None:
+    """A mutant that makes the simulation allocate without end fails its seed, not the machine."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
 def run(mutant: Mutant, seeds: int, jobs: int, start: int) -> Outcome:
     began = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"mutant-{mutant.name}-") as scratch:
@@ -147,9 +283,12 @@ def run(mutant: Mutant, seeds: int, jobs: int, start: int) -> Outcome:
         done = subprocess.run(
             [sys.executable, "-m", "tests.sim", "--seeds", str(seeds), "--start", str(start),
              "--actors", "all", "--jobs", str(jobs)],
-            cwd=copy, env=env, capture_output=True, text=True, check=False,
+            cwd=copy, env=env, capture_output=True, text=True, check=False, preexec_fn=_bounded,
         )  # fmt: skip
     failed = re.search(r"^FAIL seed (\d+): (\w+)", done.stdout, re.MULTILINE)
+    died = re.search(r"^FAIL: \d+ seed\(s\) never reported .*?: \[(\d+)", done.stdout, re.MULTILINE)
+    if failed is None and died is not None:  # a worker died (a crash, memory): a failed seed
+        failed = re.match(r"(\d+)()", died.group(1))
     return Outcome(
         mutant.name,
         failed is not None,

@@ -278,6 +278,9 @@ def _setup(env: Env) -> None:
         env.shared.faults = env.shared.faults | {"dup"}
     p_clockstep = more.choice([0.0, 0.002, 0.01]) if "clockstep" in faults else 0.0
     p_lease_pause = more.choice([0.0, 0.3, 1.0]) if "lease" in faults else 0.0
+    # A reader's data read a scheduling point of its own (issue 50, item 3): apart too.
+    if hasattr(env.shared, "data_points"):
+        env.shared.data_points = random.Random(world.seed ^ 0x57AD).random() < 0.5
     p_fault = rng.choice([0.02, 0.05, 0.1]) if env.shared.faults else 0.0
     p_kill = rng.choice([0.0, 0.01, 0.03]) if "kill" in faults else 0.0
     p_stall = rng.choice([0.0, 0.02, 0.05]) if "stall" in faults else 0.0
@@ -413,6 +416,8 @@ def _setup(env: Env) -> None:
             # by more only keeps its versions retained longer: vacuum would converge later).
             step = more.choice([-3600.0, -600.0, -30.0, 30.0, 600.0, 3600.0])
             before, actor.offset = actor.offset, max(-3600.0, min(3600.0, actor.offset + step))
+            if "clock_high" in actor.data:
+                actor.data["clock_high"] = max(actor.data["clock_high"], actor.offset)
             world.note(f"{actor.name}: its clock steps by {actor.offset - before:+.0f} s")
         last = actor.data.get("prev")
         fault = buggified(actor)
@@ -420,9 +425,14 @@ def _setup(env: Env) -> None:
             return fault
         # Right after a compaction put its lease: the process pauses (GC, a swapped-out VM), its
         # refresher with it; another compaction may abandon its op meanwhile.
+        # Once per call: the call a pause parked is resumed next (seed 119 of session 16: a lease
+        # refresh parked right after the lease's put paused again at every turn, for good).
         held = last is not None and last[0] == "put" and lease_put.search(last[1]) is not None
+        if actor.data.pop("lease_paused", False):
+            held = False
         if held and p_lease_pause and more.random() < p_lease_pause:
             world.note(f"{actor.name}: pauses holding the lease {last[1]}")
+            actor.data["lease_paused"] = True
             return "stall"
         # Kills weigh on a view's update: between a lake commit and it is where views lag.
         view_write = actor.op == "put_if_absent" and actor.target.startswith(
@@ -619,10 +629,15 @@ def _restart(env: Env, *, final: bool) -> None:
 def _busy(env: Env) -> None:
     world = env.world
     # An upgrade world spends its first steps on format 2 and the upgrade: twice the budget.
-    while world.steps < env.cfg.max_steps * (1 if env.upgrade is None else 2):
+    budget = env.cfg.max_steps * (1 if env.upgrade is None else 2)
+    turns = 0
+    while world.steps < budget:
         _restart(env, final=False)
         if not _step(env, faults=True):
             return
+        turns += 1
+        if turns > 100 * budget:  # turns without steps: faults that park an actor for good
+            raise Violation("converges", f"the scheduler turned {turns:,} times for {world.steps} steps")
     world.kill_all("the step budget is spent")
     env.checker.check()
 
@@ -726,6 +741,8 @@ def _final(env: Env) -> None:
                 ) from exc
             if not view.ok:
                 raise Violation("views", f"the {name} view does not sync: {view.summary()}")
+        if random.Random(world.seed ^ 0x4EB1).random() < 0.5:
+            _rebuild_delta_view(env)
     left = [x for x in env.checker.leftovers() if not _never_committed(env, x.rpartition(" ")[2])]
     if env.cfg.store == "s3":
         from tests.sim import s3store
@@ -743,6 +760,66 @@ def _final(env: Env) -> None:
             f"verify after the final pass: {[(p.name, p.problem) for p in checked.problems][:3]}, "
             f"Delta view {checked.delta_view}, Spark view {checked.spark_view}",
         )
+    _damage_and_verify(env)
     world.note(
         f"final: converged at version {Checker(env)._log().open().version}; now +{world.now - START:.0f} s"
     )
+
+
+def _rebuild_delta_view(env: Env) -> None:
+    """The documented way back for a view (docs/guide/maintenance.md): remove `_delta_log/`, run
+    `lakesink sync-views`. Run as an actor, fault-free, so that the view is checked after each of
+    its writes: a Delta reader reads the view while it is rebuilt (issue 50, item 3)."""
+    from lakesink.views.delta_view import delta_sync
+
+    world, storage = env.world, env.client(None)
+    for entry in storage.list("_delta_log"):
+        storage.delete(entry.name)
+    storage.delete("_lakesink/delta_view_stopped.json")
+    env.checker.forget_views()
+    world.note("final: the Delta view removed; sync-views rebuilds it")
+    rebuild = world.spawn("rebuild-view", lambda actor: delta_sync(env.client(actor)).summary())
+    for _ in range(SETTLE_STEPS):
+        if rebuild.done or not _step(env, faults=False):
+            break
+    else:
+        raise Violation("converges", f"the rebuild of the Delta view took over {SETTLE_STEPS:,} steps")
+    if rebuild.error is not None:
+        raise Violation("views", f"the rebuild of the Delta view raised {rebuild.error!r}")
+    if rebuild.result is None or "ok" not in str(rebuild.result):
+        world.note(f"final: the rebuilt Delta view: {rebuild.result}")
+
+
+def _damage_and_verify(env: Env) -> None:
+    """``verify`` checked for false negatives (issue 50, item 3): a committed file of the latest
+    version deleted, or cut short, on purpose, must be named by ``verify`` with ok False; each
+    damage is undone before the next."""
+    from lakesink.maintenance.verify import verify
+    from lakesink_reader.lake import Lake
+
+    files = sorted(f.name for f in Lake(env.root).files())
+    if not files:
+        return
+    rng = random.Random(env.world.seed ^ 0x7E1F)
+    storage = env.client(None)
+    for damage in ("delete", "truncate"):  # gone; cut short
+        name = rng.choice(files)
+        path = os.path.join(env.root, name)
+        with open(path, "rb") as f:
+            data = f.read()
+        if damage == "delete":
+            storage.delete(name)
+        else:
+            storage.put(name, data[: len(data) // 2])
+        try:
+            report = verify(storage)
+        finally:
+            storage.put(name, data)
+        named = [p for p in report.problems if p.name == name]
+        if report.ok or not named:
+            raise Violation(
+                "verify",
+                f"verify did not report {name}, {damage}d on purpose "
+                f"(ok={report.ok}, problems {[(p.name, p.problem) for p in report.problems][:3]})",
+            )
+    env.checker.check()

@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from lakesink_reader.storage.s3 import S3Storage
-from tests.sim.store import OP_FAULTS, READ_FAULTS, Deferred, _in_log
+from tests.sim.store import OP_FAULTS, READ_FAULTS, Deferred, seen_by_readers
 
 if TYPE_CHECKING:
     import pyarrow.fs
@@ -236,14 +236,14 @@ class S3Shared:
             if os.path.lexists(path):
                 os.remove(path)
             base = name.rsplit("/", 1)[-1]
-            self.dirty = self.dirty or _in_log(name) or not base.startswith((".", "_"))
+            self.dirty = self.dirty or seen_by_readers(name) or not base.startswith((".", "_"))
             return
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.mirror"
         with open(temp, "wb") as f:
             f.write(found.value)
         os.replace(temp, path)  # a new inode: the checker's cache sees a changed file
-        self.dirty = self.dirty or _in_log(name)
+        self.dirty = self.dirty or seen_by_readers(name)
 
 
 def _name_of(url: str) -> str:

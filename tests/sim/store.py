@@ -58,6 +58,7 @@ OP_FAULTS: dict[str, tuple[str, ...]] = {
     "supersede": ("fail", "lost"),  # a foreach file's replacement (the epoch world never calls it)
     "discard": ("delete",),
     "discard_staged": ("delete",),
+    "read_data": (),  # a scheduling point only (kills and stalls are the scheduler's)
     "list": ("fail", "list"),
 }
 #: Every other call (reads, stage, seal, discard, ...) may fail, never apply late.
@@ -120,22 +121,31 @@ class Shared:
         self.deferred: list[Deferred] = []
         self.dirty = False  # something a reader sees changed since the invariants were checked
         self.faults: frozenset[str] = frozenset()
+        #: Whether a read of Parquet data (``arrow_filesystem``) is a scheduling point too: a
+        #: reader's log read and its data read then straddle maintenance (issue 50, item 3).
+        self.data_points = False
 
     def stamp(self, name: str, when: float | None = None) -> None:
         if self.world is not None:
             self.times[name] = self.world.now if when is None else when
         # What a reader of the latest version sees changes only with the log (commits,
-        # checkpoints, the hint): a new data file is nobody's until a commit lists it.
-        self.dirty = self.dirty or _in_log(name)
+        # checkpoints, the hint) or a view's files: a new data file is nobody's until a commit
+        # lists it.
+        self.dirty = self.dirty or seen_by_readers(name)
 
     def forget(self, name: str) -> None:
         self.times.pop(name, None)
         base = name.rsplit("/", 1)[-1]
-        self.dirty = self.dirty or _in_log(name) or not base.startswith((".", "_"))
+        self.dirty = self.dirty or seen_by_readers(name) or not base.startswith((".", "_"))
 
 
-def _in_log(name: str) -> bool:
-    return name.startswith("_lakesink/log/") and not name.rsplit("/", 1)[-1].startswith(".")
+def seen_by_readers(name: str) -> bool:
+    """Whether a change of ``name`` can change what a reader reads: an entry of the lake's log,
+    or a file of a view (a Delta or Spark reader reads the view's newest version: a view written
+    wrong and put right before the lake's next commit is still a wrong read -- issue 50, item 3).
+    Hidden staged names are nobody's."""
+    base = name.rsplit("/", 1)[-1]
+    return name.startswith(("_lakesink/log/", "_delta_log/", "_spark_metadata/")) and not base.startswith(".")
 
 
 class SimStagedFile:
@@ -380,4 +390,8 @@ class SimStore:
                 pass  # a failed cleanup of the probe: the sweep removes it later
 
     def arrow_filesystem(self) -> tuple[pyarrow.fs.FileSystem, str]:
-        return self.raw.arrow_filesystem()
+        # The file system itself is the real local one (no fault, no point inside a read): the
+        # point is before the data read starts, where a vacuum or a compaction may run whole.
+        if not self.shared.data_points:
+            return self.raw.arrow_filesystem()
+        return self._call("read_data", "", self.raw.arrow_filesystem)
