@@ -138,7 +138,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
     from lakesink.writer.memo import RunMemo
     from lakesink.writer.run import TaskReport, WriterRun
     from lakesink_reader.errors import CommitRefusedError
-    from tests.sim.store import new_connection
+    from tests.sim.store import new_connection, release_held
 
     def body(actor: Actor) -> str:
         world, storage = env.world, env.client(actor)
@@ -184,9 +184,9 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                 time.sleep(world.rng.choice(idle))
             reports: list[TaskReport | None] = []
             committing = False
+            rows = plan.rows(b)
             try:
                 tasks = call().start(SCHEMA)  # Spark plans the batch: streamWriter
-                rows = plan.rows(b)
                 if plan.door == "foreach_batch" and world.rng.random() < plan.p_driver:
                     rows = [[i for task in rows for i in task]]  # ``driver_write``: one task, on the driver
                 for task, ids in enumerate(rows):
@@ -220,6 +220,8 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                         world.note(f"{actor.name}: batch {b} aborted")
                     except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
                         world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
+                    finally:
+                        release_held(env.shared, actor)
                 if refused:
                     # The continued query committed since this one read its offsets: the start
                     # offsets in this query's checkpoint are stale for good. Its user starts anew.
@@ -329,15 +331,21 @@ def compact_job(env: Env) -> Callable[[Any], str]:
     from lakesink.maintenance.compact import compact
 
     def job(storage: Any) -> str:
+        from tests.sim.store import release_held
+
         rng = env.world.rng
-        report = compact(
-            storage,
-            target_file_size=64 << 10,
-            min_files=2,
-            write_options=WriteOptions(row_group_bytes=1024),
-            abandon_older_than=rng.choice([0.0, 600.0, 3600.0]),
-            check_store=False,
-        )
+        try:
+            report = compact(
+                storage,
+                target_file_size=64 << 10,
+                min_files=2,
+                write_options=WriteOptions(row_group_bytes=1024),
+                abandon_older_than=rng.choice([0.0, 600.0, 3600.0]),
+                check_store=False,
+            )
+        finally:  # a create held until the compaction gave up (an aimed order) lands now
+            assert env.world.current is not None
+            release_held(env.shared, env.world.current)
         return f"{report.status} at {report.version}: {report.input_files} -> {len(report.outputs)}"
 
     return job
@@ -368,7 +376,10 @@ def read_job(env: Env) -> Callable[[Any], str]:
     def job(storage: Any) -> str:
         lake = Lake(env.root)
         latest = lake.version
-        assert latest is not None
+        if latest is None:  # a format-2 lake (an upgrade world): no versions to pin
+            rows = ids(lake)
+            env.checker.check_rows(rows, "a reader of a format-2 lake")
+            return f"read {len(rows)} rows of a format-2 lake"
         rows = env.checker.check_read(latest, "a reader at the latest version", lambda: ids(lake))
         versions = [v.version for v in lake.versions()]
         if not versions:

@@ -353,6 +353,23 @@ def _setup(env: Env) -> None:
                 delay=rng.choice([0.0, 10.0, 600.0]),
             )
 
+    # Aimed orders: in some seeds, an order a hole needs is made often rather than left to
+    # chance (drawn apart, so that the other seeds keep their schedules).
+    # ``aim_held``: a log create of a data-source writer or of a compaction held, every try of
+    # it, until its caller gave up and cleaned up (the writer's abort call in a fresh worker,
+    # the compaction's return), then landed: what it deleted, the log now lists (issue 50's hole).
+    # ``aim_straddle``: a reader parked between its log read and its data read stays parked
+    # while others run (a slow planner): a vacuum may remove the version it pinned meanwhile.
+    aimed = random.Random(world.seed ^ 0xA1ED)
+    aim_held = "late" in faults and aimed.random() < 0.3
+    aim_straddle = "stall" in faults and aimed.random() < 0.5
+    if aim_straddle and "reader" in cfg.actors and getattr(env.shared, "data_points", False):
+        # A dashboard that refreshes often: reads that straddle maintenance (``aim_straddle``).
+        world.spawn(
+            "dashboard",
+            actors.repeat(env, 8, [1.0, 60.0, 600.0, 3600.0], "dashboard", actors.read_job(env)),
+            delay=aimed.choice([60.0, 600.0, 3600.0]),
+        )
     if views and later.random() < 0.5:  # `lakesink sync-views` beside the writers
         world.spawn(
             "sync-views",
@@ -371,6 +388,23 @@ def _setup(env: Env) -> None:
     if buggify:
         world.note("buggify: faults weigh on commits' creates, the step after them, log deletes")
     log_entry = re.compile(r"_lakesink/log/\d{20}\.json$")
+
+    def aimed_order(actor: Actor) -> str | None:
+        if aim_straddle and actor.op == "read_data" and actor.name in ("reader", "dashboard"):
+            if not actor.data.pop("straddled", False) and aimed.random() < 0.5:
+                actor.data["straddled"] = True  # once per call: it is resumed next
+                return "stall"
+            return None
+        if not (aim_held and actor.op == "put_if_absent" and log_entry.search(actor.target)):
+            return None
+        if "held_create" in actor.data or aimed.random() >= 0.2:
+            return None
+        data_source = any(p.actor is actor and p.door == "data_source" for p in env.writers)
+        if not (data_source or actor.name == "compact"):
+            return None
+        actor.data["held_create"] = actor.target  # its tries go late (``SimStore._call``)
+        world.note(f"{actor.name}: every try of this create is held until it gave up and cleaned up")
+        return "late"
 
     def buggified(actor: Actor) -> str | None:
         prev, actor.data["prev"] = actor.data.get("prev"), (actor.op, actor.target)
@@ -420,7 +454,8 @@ def _setup(env: Env) -> None:
                 actor.data["clock_high"] = max(actor.data["clock_high"], actor.offset)
             world.note(f"{actor.name}: its clock steps by {actor.offset - before:+.0f} s")
         last = actor.data.get("prev")
-        fault = buggified(actor)
+        fault = buggified(actor)  # first: it notes each call (``prev``) as it goes
+        fault = aimed_order(actor) or fault
         if fault is not None:
             return fault
         # Right after a compaction put its lease: the process pauses (GC, a swapped-out VM), its
@@ -564,6 +599,8 @@ def _deferred(env: Env, *, faults: bool) -> None:
     now, except those that never would."""
     world, rng = env.world, env.world.rng
     for request in list(env.shared.deferred):
+        if request.until_abort and faults:
+            continue  # lands once its caller gave up and cleaned up (``release_held``)
         if request.at is None:
             request.at = world.now + rng.choice(env.late_delays)
         if request.at <= world.now or not faults:

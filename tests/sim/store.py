@@ -108,6 +108,18 @@ class Deferred:
     name: str
     apply: Callable[[], Any]
     at: float | None = None  # when it lands (simulated time; inf: never), set by the scheduler
+    #: Held until its caller gave up and cleaned up (a writer's abort call has run, a compaction
+    #: returned), then landed (``release_held``): the order issue 50's hole needs, aimed at.
+    until_abort: bool = False
+
+
+def release_held(shared: Any, actor: Actor) -> None:
+    """``actor`` gave up on its held create and cleaned up after it (a writer's abort call has
+    run, a compaction returned): the held requests land at the next step."""
+    actor.data.pop("held_create", None)
+    for request in shared.deferred:
+        if request.actor == actor.name and request.until_abort:
+            request.until_abort, request.at = False, shared.world.now
 
 
 class Shared:
@@ -228,10 +240,13 @@ class SimStore:
         fault = world.point(actor, op, name)
         if fault not in OP_FAULTS.get(op, READ_FAULTS) or fault not in self.shared.faults:
             fault = None
+        held = op == "put_if_absent" and actor.data.get("held_create") == name
+        if held:
+            fault = "late"
         if fault in ("fail", "delete"):
             raise SimIOError(errno.EIO, f"simulated: {op} {name} failed (not applied)")
         if fault == "late":
-            self.shared.deferred.append(Deferred(actor.name, op, name, fn))
+            self.shared.deferred.append(Deferred(actor.name, op, name, fn, until_abort=held))
             raise SimIOError(
                 errno.ETIMEDOUT, f"simulated: {op} {name} timed out (the request is still queued)"
             )
