@@ -226,3 +226,19 @@ def test_vacuum_and_orphans_beside_a_live_writer(spark: Any, tmp_path: Path, lak
     )
     assert verify(lake).ok
     print(f"kept in flight: {len(in_flight)}; vacuums raced: {len(vacuumed)}; removed: {len(removed)}")
+
+
+def test_a_read_of_a_version_vacuumed_while_it_was_pinned_fails_with_the_way_on(tmp_path: Path) -> None:
+    """A Lake object pins its version; when a compaction and ``vacuum --retain 0`` remove that
+    version before its data read, the read fails naming what happened -- never part of the rows
+    (the simulation's final pass reads this way too)."""
+    path = str(tmp_path / "lake")
+    build(path)  # versions 0..9, 20 files
+    pinned = Lake(path)
+    assert pinned.version == 9
+    compact(path, min_files=2, target_file_size=1 << 20)
+    vacuum(path, retain=0, force=True, delete=True)
+    with pytest.raises(ValueError, match=r"version=9 of .* was vacuumed while it was read.*from 10.*refresh"):
+        pinned.to_table()
+    pinned.refresh()
+    assert sorted(pinned.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1000))

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError, VersionNotRetainedError, missing_extra
+from lakesink_reader.errors import CorruptFileError, LakeSinkError, VersionNotRetainedError, missing_extra
 from lakesink_reader.format.log import EpochInfo, EpochLog
 from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
 from lakesink_reader.format.schemas import fit_problems
@@ -609,12 +609,34 @@ class Lake:
                     raise
                 for f, reason in bad:
                     if f.state == "committed" and on_error == "raise":
+                        vacuumed = self._vacuumed_meanwhile()
+                        if vacuumed is not None:
+                            raise vacuumed from exc
                         raise CorruptFileError(f"committed file {f.path!r} is {reason}") from exc
                 skipped += [SkippedFile(f.path, f.state, reason) for f, reason in bad]
                 gone = {f.path for f, _ in bad}
                 files = [f for f in files if f.path not in gone]
         table = self._dataset_of(files).to_table(columns=projection, filter=filter)
         return ReadResult(table, skipped)
+
+    def _vacuumed_meanwhile(self) -> VersionNotRetainedError | None:
+        """The error for a read whose committed files went because vacuum gave its version up
+        after this object pinned it (the read straddled a vacuum), rather than a damaged lake;
+        None when the lake still retains the version (the files' own error stands)."""
+        version = self.version
+        if self._v3 is None or version is None:
+            return None
+        try:
+            retained_from = self._v3.log.open().retained_from
+        except (OSError, LakeSinkError):
+            return None  # the log cannot tell: the file's own error stands
+        if version >= retained_from:
+            return None
+        return VersionNotRetainedError(
+            f"version={version} of {self.path} was vacuumed while it was read: the lake now retains "
+            f"versions from {retained_from}. Read a retained version with a fresh snapshot "
+            "(lake.refresh(), or open the lake again)"
+        )
 
     def changes(
         self,

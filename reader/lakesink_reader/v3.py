@@ -211,6 +211,14 @@ class LogView:
             )
         except CorruptFileError as exc:
             oldest = self.oldest()
+            if version < oldest and oldest > self.version:
+                # The whole snapshot this object pinned was vacuumed while it was read: the
+                # range it knows is empty, so name the lake's own and the way on.
+                raise VersionNotRetainedError(
+                    f"version={version} of {self.storage.url} was vacuumed while it was read: the lake's "
+                    f"oldest retained commit is now {oldest}. Read a retained version with a fresh "
+                    "snapshot (lake.refresh(), or open the lake again)"
+                ) from exc
             if version < oldest:
                 raise VersionNotRetainedError(
                     f"version={version} is below the retained range of {self.storage.url}: versions "

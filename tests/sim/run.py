@@ -362,13 +362,14 @@ def _setup(env: Env) -> None:
     # while others run (a slow planner): a vacuum may remove the version it pinned meanwhile.
     aimed = random.Random(world.seed ^ 0xA1ED)
     aim_held = "late" in faults and aimed.random() < 0.3
-    aim_straddle = "stall" in faults and aimed.random() < 0.5
+    aimed_read = random.Random(world.seed ^ 0xA1EE)  # apart: the reads do not move the holds
+    aim_straddle = "stall" in faults and aimed_read.random() < 0.5
     if aim_straddle and "reader" in cfg.actors and getattr(env.shared, "data_points", False):
         # A dashboard that refreshes often: reads that straddle maintenance (``aim_straddle``).
         world.spawn(
             "dashboard",
             actors.repeat(env, 8, [1.0, 60.0, 600.0, 3600.0], "dashboard", actors.read_job(env)),
-            delay=aimed.choice([60.0, 600.0, 3600.0]),
+            delay=aimed_read.choice([60.0, 600.0, 3600.0]),
         )
     if views and later.random() < 0.5:  # `lakesink sync-views` beside the writers
         world.spawn(
@@ -391,16 +392,20 @@ def _setup(env: Env) -> None:
 
     def aimed_order(actor: Actor) -> str | None:
         if aim_straddle and actor.op == "read_data" and actor.name in ("reader", "dashboard"):
-            if not actor.data.pop("straddled", False) and aimed.random() < 0.5:
-                actor.data["straddled"] = True  # once per call: it is resumed next
-                return "stall"
+            if actor.data.pop("straddled", False):
+                return None  # once per call: it is resumed next
+            vacuum_live = any(a.name == "vacuum" and not a.done for a in world.actors)
+            if vacuum_live and aimed_read.random() < 0.5:
+                actor.data["straddled"] = True
+                return "park"  # until a vacuum removed data files (``vacuum_job``)
             return None
         if not (aim_held and actor.op == "put_if_absent" and log_entry.search(actor.target)):
             return None
-        if "held_create" in actor.data or aimed.random() >= 0.2:
-            return None
         data_source = any(p.actor is actor and p.door == "data_source" for p in env.writers)
-        if not (data_source or actor.name == "compact"):
+        if not (data_source or actor.name == "compact") or "held_create" in actor.data:
+            return None
+        # A compaction commits once a run, a writer once a batch: the compaction's is held more.
+        if aimed.random() >= (0.5 if actor.name == "compact" else 0.2):
             return None
         actor.data["held_create"] = actor.target  # its tries go late (``SimStore._call``)
         world.note(f"{actor.name}: every try of this create is held until it gave up and cleaned up")
@@ -566,6 +571,10 @@ def _step(env: Env, *, faults: bool) -> bool:
         else:  # until the others took that many steps: a vacuum runs whole meanwhile
             actor.stalled = world.steps + rng.choice([20, 80, 200])
             world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until step {actor.stalled}")
+        return True
+    if fault == "park":  # an aimed order: parked until an event resumes it (``resume_parked``)
+        actor.stalled, actor.data["parked"] = 1 << 62, True
+        world.note(f"{actor.name}: parked at {actor.op} {actor.target} until a vacuum removed files")
         return True
     kill = fault == "kill"
     if actor.op != "sleep":
@@ -747,12 +756,14 @@ def _final(env: Env) -> None:
             settle_ops(storage, vlog, vlog.open(), older_than=0.0, dry_run=False)
         except Exception as exc:
             raise Violation("converges", f"abandoning dead ops raised {type(exc).__name__}: {exc}") from exc
+    read_pinned = _pin_and_compact(env)
     try:
         report = vacuum(storage, retain=0, delete=True, force=True, older_than=0.0)
     except Exception as exc:
         raise Violation("converges", f"the final vacuum raised {type(exc).__name__}: {exc}") from exc
     if not report.ok:
         raise Violation("converges", f"the final vacuum failed on {report.failed[:3]}")
+    read_pinned()
     try:
         swept = sweep(storage, older_than=0.0, delete=True)
     except Exception as exc:
@@ -801,6 +812,48 @@ def _final(env: Env) -> None:
     world.note(
         f"final: converged at version {Checker(env)._log().open().version}; now +{world.now - START:.0f} s"
     )
+
+
+def _pin_and_compact(env: Env) -> Callable[[], None]:
+    """A reader that pinned the latest version, then a compaction and the final vacuum
+    (retain 0) before its data read: the read must fail with an error once its files are gone,
+    never return part of the version (``reads``; issue 50, item 3). Returns the read."""
+    from lakesink.commit.files import WriteOptions
+    from lakesink.maintenance.compact import compact
+    from lakesink_reader.lake import Lake
+
+    lake = Lake(env.root)
+    pinned = lake.version
+    if pinned is None or pinned < 0:
+        return lambda: None
+    try:
+        done = compact(
+            env.client(None),
+            target_file_size=64 << 10,
+            min_files=2,
+            write_options=WriteOptions(row_group_bytes=1024),
+            check_store=False,
+        )
+    except Exception as exc:
+        raise Violation("converges", f"the final compaction raised {type(exc).__name__}: {exc}") from exc
+    env.checker.check()
+    env.world.note(f"final: a reader pinned version {pinned}; compaction {done.status} at {done.version}")
+
+    def read() -> None:
+        try:
+            rows = env.checker.check_read(
+                pinned,
+                "a reader pinned before the final compaction and vacuum",
+                lambda: lake.to_table(columns=["id"]).column("id").to_pylist(),
+            )
+        except Violation:
+            raise
+        except Exception as exc:  # noqa: BLE001 - allowed once vacuum gave the version up
+            env.world.note(f"final: the pinned read failed: {type(exc).__name__}: {exc!s:.120}")
+        else:
+            env.world.note(f"final: the pinned read holds {len(rows)} rows")
+
+    return read
 
 
 def _rebuild_delta_view(env: Env) -> None:
