@@ -26,6 +26,7 @@ from lakesink.maintenance.vacuum import DAY
 from lakesink_reader import Lake, read_committed
 from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.names import parse_data_file
+from lakesink_reader.storage import open_storage
 
 LOG = os.path.join("_lakesink", "log")
 
@@ -242,3 +243,21 @@ def test_a_read_of_a_version_vacuumed_while_it_was_pinned_fails_with_the_way_on(
         pinned.to_table()
     pinned.refresh()
     assert sorted(pinned.to_table(columns=["id"]).column("id").to_pylist()) == list(range(1000))
+
+
+def test_a_pinned_read_of_a_retained_version_outlives_its_checkpoint(tmp_path: Path) -> None:
+    """A Lake pinned at the latest version, whose snapshot starts from checkpoint 2; vacuum
+    (retain 0) keeps that version, writes the checkpoint at 4 and truncates the log below it,
+    checkpoint 2 included: the pinned read goes on from checkpoint 4 (simulation seed 205)."""
+    path = str(tmp_path / "lake")
+    build(path, batches=3, interval=2)  # versions 0..2, checkpoint 2
+    storage = open_storage(path)
+    no_checkpoints = VersionedLogWriter(storage, Lake(path).metadata.table_id or "", checkpoint_interval=None)
+    append(path, no_checkpoints, 3, 300)  # versions 3 and 4: the writer died before checkpoint 4
+    append(path, no_checkpoints, 4, 400)
+    pinned = Lake(path)
+    assert pinned.version == 4
+    report = vacuum(path, retain=0, force=True, delete=True)
+    assert report.retained_from == 4 and report.checkpoint == 4
+    assert not os.path.exists(os.path.join(path, LOG, "00000000000000000002.checkpoint.json"))
+    assert sorted(pinned.to_table(columns=["id"]).column("id").to_pylist()) == list(range(500))

@@ -313,9 +313,10 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
             older_than=rng.choice([0.0, 600.0, 3600.0]),
             check_store=rng.random() < 0.3,
         )
-        for other in env.world.actors:  # readers parked for a vacuum that removed data files
-            if report.removed and other.data.pop("parked", False):  # (``aim_straddle``) go on
-                other.stalled = 0
+        for other in env.world.actors:  # those parked for what this vacuum did go on (aimed
+            parked = other.data.get("parked")  # orders: ``aim_straddle``, ``aim_gap``)
+            if (parked == "files" and report.removed) or (parked == "truncation" and report.log_entries):
+                other.stalled, other.data["parked"] = 0, None
         # Judged at the latest time this actor's clock read during the run: the loosest bound.
         high = env.world.now + max(actor.data.pop("clock_high"), actor.offset)
         env.checker.check_retention(

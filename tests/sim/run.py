@@ -364,6 +364,11 @@ def _setup(env: Env) -> None:
     aim_held = "late" in faults and aimed.random() < 0.3
     aimed_read = random.Random(world.seed ^ 0xA1EE)  # apart: the reads do not move the holds
     aim_straddle = "stall" in faults and aimed_read.random() < 0.5
+    # ``aim_gap``: a writer parked at its log create until a vacuum truncated the log, and that
+    # vacuum's delete of the parked writer's base entry failing: what vacuum deleted must stay a
+    # prefix, or the writer's create lands in the deleted part, unseen, its base standing.
+    aimed_gap = random.Random(world.seed ^ 0xA1EF)
+    aim_gap = "delete" in faults and "vacuum" in cfg.actors and aimed_gap.random() < 0.3
     if aim_straddle and "reader" in cfg.actors and getattr(env.shared, "data_points", False):
         # A dashboard that refreshes often: reads that straddle maintenance (``aim_straddle``).
         world.spawn(
@@ -391,12 +396,28 @@ def _setup(env: Env) -> None:
     log_entry = re.compile(r"_lakesink/log/\d{20}\.json$")
 
     def aimed_order(actor: Actor) -> str | None:
+        creates = actor.op == "put_if_absent" and log_entry.search(actor.target) is not None
+        resumed = actor.data.pop("gap_parked", False)  # once per call: it is resumed next
+        if aim_gap and creates and actor.name.startswith("writer") and not resumed:
+            vacuum_live = any(a.name == "vacuum" and not a.done for a in world.actors)
+            if vacuum_live and aimed_gap.random() < 0.3:
+                actor.data["gap_parked"] = True
+                actor.data["parks"] = "truncation"
+                return "park"
+        if aim_gap and actor.name == "vacuum" and actor.op == "delete" and log_entry.search(actor.target):
+            base = int(actor.target.rsplit("/", 1)[-1][:20])
+            above = f"_lakesink/log/{base + 1:020d}.json"
+            if any(a.data.get("parked") == "truncation" and a.target == above for a in world.live()):
+                actor.data["forced"] = ("delete", actor.target, "delete")  # ``SimStore._call``
+                world.note(f"{actor.name}: the delete of a parked writer's base {actor.target} fails")
+                return "delete"
         if aim_straddle and actor.op == "read_data" and actor.name in ("reader", "dashboard"):
             if actor.data.pop("straddled", False):
                 return None  # once per call: it is resumed next
             vacuum_live = any(a.name == "vacuum" and not a.done for a in world.actors)
             if vacuum_live and aimed_read.random() < 0.5:
                 actor.data["straddled"] = True
+                actor.data["parks"] = "files"
                 return "park"  # until a vacuum removed data files (``vacuum_job``)
             return None
         if not (aim_held and actor.op == "put_if_absent" and log_entry.search(actor.target)):
@@ -572,9 +593,10 @@ def _step(env: Env, *, faults: bool) -> bool:
             actor.stalled = world.steps + rng.choice([20, 80, 200])
             world.note(f"{actor.name}: stalls at {actor.op} {actor.target} until step {actor.stalled}")
         return True
-    if fault == "park":  # an aimed order: parked until an event resumes it (``resume_parked``)
-        actor.stalled, actor.data["parked"] = 1 << 62, True
-        world.note(f"{actor.name}: parked at {actor.op} {actor.target} until a vacuum removed files")
+    if fault == "park":  # an aimed order: parked until a vacuum resumes it (``vacuum_job``)
+        actor.stalled, actor.data["parked"] = 1 << 62, actor.data.pop("parks")
+        why = actor.data["parked"]
+        world.note(f"{actor.name}: parked at {actor.op} {actor.target} until a vacuum's {why}")
         return True
     kill = fault == "kill"
     if actor.op != "sleep":

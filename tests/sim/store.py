@@ -243,6 +243,9 @@ class SimStore:
         held = op == "put_if_absent" and actor.data.get("held_create") == name
         if held:
             fault = "late"
+        forced = actor.data.pop("forced", None)  # an aimed order's fault for this very call
+        if forced is not None and forced[:2] == (op, name):
+            fault = forced[2]
         if fault in ("fail", "delete"):
             raise SimIOError(errno.EIO, f"simulated: {op} {name} failed (not applied)")
         if fault == "late":

@@ -747,7 +747,11 @@ def live_files_table(
             base = start
         except CorruptFileError as exc:
             log.warning("not reading from checkpoint %d: %s", start.version, exc)
-            base, opened = usable_base(storage, table_id, start.version, interval)
+            # Any usable checkpoint at or below ``version``, also one newer than ``start``: a
+            # vacuum that truncated the log below its own checkpoint removed ``start`` with the
+            # commits after it, and only the newer one still leads to ``version`` (simulation
+            # seed 205 of session 16: a reader pinned at the latest version, then vacuumed).
+            base, opened = usable_base(storage, table_id, version + 1, interval)
     else:
         base, opened = usable_base(storage, table_id, version + 1, interval)
     if base is not None and base.version == version:
