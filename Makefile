@@ -36,7 +36,8 @@ $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constr
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null || rm -rf $(VENV)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@echo "installing lakesink and its pinned dependencies into $(VENV) (about a minute on a fresh machine)"
+	@echo "installing lakesink and its pinned dependencies into $(VENV): 2-3 minutes on a fresh machine, quietly"
+	@echo "(pip -q; .venv ends up ~1.3 GB, ~490 MB of it pyspark); later targets reuse it"
 	@# editable_mode=compat puts the checkout on sys.path (a .pth entry): pyspark finds
 	@# format("lakesink") by listing modules with pkgutil, which does not see the import hook a
 	@# default (PEP 660) editable install uses, so without it discovery works only from here.

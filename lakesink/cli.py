@@ -3,7 +3,7 @@
 lakesink orphans PATH [--older-than 1h] [--delete] [--storage-option k=v ...] [--json]
 lakesink verify PATH [--deep] [--all-versions] [--storage-option k=v ...] [--json]
 lakesink offsets PATH [--writer W] [--all-sources] [--storage-option k=v ...]
-lakesink status PATH [--storage-option k=v ...] [--json]
+lakesink status PATH [--leftovers] [--storage-option k=v ...] [--json]
 lakesink history PATH [--limit N] [--storage-option k=v ...] [--json]
 lakesink config PATH [NAME=VALUE ...] [--storage-option k=v ...] [--json]
 lakesink compact PATH [--target-file-size 128MB] [--min-files 5] [--max-input 16GB] [--dry-run]
@@ -400,7 +400,9 @@ def _status(args: argparse.Namespace) -> int:
     # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.maintenance.status import status
 
-    found = status(args.path, storage_options=parse_option_pairs(args.storage_option))
+    found = status(
+        args.path, storage_options=parse_option_pairs(args.storage_option), leftovers=args.leftovers
+    )
     if args.json:
         print(json.dumps(found.to_json(), indent=2, default=str))
         return 0
@@ -427,11 +429,33 @@ def _status(args: argparse.Namespace) -> int:
     age = "" if found.oldest_staged_age is None else f", the oldest {_age(found.oldest_staged_age)} old"
     print(f"  staged leftovers: {found.staged} ({found.staged_bytes:,} bytes{age}); running compactions: "
           f"{found.running_ops}")  # fmt: skip
+    print(_leftovers_line(found.leftovers, found.path))
     if found.delta_view is not None:
         print(f"  Delta view (_delta_log/, derived): {found.delta_view}")
     if found.spark_view is not None:
         print(f"  Spark view (_spark_metadata/, derived): {found.spark_view}")
     return 0
+
+
+def _leftovers_line(found: Any, path: str) -> str:
+    """``lakesink status``'s line on published leftovers: counted with --leftovers (the sweep's
+    plan, read-only), else said not to be, and how to see them."""
+    names = f"`lakesink orphans {path}` names them"
+    if found is None:
+        return f"  published leftovers: not counted (that lists every file): --leftovers counts them, {names}"
+    removable = ", ".join(
+        f"{count:,} {kind} ({size:,} bytes)" for kind, (count, size) in found.removable.items()
+    )
+    total = sum(count for count, _ in found.removable.values())
+    line = f"  leftovers (as `lakesink orphans` finds them): {total:,} removable" + (
+        f": {removable}" if removable else ""
+    )
+    if found.kept:
+        line += (
+            f"; {found.kept:,} kept ({found.kept_bytes:,} bytes): published, their batch not committed "
+            "(in flight, or killed: the query's restart settles them)"
+        )
+    return line
 
 
 def _upgrade(args: argparse.Namespace) -> int:
@@ -665,10 +689,17 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Print a lake's format, latest version (or epoch), its writers with their last batch, "
             "offsets and lineage (format 3), live files, rows and bytes, small files, staged "
-            "leftovers and running compactions. Read-only; never reads a format-3 lake's file list."
+            "leftovers and running compactions. Read-only; never reads a format-3 lake's file list "
+            "unless --leftovers asks it to count the published leftovers."
         ),
     )
     state.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
+    state.add_argument(
+        "--leftovers",
+        action="store_true",
+        help="also count published leftovers (files of killed or losing attempts that no version "
+        "lists), as `lakesink orphans` finds them: lists every data file and reads the live file list",
+    )
     _storage_option_argument(state)
     state.add_argument("--json", action="store_true", help="print the status as JSON")
     state.set_defaults(run=_status)

@@ -64,6 +64,29 @@ def test_compaction_is_due_at_the_threshold_and_never_raises(lake: str) -> None:
     assert failed is not None and failed.report is None
 
 
+def test_the_batch_log_names_the_compaction_right_after_a_batch_auto_or_manual(lake: str) -> None:
+    """``register(spark, batch_log=True)``'s figures, read from the log as the listener reads
+    them: a batch, then its query's auto-compaction (or a manual one) at the next version."""
+    from test_reader_v3 import compact as compact_in_log
+    from test_reader_v3 import live_adds
+
+    storage, table_id = v3_table(lake)
+    log = VersionedLogWriter(storage, table_id, checkpoint_interval=100)
+    writer = Writer(log, W1)
+    writer.append(0)  # version 0, batch 0
+    writer.append(20)  # version 1, batch 1
+    assert compact_in_log(log, live_adds(log, 0, 1), 0, 40, trigger="auto") == 2
+    figures = batch_log.batch_figures(W1, 1, lake, {})
+    assert figures is not None and (figures.version, figures.files, figures.rows) == (1, 2, 20)
+    assert figures.compaction == (2, 4, 1)
+    assert figures.line().endswith("; compacted at version 2 (4 files -> 1)")
+    writer.append(40)  # version 3, batch 2; then a manual compaction
+    assert compact_in_log(log, live_adds(log, 2, 3), 0, 60) == 4
+    manual = batch_log.batch_figures(W1, 2, lake, {})
+    assert manual is not None and manual.compaction == (4, 3, 1)
+    assert batch_log.batch_figures(W1, 1, lake, {}) is None  # no longer the writer's last batch
+
+
 def test_the_option_is_parsed() -> None:
     assert SinkConfig.from_options({"path": "/x", "auto_compact": "true"}).sink.auto_compact is True
     assert SinkConfig.from_options({"path": "/x"}).sink.auto_compact is None  # the lake's default

@@ -123,3 +123,11 @@ def test_a_lake_is_the_source_of_the_next_job(tmp_path: Path) -> None:
         read_committed(raw).column("id").to_pylist()
     )
     assert len(re.findall(r"epoch \d+: rows=", out.stdout)) == 2, out.stdout  # 6 files, 4 a micro-batch
+    # While the first epoch is awaited (issue 53, item 9): a line at start, then Spark's status.
+    lines = out.stdout.splitlines()
+    first_epoch = next(i for i, line in enumerate(lines) if re.search(r"epoch 0: rows=", line))
+    started = [i for i, line in enumerate(lines) if "started; its first epoch takes longer" in line]
+    waiting = [
+        i for i, line in enumerate(lines) if re.search(r"waiting for the first epoch, \d+ s after", line)
+    ]
+    assert len(started) == 1 and waiting and started[0] < waiting[0] and waiting[-1] < first_epoch, out.stdout

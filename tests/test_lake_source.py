@@ -44,13 +44,25 @@ def lake_a(path: str, batches: int, *, first: int = 0, writer: Writer | None = N
     return writer
 
 
-def follow(spark: Any, source: str, sink: str, checkpoint: Path, **options: Any) -> Any:
-    """Stream lake ``source`` into lake ``sink`` until it has read what ``source`` holds."""
+def follow(
+    spark: Any,
+    source: str,
+    sink: str,
+    checkpoint: Path,
+    sink_options: dict[str, Any] | None = None,
+    **options: Any,
+) -> Any:
+    """Stream lake ``source`` into lake ``sink`` until it has read what ``source`` holds
+    (``options``: the stream's; ``sink_options``: write_stream's)."""
     reader = spark.readStream.format("lakesink")
     for key, value in options.items():
         reader = reader.option(key, value)
     query = lakesink.write_stream(
-        reader.load(source), sink, checkpoint_location=str(checkpoint), trigger={"availableNow": True}
+        reader.load(source),
+        sink,
+        checkpoint_location=str(checkpoint),
+        trigger={"availableNow": True},
+        **(sink_options or {}),
     )
     query.awaitTermination(180)
     assert query.exception() is None, query.exception()
@@ -131,6 +143,52 @@ def test_a_vacuumed_version_and_bad_options_are_refused_naming_the_way_out(
         follow(spark, a, str(tmp_path / "b"), tmp_path / "chk-v", startingVersion=1)
     b = str(tmp_path / "b")
     assert not os.path.exists(b) or Lake(b).files() == []  # refused before any row was written
+
+
+def test_a_stream_behind_a_vacuum_reads_on_exactly_once_or_names_both_ways_back(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Issue 53, item 6, end to end: lake A -> lake B, the downstream stopped while vacuum removed
+    the version it needs. Restarted from its checkpoint, it reads on exactly once (the versions'
+    files are still live). Behind a compaction too, it stops naming two ways back, and each works
+    as the message says: every row of A once into a new lake; or B kept, the vacuumed versions'
+    rows skipped and none twice, B's sink taking the new checkpoint with allow_other_queries."""
+    lakesink.register(spark)
+    a, b, chk = str(tmp_path / "a"), str(tmp_path / "b"), tmp_path / "chk"
+    writer = lake_a(a, 3)  # versions 0..2
+    follow(spark, a, b, chk)
+    lake_a(a, 2, first=300, writer=writer)  # versions 3, 4
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok  # 5: its commit
+    assert Lake(a).versions()[0].version == 4  # the stream's next version, 3, is gone
+    follow(spark, a, b, chk)
+    assert ids(b) == ids(a) and len(ids(a)) == 100
+
+    lake_a(a, 2, first=500, writer=writer)  # versions 6, 7
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 8
+    lake_a(a, 1, first=700, writer=writer)  # version 9
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok  # 10
+    assert Lake(a).versions()[0].version == 9
+    with pytest.raises(Exception, match=r"needs version 6 .*compaction at version 8") as refused:
+        follow(spark, a, b, chk)
+    assert "startingVersion=9, and on a lakesink sink allow_other_queries=True" in str(refused.value)
+    assert ids(b) == sorted(set(ids(b))) and len(ids(b)) == 100  # nothing of it written
+
+    # Every row once: a new checkpoint into a new lake, without startingVersion.
+    rebuilt = str(tmp_path / "b-rebuilt")
+    follow(spark, a, rebuilt, tmp_path / "chk-rebuilt")
+    assert ids(rebuilt) == ids(a) and len(ids(a)) == 160
+
+    # B kept: a new checkpoint from version 9 on. B's sink refuses it as a new query over the
+    # same lake, naming the option; with it, B holds each row of A once but versions 6 and 7's.
+    with pytest.raises(Exception, match="allow_other_queries=True"):
+        follow(spark, a, b, tmp_path / "chk-kept", startingVersion=9)
+    # continue_writer checks that the new query starts where the old one ended: it does not.
+    (old,) = Lake(b).writers()
+    with pytest.raises(Exception, match=f"does not start where writer {old.id} ended"):
+        follow(spark, a, b, tmp_path / "chk-continue", {"continue_writer": old.id}, startingVersion=9)
+    follow(spark, a, b, tmp_path / "chk-kept", {"allow_other_queries": True}, startingVersion=9)
+    skipped = set(range(500, 520)) | set(range(600, 620))
+    assert ids(b) == [i for i in ids(a) if i not in skipped] and len(ids(b)) == 120
 
 
 FOLLOWER = Path(__file__).resolve().parent / "lake_follower.py"
@@ -282,3 +340,52 @@ def test_the_sources_offsets_without_spark(tmp_path: Path) -> None:
     names = [n for p in reader.partitions(first, end) for n in p.names]
     assert len(names) == 3 and all("-b000000000002-" not in n for n in names)
     assert reader.latestOffset(end, ReadMaxBytes(size)) == end  # nothing more before the cap
+
+
+def test_a_stream_behind_a_vacuum_reads_on_from_the_oldest_retained_version_without_spark(
+    tmp_path: Path,
+) -> None:
+    """Issue 53, item 6, the driver's side: positions in versions vacuum removed -- inside a
+    version, and inside the stream's first snapshot -- read on from the live files of the oldest
+    retained version, the same files in the same order as before the vacuum. Once a compaction
+    committed after the position, it is refused naming both ways back."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from lakesink.spark.streaming import LakeStreamReader, parse_stream_options
+
+    a = str(tmp_path / "a")
+    writer = lake_a(a, 4)  # versions 0..3, two files each
+    before = Lake(a).at(version=3).since(version=-1).files()  # in the stream's order
+    snapshot_0 = Lake(a).at(version=0).files()
+
+    def read(start: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+        reader = LakeStreamReader(parse_stream_options({"path": a}), Lake(a).schema, ())
+        end = reader.latestOffset(start, ReadAllAvailable())
+        return end, [n for p in reader.partitions(start, end) for n in p.names]
+
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok
+    assert Lake(a).versions()[0].version == 3  # versions 0..2 are gone (4: the vacuum's commit)
+    with pytest.raises(ValueError, match="not all retained"):  # what the stream reads it with, refused
+        Lake(a).at(version=3).since(version=0).files()
+    # Inside version 1 (its first file read): its second file, then versions 2 and 3.
+    end, names = read({"version": 1, "index": 1})
+    assert end == {"version": 5, "index": 0}
+    assert names == [f.name for f in before[3:]]
+    # Inside the first snapshot (the lake at version 0, one of its two files read).
+    end, names = read({"version": 0, "index": 1, "snapshot": True})
+    assert names == [snapshot_0[1].name] + [f.name for f in before[2:]]
+
+    # A compaction after the position: its output mixes rows read and not read.
+    assert compact(a, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    lake_a(a, 1, first=400, writer=writer)  # version 6
+    assert vacuum(a, retain=0, delete=True, force=True, check_store=False).ok
+    with pytest.raises(ValueError) as refused:
+        read({"version": 2, "index": 0})
+    message = str(refused.value)
+    assert "needs version 2" in message and "the compaction at version 5" in message, message
+    assert "new checkpoint location into a new output lake, without startingVersion" in message
+    assert "startingVersion=6, and on a lakesink sink allow_other_queries=True" in message
+    assert "skip the rows of versions 2..5" in message and "\n" not in message
+    # From the compaction's own version on: it took only files of versions before it.
+    end, names = read({"version": 5, "index": 0})
+    assert end == {"version": 8, "index": 0} and names == [f.name for f in Lake(a).since(version=5).files()]

@@ -168,6 +168,7 @@ def test_data_source_abort_in_a_fresh_worker_keeps_the_files_a_late_create_commi
     aborted = first.call("abort", 1)
     assert aborted.returncode == 0, aborted.stdout + aborted.stderr
     assert all(target.exists(f) for f in published), "abort deleted a batch in doubt"
+    assert "its log entry may still land, so nothing is deleted" in aborted.stderr  # said, in doubt
 
     assert first.land_held_creates(target) == [f"{LOG_DIR}/{1:020d}.json"]  # the create lands late
     assert target.versions() == [0, 1]
@@ -195,6 +196,20 @@ def test_data_source_abort_after_a_failed_task_deletes_what_the_others_published
     assert not any(target.exists(f) for f in kept)
     assert all(target.exists(f) for f in lost)  # a failed task's: the sweep's
     assert target.versions() == [0] and target.ids() == batch_ids(0)
+
+
+def test_data_source_abort_after_a_commit_that_stood_is_quiet(tmp_path: Path) -> None:
+    """A query stopped right after its commit (issue 53, item 2): Spark, interrupted, aborts the
+    batch in a fresh worker. The log holds it: the abort deletes nothing and says nothing at the
+    worker's default log level (a worker's WARNING reaches the console; its INFO does not)."""
+    target = Target(str(tmp_path / "lake"))
+    run = Query(tmp_path, target.lake, tmp_path / "checkpoint", str(uuid.uuid4()), 0)
+    run.run_batch(0)
+    run.run_batch(1)
+    aborted = run.call("abort", 1)
+    assert aborted.returncode == 0 and aborted.stderr == "", aborted.stdout + aborted.stderr
+    assert all(target.exists(f) for f in files_of(run.messages(1)))
+    assert target.versions() == [0, 1] and target.ids() == sorted(batch_ids(0) + batch_ids(1))
 
 
 @pytest.mark.parametrize("lands", ["before the restart", "after the replay"])

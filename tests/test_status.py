@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lakes import SCHEMA, epoch_lake, foreach_lake, v3_table
+from lakes import SCHEMA, epoch_lake, foreach_lake, v3_file, v3_name, v3_table
 from test_reader_v3 import W1, W2, Writer, compact, live_adds
 
 from lakesink.cli import main
@@ -52,6 +52,56 @@ def test_a_format_3_lake_shows_its_writers_offsets_and_files(
     doc = json.loads(capsys.readouterr().out)
     assert doc["rows"] == 70 and len(doc["writers"]) == 2
     assert "7 under 64 MiB (lakesink compact joins them)" in out
+
+
+def test_status_counts_published_leftovers_when_asked_and_says_how_to_see_them(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53, item 4: after a kill, files published by a batch that never committed (kept: its
+    replay settles them) and a losing attempt's file of a committed batch (removable). The plain
+    status says it did not count them and how to; --leftovers counts them as `orphans` finds them."""
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=5), W1)
+    for batch in range(3):
+        writer.append(batch * 100)
+    killed = [v3_file(storage, v3_name(W1, 3, p), 300 + p * 10, 10) for p in range(2)]  # batch 3: no commit
+    losing = v3_file(storage, v3_name(W1, 1, 0), 100, 10)  # batch 1's other attempt: never listed
+
+    assert main(["status", lake]) == 0
+    out = capsys.readouterr().out
+    assert "staged leftovers: 0" in out
+    assert (
+        "published leftovers: not counted (that lists every file): --leftovers counts them, "
+        f"`lakesink orphans {lake}` names them" in out
+    )
+
+    assert main(["status", lake, "--leftovers"]) == 0
+    out = capsys.readouterr().out
+    kept_bytes = sum(f.size for f in killed)
+    assert (
+        f"leftovers (as `lakesink orphans` finds them): 1 removable: 1 unrecorded_file ({losing.size:,} "
+        f"bytes); 2 kept ({kept_bytes:,} bytes): published, their batch not committed" in out
+    ), out
+    assert main(["orphans", lake]) == 0  # the same files, named
+    orphans = capsys.readouterr().out
+    assert losing.path in orphans and all(f.path in orphans for f in killed)
+    assert "2 file(s) kept" in orphans
+
+    assert main(["status", lake, "--leftovers", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["leftovers"] == {
+        "older_than": 3600.0,
+        "removable": {"unrecorded_file": [1, losing.size]},
+        "kept": 2,
+        "kept_bytes": kept_bytes,
+    }
+    assert main(["status", lake, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["leftovers"] is None
+    # The query restarted and committed its batch 3 from another attempt: the killed files are
+    # settled now, and removable (the writer's own sweep after its commit removes them).
+    writer.append(300)
+    assert main(["status", lake, "--leftovers"]) == 0
+    assert "3 removable: 3 unrecorded_file" in capsys.readouterr().out
 
 
 def test_status_piped_into_head_ends_quietly(lake: str) -> None:

@@ -4,7 +4,8 @@
   writer's own recovery and the ``lakesink orphans`` command are this one sweep.
 - ``verify``: checks that every committed file is there and readable (read-only).
 - ``compact``: format 3: rewrites small committed files into larger ones, as one commit.
-- ``status``: what a lake holds and who writes it (read-only, without reading a file list).
+- ``status``: what a lake holds and who writes it (read-only, without reading a file list unless
+  asked to count the published leftovers).
 - ``vacuum``: format 3: commits a retention floor, then removes what no retained version needs.
 - ``upgrade``: converts a format-1/2 lake to format 3 in place.
 """

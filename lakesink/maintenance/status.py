@@ -4,6 +4,12 @@ It reads table.json, the log's small state (format 3: the newest checkpoint's sm
 the commit headers after it; format 2: the epoch log), and the staged data storage lists --
 never the file list of a format-3 lake: the live files' counts and sizes are folded into the
 state (docs/design/format-v3.md, section 4).
+
+What it does not see by default: *published* leftovers -- data files a killed or losing attempt
+published that no version lists (``lakesink orphans`` finds them). Telling them apart from the
+committed files takes what a sweep reads: every data folder listed, and the live file list of a
+format-3 lake. ``leftovers=True`` (``lakesink status --leftovers``) runs the sweep's plan,
+read-only, and counts what it finds; without it the report says they were not counted.
 """
 
 from __future__ import annotations
@@ -13,6 +19,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from lakesink.commit.files import DEFAULT_STAGED_AGE
+from lakesink.maintenance.sweep import sweep
 from lakesink.views.delta_view import check_view
 from lakesink.views.spark_metadata_view import check_spark_view
 from lakesink_reader.format.table import has_versioned_log, read_table_metadata
@@ -43,6 +51,19 @@ class WriterStatus:
 
 
 @dataclass(frozen=True)
+class Leftovers:
+    """What the sweep's plan (``lakesink orphans`` without ``--delete``) finds: ``removable``,
+    per kind of orphan, ``[count, bytes]`` (what ``lakesink orphans --delete`` would remove,
+    staged data only when older than ``older_than`` seconds); ``kept``: published files of
+    batches not committed yet (a commit in flight, or a killed one: its replay settles them)."""
+
+    older_than: float
+    removable: dict[str, list[int]]
+    kept: int
+    kept_bytes: int
+
+
+@dataclass(frozen=True)
 class LakeStatus:
     """What :func:`status` found; ``version`` is the latest lake version (format 3) or epoch (format 2)."""
 
@@ -67,6 +88,8 @@ class LakeStatus:
     #: Format-3 epoch lakes: the Spark view's state (``ok``, ``absent``, ``behind: ...``,
     #: ``foreign: ...``); None for lakes that have no view.
     spark_view: str | None = None
+    #: With ``leftovers=True``: what the sweep's plan finds; None when not counted (the default).
+    leftovers: Leftovers | None = None
 
     @property
     def has_log(self) -> bool:
@@ -82,8 +105,12 @@ def status(
     *,
     storage_options: Mapping[str, Any] | None = None,
     now: float | None = None,
+    leftovers: bool = False,
 ) -> LakeStatus:
-    """The status of the lake at ``path``; TableNotFoundError / NotALakeError when there is none."""
+    """The status of the lake at ``path``; TableNotFoundError / NotALakeError when there is none.
+
+    ``leftovers``: also run the sweep's plan, read-only, and count what it finds (it lists every
+    data folder and reads the live file list: as costly as ``lakesink orphans``)."""
     storage = open_storage(path, storage_options)
     metadata = read_table_metadata(storage)
     now = time.time() if now is None else now
@@ -98,9 +125,21 @@ def status(
         "staged_bytes": sum(s.size or 0 for s in staged),
         "oldest_staged_age": max(ages) if ages else None,
     }
+    if leftovers:
+        common["leftovers"] = _leftovers(storage, now)
     if metadata.has_log:
         return _format3(storage, metadata.table_id or "", common)
     return _format2(path, storage_options, metadata.mode, common)
+
+
+def _leftovers(storage: Storage, now: float) -> Leftovers:
+    report = sweep(storage, older_than=DEFAULT_STAGED_AGE, delete=False, now=now)
+    removable: dict[str, list[int]] = {}
+    for o in report.findings:
+        counted = removable.setdefault(o.kind, [0, 0])
+        counted[0] += 1
+        counted[1] += o.size or 0
+    return Leftovers(DEFAULT_STAGED_AGE, removable, len(report.kept), sum(o.size or 0 for o in report.kept))
 
 
 def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeStatus:

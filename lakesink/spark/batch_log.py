@@ -114,9 +114,10 @@ def batch_figures(
     # The version right after the batch's, if the log has one yet: its header alone.
     following = writer.last_version + 1
     after = opened.at(version=following).history(limit=1)[0] if following <= (opened.version or -1) else None
+    # Its kind, not its operation: history names a writer's own compaction "auto-compaction".
     compaction = (
         (after.version, after.remove_files, after.add_files)
-        if after is not None and after.operation == "compaction"
+        if after is not None and after.kind == "compact"
         else None
     )
     return BatchFigures(

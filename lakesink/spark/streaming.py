@@ -12,6 +12,14 @@ included: ``"snapshot": true`` in the offset), then each later version's appends
 (``maxFilesPerTrigger``, ``maxBytesPerTrigger``) can end a micro-batch inside a version; Spark
 keeps the offsets in its checkpoint, so a restarted query reads each file once.
 
+A stream stopped for longer than the lake's retention may need a version vacuum removed (its
+commit, which says what the version added, is gone). Its rows are still in the lake, and while no
+compaction rewrote them they are still in the files that version added: the live file list of
+the oldest retained version says, of each file, the version that added it. The stream then reads
+on from there, exactly once (``_past_vacuum``). Once a compaction committed after the stream's
+position, its output mixes rows the stream read with rows it did not, and the stream stops naming
+the two ways back (every row once into a new lake, or the vacuumed versions' rows skipped).
+
 The driver decides which files a micro-batch reads; its tasks read them with pyarrow
 (``lakesink_reader.lake.dataset_of``, as the batch read's tasks do) and hand Spark Arrow batches.
 """
@@ -149,6 +157,7 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         self.partition_columns = partition_columns  # table.json's: the tasks take them from here
         self._lake: Lake | None = None
         self._target: int | None = None  # availableNow: the newest version when the query started
+        self._floor: int | None = None  # the oldest retained version, once a vacuum was met
 
     # The lake ------------------------------------------------------------------------------
 
@@ -302,12 +311,54 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
                 found[f.version].append(f)
             return found
         except VersionNotRetainedError as exc:
+            return self._past_vacuum(lake, position, newest, exc)
+
+    def _past_vacuum(
+        self, lake: Lake, position: Position, newest: int, exc: VersionNotRetainedError
+    ) -> dict[int, list[Any]]:
+        """The files of versions ``position.version``..R-1, which vacuum removed (R: the oldest
+        retained version), as the stream would have read them: from R's live files, each of which
+        says the version that added it (its order within a version is the same: partition, name).
+
+        Exact while no compaction committed after ``position.version``: files leave the live set
+        only through a compaction, and its output (or a later compaction's of it) is live at R,
+        added after that version. Such a file mixes rows the stream read with rows it did not:
+        refused then, naming the ways back. A compaction *at* that version took only files added
+        before it (read already: the stream's first version, read as a snapshot, included them)."""
+        first = position.version
+        floor = self._floor
+        if floor is None or first >= floor:
+            floor = lake.versions()[0].version
+        try:
+            live = lake.at(version=floor).files() if first < floor else []
+        except VersionNotRetainedError:  # a vacuum moved the floor since it was looked up
+            floor = lake.versions()[0].version
+            live = lake.at(version=floor).files() if first < floor else []
+        self._floor = floor
+        if first >= floor:  # not a version vacuum removed: the error is another's
+            raise exc
+        added = [(f.version, f) for f in live if f.version is not None]  # every committed file's is set
+        compacted = sorted({v for v, f in added if f.batch is None and v > first})
+        if compacted:
             raise ValueError(
-                f"the stream needs version {first} of {self.options.path}, which vacuum removed "
-                f"(its retention keeps versions for 7 days by default: `lakesink vacuum --retain`): {exc}. "
-                "Restart the query with a new checkpoint location and startingVersion set to a retained "
-                "version (`lakesink status` shows them); rows of the versions between are not read"
+                f"the stream needs version {first} of {self.options.path}, which vacuum removed (the "
+                f"lake keeps versions from {floor} on; `lakesink vacuum --retain`, 7 days by default), and "
+                f"the compaction at version {compacted[0]} rewrote files of the versions between, so the "
+                "rows the stream has not read cannot be told from those it has. Two ways back "
+                "(docs/guide/operating.md, 'A stream behind a vacuum'): every row once -- restart with a "
+                "new checkpoint location into a new output lake, without startingVersion (it reads this "
+                f"lake as it is at version {floor}, then each later version); or keep the output lake and "
+                f"skip the rows of versions {first}..{floor - 1} -- a new checkpoint location with "
+                f"startingVersion={floor}, and on a lakesink sink allow_other_queries=True "
+                "(continue_writer refuses it: the new query does not start where the old one ended)"
             ) from None
+        last = min(newest, floor - 1)
+        found: dict[int, list[Any]] = {v: [] for v in range(first, last + 1)}
+        for v, f in added:  # sorted by (version, partition, name)
+            # The snapshot's files (any, up to its version), or what an append added after it.
+            if (position.snapshot and v <= first) or (f.batch is not None and first <= v <= last):
+                found[max(v, first)].append(f)
+        return found
 
 
 def _version_from(lake: Lake, text: str) -> int:

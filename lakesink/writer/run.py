@@ -335,7 +335,20 @@ class WriterRun:
         module docstring), and that commit deleted them itself when its failure was definitive."""
         present = [r for r in reports if r is not None]
         if len(present) == len(reports):
-            if any(r.files for r in present):
+            if not any(r.files for r in present):
+                return
+            held = self._held(batch, present)
+            if held is not None:
+                # The usual case: the query was stopped after the commit (Spark then aborts a batch
+                # it cannot confirm). The restart replays the batch and the log skips it whole.
+                log.info(
+                    "abort of batch %d of %s: the log holds it (the writer's last batch is %d), so "
+                    "there is nothing to abort; a restart skips it as committed",
+                    batch,
+                    self.config.path,
+                    held,
+                )
+            else:
                 log.warning(
                     "abort of batch %d of %s after every task reported: a commit of it may have been "
                     "tried, and its log entry may still land, so nothing is deleted; the batch's replay "
@@ -345,6 +358,16 @@ class WriterRun:
                 )
             return
         self.committer(present).abort(batch, self.adds(present))
+
+    def _held(self, batch: int, reports: Sequence[TaskReport]) -> int | None:
+        """The writer's last batch when the log holds ``batch`` (one read of the log), else None
+        -- also when the log cannot be read: then the abort says it does not know."""
+        try:
+            committer = self.committer(reports)
+            writer = committer.log.open().writers.get(committer.writer_id)
+        except Exception:  # noqa: BLE001 -- a look at the log for the message only
+            return None
+        return writer.last_batch if writer is not None and writer.last_batch >= batch else None
 
     # -----------------------------------------------------------------------------------------
 
