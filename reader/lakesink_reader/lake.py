@@ -42,7 +42,7 @@ from lakesink_reader.format.v3.state import WriterState
 from lakesink_reader.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
 from lakesink_reader.names import FileState as FileState
 from lakesink_reader.storage import StagedEntry, Storage, StoredFile, open_storage
-from lakesink_reader.v3 import LogView, VersionInfo
+from lakesink_reader.v3 import LogView, VersionInfo, vacuumed_while_read
 
 if TYPE_CHECKING:
     import pandas
@@ -632,11 +632,7 @@ class Lake:
             return None  # the log cannot tell: the file's own error stands
         if version >= retained_from:
             return None
-        return VersionNotRetainedError(
-            f"version={version} of {self.path} was vacuumed while it was read: the lake now retains "
-            f"versions from {retained_from}. Read a retained version with a fresh snapshot "
-            "(lake.refresh(), or open the lake again)"
-        )
+        return vacuumed_while_read(version, self.path, f"retained versions now run from {retained_from}")
 
     def changes(
         self,

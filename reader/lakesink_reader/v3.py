@@ -28,6 +28,16 @@ from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
 
 
+def vacuumed_while_read(version: int, url: str, retained: str) -> VersionNotRetainedError:
+    """The error for a read of ``version`` whose snapshot a vacuum gave up after the read pinned
+    it (the read straddled the vacuum): not a damaged lake, and the way on is a fresh snapshot.
+    ``retained`` says what the lake retains now."""
+    return VersionNotRetainedError(
+        f"version={version} of {url} was vacuumed while it was read: the lake's {retained}. Read a "
+        "retained version with a fresh snapshot (lake.refresh(), or open the lake again)"
+    )
+
+
 @dataclass(frozen=True)
 class VersionInfo:
     """One commit of a format-3 lake, as ``Lake.versions()`` and ``Lake.history()`` list it (from
@@ -214,11 +224,8 @@ class LogView:
             if version < oldest and oldest > self.version:
                 # The whole snapshot this object pinned was vacuumed while it was read: the
                 # range it knows is empty, so name the lake's own and the way on.
-                raise VersionNotRetainedError(
-                    f"version={version} of {self.storage.url} was vacuumed while it was read: the lake's "
-                    f"oldest retained commit is now {oldest}. Read a retained version with a fresh "
-                    "snapshot (lake.refresh(), or open the lake again)"
-                ) from exc
+                now = f"oldest retained commit is now {oldest}"
+                raise vacuumed_while_read(version, self.storage.url, now) from exc
             if version < oldest:
                 raise VersionNotRetainedError(
                     f"version={version} is below the retained range of {self.storage.url}: versions "

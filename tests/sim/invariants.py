@@ -93,7 +93,7 @@ class Checker:
             except Exception as exc:
                 raise Violation("readable", f"the log cannot be read: {type(exc).__name__}: {exc}") from exc
             self._state = (log_key, state)
-            self._note_commit_times()
+            self._note_commit_times(log_key)
         for plan in self.env.writers:
             if not plan.acked:
                 continue
@@ -123,26 +123,30 @@ class Checker:
                 f"not, and lacks {sorted(expected - present)} that it does",
             )
 
-    def _note_commit_times(self) -> None:
-        """Record the times of the commits that appeared (or were made again) since the last look."""
+    def _note_commit_times(self, log_key: tuple | None = None) -> None:
+        """Record the times of the commits that appeared (or were made again) since the last look,
+        from the log folder's listing in ``log_key`` (``_log_key``'s; taken now when None)."""
         import json
 
         from lakesink_reader.format.v3.logfiles import parse_commit_name
 
-        storage = self.env.client(None)
-        for entry in storage.list("_lakesink/log"):
-            version = parse_commit_name(entry.name.rsplit("/", 1)[-1])
-            if version is None:
+        folder = os.path.join(self.env.root, "_lakesink", "log")
+        times = self.env.shared.times  # the store's clock at each write (``SimStore``)
+        for name, stat in (log_key or self._log_key())[1]:
+            version = parse_commit_name(name)
+            if version is None or stat is None:
                 continue
+            modified = times.get(f"_lakesink/log/{name}", stat[2] / 1e9)
             known = self.commit_times.get(version)
-            if known is not None and known[1] == entry.modified:
+            if known is not None and known[1] == modified:
                 continue
             try:
-                first = storage.read_bytes(entry.name).split(b"\n", 1)[0]
+                with open(os.path.join(folder, name), "rb") as f:
+                    first = f.readline()
                 committed_at = float(json.loads(first)["committed_at"])
             except (FileNotFoundError, ValueError, KeyError, TypeError):
                 committed_at = None
-            self.commit_times[version] = (committed_at, entry.modified)
+            self.commit_times[version] = (committed_at, modified)
 
     def check_retention(self, retained_from: int | None, previous: int, cutoff: float, retain: float) -> None:
         """``retention``: a vacuum whose clock read ``cutoff + retain`` when it returned kept every

@@ -395,15 +395,15 @@ def _setup(env: Env) -> None:
         world.note("buggify: faults weigh on commits' creates, the step after them, log deletes")
     log_entry = re.compile(r"_lakesink/log/\d{20}\.json$")
 
-    def aimed_order(actor: Actor) -> str | None:
+    def vacuum_running() -> bool:
+        return any(a.name == "vacuum" and not a.done for a in world.actors)
+
+    def aimed_order(actor: Actor, resuming: bool) -> str | None:
         creates = actor.op == "put_if_absent" and log_entry.search(actor.target) is not None
-        resumed = actor.data.pop("gap_parked", False)  # once per call: it is resumed next
-        if aim_gap and creates and actor.name.startswith("writer") and not resumed:
-            vacuum_live = any(a.name == "vacuum" and not a.done for a in world.actors)
-            if vacuum_live and aimed_gap.random() < 0.3:
-                actor.data["gap_parked"] = True
-                actor.data["parks"] = "truncation"
-                return "park"
+        parks_writer = aim_gap and creates and actor.name.startswith("writer") and not resuming
+        if parks_writer and vacuum_running() and aimed_gap.random() < 0.3:
+            actor.data["parks"] = "truncation"
+            return "park"
         if aim_gap and actor.name == "vacuum" and actor.op == "delete" and log_entry.search(actor.target):
             base = int(actor.target.rsplit("/", 1)[-1][:20])
             above = f"_lakesink/log/{base + 1:020d}.json"
@@ -412,11 +412,9 @@ def _setup(env: Env) -> None:
                 world.note(f"{actor.name}: the delete of a parked writer's base {actor.target} fails")
                 return "delete"
         if aim_straddle and actor.op == "read_data" and actor.name in ("reader", "dashboard"):
-            if actor.data.pop("straddled", False):
-                return None  # once per call: it is resumed next
-            vacuum_live = any(a.name == "vacuum" and not a.done for a in world.actors)
-            if vacuum_live and aimed_read.random() < 0.5:
-                actor.data["straddled"] = True
+            if resuming:
+                return None
+            if vacuum_running() and aimed_read.random() < 0.5:
                 actor.data["parks"] = "files"
                 return "park"  # until a vacuum removed data files (``vacuum_job``)
             return None
@@ -480,20 +478,19 @@ def _setup(env: Env) -> None:
                 actor.data["clock_high"] = max(actor.data["clock_high"], actor.offset)
             world.note(f"{actor.name}: its clock steps by {actor.offset - before:+.0f} s")
         last = actor.data.get("prev")
+        # Once per call: a call that a stall or a park held is resumed next, not held again by
+        # an aimed order or a pause (seed 119 of session 16: a lease refresh parked right after
+        # the lease's put paused again at every turn, for good -- a livelock).
+        resuming = actor.data.pop("held_call", False)
         fault = buggified(actor)  # first: it notes each call (``prev``) as it goes
-        fault = aimed_order(actor) or fault
+        fault = aimed_order(actor, resuming) or fault
         if fault is not None:
             return fault
         # Right after a compaction put its lease: the process pauses (GC, a swapped-out VM), its
         # refresher with it; another compaction may abandon its op meanwhile.
-        # Once per call: the call a pause parked is resumed next (seed 119 of session 16: a lease
-        # refresh parked right after the lease's put paused again at every turn, for good).
         held = last is not None and last[0] == "put" and lease_put.search(last[1]) is not None
-        if actor.data.pop("lease_paused", False):
-            held = False
-        if held and p_lease_pause and more.random() < p_lease_pause:
+        if held and not resuming and p_lease_pause and more.random() < p_lease_pause:
             world.note(f"{actor.name}: pauses holding the lease {last[1]}")
-            actor.data["lease_paused"] = True
             return "stall"
         # Kills weigh on a view's update: between a lake commit and it is where views lag.
         view_write = actor.op == "put_if_absent" and actor.target.startswith(
@@ -583,6 +580,8 @@ def _step(env: Env, *, faults: bool) -> bool:
         env.burst = (actor, rng.randint(5, 60)) if env.p_burst and rng.random() < env.p_burst else (None, 0)
     world.now += rng.choice([0.0, 0.01, 0.1, 1.0])
     fault = env.decide(actor) if faults else None
+    if fault in ("stall", "park"):
+        actor.data["held_call"] = True  # resumed next, once (``decide``)
     if fault == "stall":
         # A slow request or a pause of the process (GC, a swapped-out VM): the call waits while
         # the others run, which is how a whole vacuum fits between two reads of one commit.

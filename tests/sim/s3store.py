@@ -199,6 +199,9 @@ class S3Shared:
         mock_random.seed(world.seed)  # upload ids, request ids: from the seed
         self.world = world
         self.root = root  # the mirror
+        # Each mirrored object's LastModified as a listing reports it (whole seconds): the
+        # store's clock, which the checker's retention rule reads (``Shared.times``'s part).
+        self.times: dict[str, float] = {}
         self.url = f"s3://{BUCKET}/{PREFIX}"
         self.deferred: list[Deferred] = []
         self.dirty = False
@@ -233,11 +236,13 @@ class S3Shared:
         path = os.path.join(self.root, name)
         found = _backend().get_object(BUCKET, f"{PREFIX}/{name}")
         if found is None:
+            self.times.pop(name, None)
             if os.path.lexists(path):
                 os.remove(path)
             base = name.rsplit("/", 1)[-1]
             self.dirty = self.dirty or seen_by_readers(name) or not base.startswith((".", "_"))
             return
+        self.times[name] = float(int(found.last_modified.replace(tzinfo=datetime.UTC).timestamp()))
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temp = f"{path}.mirror"
         with open(temp, "wb") as f:
