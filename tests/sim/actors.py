@@ -305,6 +305,8 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
         assert actor is not None
         actor.data["clock_high"] = actor.offset  # the clock may step during the run: its highest
         retain = rng.choice([0.0, 60.0, 600.0, 3600.0, 86400.0])
+        if any(a.data.get("parked") == "truncation" for a in env.world.live()):
+            retain = 0.0  # ``aim_gap``: a writer waits at its create for a truncation past it
         report = vacuum(
             storage,
             retain=retain,
@@ -315,7 +317,9 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
         )
         for other in env.world.actors:  # those parked for what this vacuum did go on (aimed
             parked = other.data.get("parked")  # orders: ``aim_straddle``, ``aim_gap``)
-            if (parked == "files" and report.removed) or (parked == "truncation" and report.log_entries):
+            if (parked == "files" and report.removed) or (
+                parked == "truncation" and other.target in report.log_entries
+            ):
                 other.stalled, other.data["parked"] = 0, None
         # Judged at the latest time this actor's clock read during the run: the loosest bound.
         high = env.world.now + max(actor.data.pop("clock_high"), actor.offset)

@@ -139,6 +139,7 @@ class Env:
 
         #: The upgrade world (``tests.sim.upgrade``; switch ``upgrade``), or None: a fresh lake.
         self.upgrade: UpgradeWorld | None = None
+        self.aim_gap = False  # an aimed order that needs a longer busy phase (``_setup``)
 
     def add_writer(
         self,
@@ -288,6 +289,14 @@ def _setup(env: Env) -> None:
     views = "views" in cfg.actors and rng.random() < 0.5
     idle = [60.0, 3600.0, 2 * 86400.0] if "idle" in cfg.actors else []
     n_writers = rng.choice([1, 1, 2, 3]) if "multi" in cfg.actors else 1
+    # ``aim_gap`` (below): a writer parked at its log create until a vacuum truncated the log
+    # past its base, and that vacuum's delete of the base failing. Drawn here, from a generator
+    # of its own: such a seed gets a second writer, whose commits carry the log past the parked
+    # one's base meanwhile (the checkpoint a truncation needs).
+    aimed_gap = random.Random(world.seed ^ 0xA1EF)
+    aim_gap = "delete" in faults and "vacuum" in cfg.actors and aimed_gap.random() < 0.3
+    if aim_gap and "multi" in cfg.actors and n_writers < 2:
+        n_writers = 2
     world.note(
         f"seed {world.seed}: {cfg.describe()}; interval {env.interval}, "
         f"store faults {sorted(env.shared.faults)} p={p_fault}, kill p={p_kill}, stall p={p_stall}, "
@@ -311,6 +320,8 @@ def _setup(env: Env) -> None:
         env.upgrade.spawn(env, skew=skew, idle=idle, views=views, n_writers=n_writers)
     for i in range(n_writers if env.upgrade is None else 0):
         plan = actors.WriterPlan(i, str(uuid.uuid4()), rng.randint(2, 7), n_writers > 1, views)
+        if aim_gap:  # commits enough, while another is parked, to carry the log past its base
+            plan.batches = max(plan.batches, 12)
         plan.auto_compact = auto is not None and auto.random() < 0.4
         if plan.auto_compact:
             world.note(f"writer {i} compacts after its commits (auto_compact)")
@@ -353,6 +364,25 @@ def _setup(env: Env) -> None:
                 delay=rng.choice([0.0, 10.0, 600.0]),
             )
 
+    env.aim_gap = aim_gap
+    if aim_gap:
+        world.note("aim_gap: writers park at their log creates until a vacuum truncates past them")
+    if aim_gap and env.upgrade is None:
+        # A vacuum that runs often while the writers commit (``aim_gap``): truncations to meet.
+        # Its clock an hour ahead where clocks may differ (every commit is old to it); a kill
+        # ends a run, and cron starts it again (up to three times).
+        def vacuum_often(starts: int, delay: float) -> None:
+            actor = world.spawn(  # a name of its own: an actor is found by its name (its thread's)
+                f"vacuum.often{starts}",
+                actors.repeat(env, 30, [60.0, 600.0, 3600.0], "vacuum", actors.vacuum_job(env)),
+                offset=3600.0 if "skew" in faults else 0.0,
+                delay=delay,
+            )
+            if starts < 3:
+                actor.data["again"] = lambda: vacuum_often(starts + 1, 60.0)
+
+        vacuum_often(1, aimed_gap.choice([0.0, 60.0, 600.0]))
+
     # Aimed orders: in some seeds, an order a hole needs is made often rather than left to
     # chance (drawn apart, so that the other seeds keep their schedules).
     # ``aim_held``: a log create of a data-source writer or of a compaction held, every try of
@@ -364,11 +394,8 @@ def _setup(env: Env) -> None:
     aim_held = "late" in faults and aimed.random() < 0.3
     aimed_read = random.Random(world.seed ^ 0xA1EE)  # apart: the reads do not move the holds
     aim_straddle = "stall" in faults and aimed_read.random() < 0.5
-    # ``aim_gap``: a writer parked at its log create until a vacuum truncated the log, and that
-    # vacuum's delete of the parked writer's base entry failing: what vacuum deleted must stay a
-    # prefix, or the writer's create lands in the deleted part, unseen, its base standing.
-    aimed_gap = random.Random(world.seed ^ 0xA1EF)
-    aim_gap = "delete" in faults and "vacuum" in cfg.actors and aimed_gap.random() < 0.3
+    # ``aim_gap`` (drawn above): what vacuum deleted must stay a prefix, or the parked writer's
+    # create lands in the deleted part, unseen, its base standing.
     if aim_straddle and "reader" in cfg.actors and getattr(env.shared, "data_points", False):
         # A dashboard that refreshes often: reads that straddle maintenance (``aim_straddle``).
         world.spawn(
@@ -396,15 +423,26 @@ def _setup(env: Env) -> None:
     log_entry = re.compile(r"_lakesink/log/\d{20}\.json$")
 
     def vacuum_running() -> bool:
-        return any(a.name == "vacuum" and not a.done for a in world.actors)
+        return any(a.name.startswith("vacuum") and not a.done for a in world.actors)
 
     def aimed_order(actor: Actor, resuming: bool) -> str | None:
         creates = actor.op == "put_if_absent" and log_entry.search(actor.target) is not None
+        # Not the first commit (it has no base), and only while a vacuum may still truncate.
         parks_writer = aim_gap and creates and actor.name.startswith("writer") and not resuming
-        if parks_writer and vacuum_running() and aimed_gap.random() < 0.3:
+        if (
+            parks_writer
+            and not actor.target.endswith(f"{0:020d}.json")
+            and vacuum_running()
+            and aimed_gap.random() < 0.5
+        ):
             actor.data["parks"] = "truncation"
             return "park"
-        if aim_gap and actor.name == "vacuum" and actor.op == "delete" and log_entry.search(actor.target):
+        if (
+            aim_gap
+            and actor.name.startswith("vacuum")
+            and actor.op == "delete"
+            and log_entry.search(actor.target)
+        ):
             base = int(actor.target.rsplit("/", 1)[-1][:20])
             above = f"_lakesink/log/{base + 1:020d}.json"
             if any(a.data.get("parked") == "truncation" and a.target == above for a in world.live()):
@@ -553,8 +591,12 @@ def _step(env: Env, *, faults: bool) -> bool:
             return False
         sleeping = [a for a in live if a.wake > world.now]
         if not sleeping:  # only stalled actors are left: nobody else can take steps
-            for actor in live:
+            # Those an aimed order parked wait for the others first: for what they are parked
+            # for, the others must go on (they go on too once only parked ones are left).
+            waiting = [a for a in live if not a.data.get("parked")] or live
+            for actor in waiting:
                 actor.stalled = 0
+                actor.data["parked"] = None
             return True
         # Every actor sleeps: time jumps to the next wake-up, or to a queued request's landing.
         landing = [d.at for d in env.shared.deferred if d.at is not None and d.at < math.inf]
@@ -610,6 +652,8 @@ def _step(env: Env, *, faults: bool) -> bool:
                 raise Violation("crash", f"{actor.name} failed an assertion: {actor.error!r}")
         elif actor.killed:
             world.note(f"{actor.name}: killed")
+            if "again" in actor.data:  # started again after a kill (cron)
+                actor.data.pop("again")()
         else:
             world.note(f"{actor.name}: ended: {actor.result}")
     _deferred(env, faults=faults)
@@ -696,7 +740,8 @@ def _restart(env: Env, *, final: bool) -> None:
 def _busy(env: Env) -> None:
     world = env.world
     # An upgrade world spends its first steps on format 2 and the upgrade: twice the budget.
-    budget = env.cfg.max_steps * (1 if env.upgrade is None else 2)
+    # An ``aim_gap`` seed waits for commits and truncations around a parked writer: 4x.
+    budget = env.cfg.max_steps * (1 if env.upgrade is None else 2) * (4 if env.aim_gap else 1)
     turns = 0
     while world.steps < budget:
         _restart(env, final=False)
