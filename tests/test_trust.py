@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,7 @@ from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.hdfs import HdfsStorage
+from lakesink_reader.storage.local import LocalStorage
 from lakesink_reader.storage.options import S3_OPTIONS
 from lakesink_reader.storage.s3 import S3Storage
 
@@ -232,6 +234,88 @@ def test_a_log_folder_linked_to_another_lake_is_refused(
     code, out = cli(["vacuum", str(crafted.parent), "--retain", "0", "--force", "--delete"], capsys)
     assert code != 0 and "symbolic link" in out
     assert sorted(os.listdir(other / "_lakesink" / "log")) == before
+
+
+#: Exchanges two names atomically (renameat2 RENAME_EXCHANGE) for argv[3] seconds, then prints
+#: how many times: a folder and a link to another folder, each under the other's name by turns.
+SWAPPER = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b, end = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+swaps = 0
+print("ready", flush=True)
+while time.monotonic() < end:
+    for _ in range(100):
+        if libc.renameat2(-100, a, -100, b, 2) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
+        swaps += 1
+print(swaps, flush=True)
+"""
+
+
+def test_a_folder_swapped_for_a_link_is_never_followed(tmp_path: Path) -> None:
+    """Issue 51, item 2: ``sub`` is swapped with a link to a folder outside the lake in a loop,
+    while the local backend reads, lists, checks, deletes and writes in it. Each call sees the
+    folder or refuses the link; none reads, lists, deletes or writes a file outside. The race is
+    live: the calls see both the folder and the link, and the swapper counts its swaps."""
+    lake, outside = tmp_path / "lake", tmp_path / "victim"
+    (lake / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (lake / "link").symlink_to(outside)
+    names = [f"f{i:03d}.json" for i in range(200)]
+    for name in [*names, "outside-only.json"]:
+        (outside / name).write_bytes(b"secret")
+    before = sorted(os.listdir(outside))
+    storage = LocalStorage(str(lake))
+    real = os.open(lake / "sub", os.O_RDONLY | os.O_DIRECTORY)  # the lake's folder, wherever it is
+    seen: Counter[str] = Counter()
+    wrong: list[str] = []
+
+    def call(what: str, op: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return op(*args)
+        except CorruptFileError as exc:
+            assert "symbolic link" in str(exc), exc
+            seen["link"] += 1
+        except OSError as exc:  # the folder left under the call: it followed the link
+            wrong.append(f"{what}: {exc!r}")
+        return None
+
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(lake / "sub"), str(lake / "link"), "2"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == "ready\n"
+        i = 0
+        while swapper.poll() is None:
+            name = names[i % len(names)]
+            i += 1
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=real)
+            os.write(fd, b"lake")
+            os.close(fd)
+            read = call("read", storage.read_bytes, f"sub/{name}")
+            if read not in (None, b"lake"):
+                wrong.append(f"read {read!r}")
+            seen["folder"] += read == b"lake"
+            listed = call("list", storage.list, "sub") or []
+            if "sub/outside-only.json" in {f.name for f in listed}:
+                wrong.append("listed outside")
+            if call("exists", storage.exists, "sub/outside-only.json"):
+                wrong.append("exists outside")
+            call("delete", storage.delete, f"sub/{name}")
+            call("write", storage.put_if_absent, f"sub/new-{i}.json", b"lake")
+            if sorted(os.listdir(outside)) != before:
+                wrong.append(f"outside changed: {set(os.listdir(outside)) ^ set(before)}")
+                break
+    finally:
+        os.close(real)
+        swapper.kill()
+        out, _ = swapper.communicate()
+    assert not wrong, (wrong[:5], seen)
+    assert all((outside / name).read_bytes() == b"secret" for name in before)
+    swaps = int(out.split()[-1]) if out.strip() else 0
+    assert swaps > 1000 and seen["link"] > 10 and seen["folder"] > 10, (swaps, seen)
 
 
 # 3. Crafted files fail cleanly ---------------------------------------------------------------------
