@@ -424,6 +424,61 @@ def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
     assert listed.name in str(caught.value)
 
 
+#: A child's peak memory while it runs a step over a lake (VmHWM reset first): prints
+#: "<answer or error> <seconds> <bytes grown>". argv: the lake, then the step's name.
+MEASURED = """
+import re, sys, time
+import pyarrow
+pyarrow.array([1])  # pyarrow's first array imports pandas where installed: not the step's cost
+from lakesink_reader import Lake
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
+
+lake = Lake(sys.argv[1])
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak (VmHWM) to the current RSS
+before, start = status("VmRSS"), time.monotonic()
+try:
+    answer = len(lake.files())
+except Exception as exc:
+    answer = f"{type(exc).__name__}: {exc}"
+print(time.monotonic() - start, status("VmHWM") - before, answer)
+"""
+
+
+def measured(lake: str) -> tuple[float, int, str]:
+    """(seconds, bytes grown, answer) of ``Lake(lake).files()`` in a child process."""
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
+    out = subprocess.run([sys.executable, "-c", MEASURED, lake], capture_output=True, text=True, env=env)
+    assert out.returncode == 0, out.stderr
+    seconds, grown, answer = out.stdout.strip().split(" ", 2)
+    return float(seconds), int(grown), answer
+
+
+def test_a_list_whose_stats_dictionary_every_row_uses_is_refused_before_decoding(lake: str) -> None:
+    """Issue 51: 3,000 rows of one dictionary-encoded 300 KB `stats` value -- a 9 KB list whose
+    row count, size and footer sizes all pass -- decoded to 900 MB (1.7 GB and 4 s for
+    ``Lake.files()``). Dictionaries are counted per use before they are decoded."""
+    rows, value = 3_000, pa.scalar("0" * 300_000)
+    chunk = pa.repeat(value, 100)  # every chunk the same array: this test holds 30 MB, not 900
+
+    def bomb(table: pa.Table) -> pa.Table:
+        one = table.slice(0, 1).to_pylist()[0]
+        columns = {f.name: pa.repeat(pa.scalar(one[f.name], f.type), rows) for f in LIST_SCHEMA}
+        columns["path"] = pa.array([f"f{i:05d}.parquet" for i in range(rows)])
+        columns["stats"] = pa.chunked_array([chunk] * (rows // len(chunk)))
+        return pa.Table.from_arrays([columns[f.name] for f in LIST_SCHEMA], schema=LIST_SCHEMA)
+
+    listed = rewrite_list(lake, bomb, dictionary_pagesize_limit=1 << 26, row_group_size=rows)
+    footer = pq.ParquetFile(listed).metadata
+    assert listed.stat().st_size < 20_000 and footer.num_rows == rows
+    assert "RLE_DICTIONARY" in footer.row_group(0).column(7).encodings
+    seconds, grown, answer = measured(lake)
+    assert answer.startswith("CorruptFileError") and "decode to 900" in answer and listed.name in answer
+    assert seconds < 1.0 and grown < 50 << 20, (seconds, grown)
+
+
 @pytest.mark.parametrize("text", [DEEP, "{" * 100_000, "{[1]: 'x'}", "{'a': " * 500 + "1" + "}" * 500])
 def test_malformed_storage_options_get_the_one_error(text: str) -> None:
     with pytest.raises(ValueError, match=r"must be a JSON object .* \(value not shown\)"):
