@@ -6,6 +6,7 @@ says so); no message carries an endpoint's user info or an option's value."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -20,17 +21,20 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from lakes import epoch_lake, v3_file
+from lakes import epoch_lake, v3_file, v3_name
 from live import CHECKOUT_PATH
-from test_compact import build
+from test_compact import WRITER, build
 
 from lakesink.cli import main
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.spark.failures import lakesink_error
 from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
+from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
@@ -425,32 +429,41 @@ def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
 
 
 #: A child's peak memory while it runs a step over a lake (VmHWM reset first): prints
-#: "<answer or error> <seconds> <bytes grown>". argv: the lake, then the step's name.
+#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command (none: ``Lake.files()``).
 MEASURED = """
-import re, sys, time
+import contextlib, io, re, sys, time
 import pyarrow
 pyarrow.array([1])  # pyarrow's first array imports pandas where installed: not the step's cost
+from lakesink.cli import main
 from lakesink_reader import Lake
 
 def status(key):
     return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
 
-lake = Lake(sys.argv[1])
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets the peak (VmHWM) to the current RSS
 before, start = status("VmRSS"), time.monotonic()
-try:
-    answer = len(lake.files())
-except Exception as exc:
-    answer = f"{type(exc).__name__}: {exc}"
+if len(sys.argv) > 2:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main([sys.argv[2], sys.argv[1]])
+    answer = f"exit {code}: " + " ".join(out.getvalue().split())
+else:
+    try:
+        answer = str(len(Lake(sys.argv[1]).files()))
+    except Exception as exc:
+        answer = f"{type(exc).__name__}: {exc}"
 print(time.monotonic() - start, status("VmHWM") - before, answer)
 """
 
 
-def measured(lake: str) -> tuple[float, int, str]:
-    """(seconds, bytes grown, answer) of ``Lake(lake).files()`` in a child process."""
+def measured(lake: str, *command: str) -> tuple[float, int, str]:
+    """(seconds, bytes grown, answer) of ``Lake(lake).files()``, or of the CLI ``command``, in a
+    child process."""
     env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
-    out = subprocess.run([sys.executable, "-c", MEASURED, lake], capture_output=True, text=True, env=env)
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURED, lake, *command], capture_output=True, text=True, env=env
+    )
     assert out.returncode == 0, out.stderr
     seconds, grown, answer = out.stdout.strip().split(" ", 2)
     return float(seconds), int(grown), answer
@@ -477,6 +490,99 @@ def test_a_list_whose_stats_dictionary_every_row_uses_is_refused_before_decoding
     seconds, grown, answer = measured(lake)
     assert answer.startswith("CorruptFileError") and "decode to 900" in answer and listed.name in answer
     assert seconds < 1.0 and grown < 50 << 20, (seconds, grown)
+
+
+VIEW_CHECKPOINT = "_delta_log/00000000000000000004.checkpoint.parquet"
+#: A modification time no commit of the lake has (ms): the mark of the other tenant's checkpoint.
+THEIR_TIME = 1_234_567_890_123
+
+
+def append(lake: str, batches: range) -> None:
+    """More batches of the template's writer (two files of 50 ids each), Spark-free."""
+    storage = open_storage(lake)
+    vlog = VersionedLogWriter(storage, Lake(lake).metadata.table_id or "", checkpoint_interval=4)
+    for batch in batches:
+        name = functools.partial(v3_name, WRITER, batch)
+        adds = [
+            v3_file(storage, name(p), 1000 * batch + 50 * p, 50, batch=batch, partition=p) for p in range(2)
+        ]
+        vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=adds))
+
+
+def test_a_view_checkpoint_linked_outside_is_never_read(
+    lake: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 51: the view checkpoint the Delta view's hint names is read, for its files' times,
+    when the next one is written -- through pyarrow's file system, which follows a link: another
+    tenant's checkpoint was read and its values copied into the lake's ``_delta_log``. Read
+    through the lake's storage, the link is refused and the times come from the commits."""
+    caplog.set_level(logging.INFO)
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    theirs = victim(lake).parent / "checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    adds = table.column("add").combine_chunks()
+    times = pa.array([THEIR_TIME] * len(adds), pa.int64())
+    marked = pa.StructArray.from_arrays(
+        [times if f.name == "modificationTime" else adds.field(f.name) for f in adds.type],
+        fields=list(adds.type), mask=adds.is_null(),
+    )  # fmt: skip
+    pq.write_table(table.set_column(table.schema.get_field_index("add"), "add", marked), theirs)
+    before = theirs.read_bytes()
+    checkpoint.unlink()
+    checkpoint.symlink_to(theirs)
+    append(lake, range(6, 9))  # versions 6..8: the view's next checkpoint is due at 8
+    code, out = cli(["sync-views", lake], capsys)
+    assert code == 0 and "Traceback" not in out, out
+    written = pq.read_table(Path(lake) / "_delta_log" / f"{8:020d}.checkpoint.parquet")
+    written_times = set(pc.struct_field(written.column("add"), "modificationTime").to_pylist())
+    assert THEIR_TIME not in written_times and len(written_times - {None}) > 1, written_times
+    assert any("symbolic link" in r.getMessage() for r in caplog.records)  # said why it was not used
+    assert checkpoint.is_symlink() and theirs.read_bytes() == before  # left alone, not replaced
+
+
+def null_rows(table: pa.Table) -> pa.Table:
+    """2,000,000 rows of nulls after the honest ones: ~0.2 MB on disk (10M: 0.8 MB, 3.8 GB read)."""
+    return pa.concat_tables([table, pa.table({f.name: pa.nulls(2_000_000, f.type) for f in table.schema})])
+
+
+def one_path_for_every_row(table: pa.Table) -> pa.Table:
+    """5,000 adds of one dictionary-encoded 400 KB path: decodes to 2 GB (the footer's sizes, the
+    rows per byte pass: 13 KB)."""
+    add = table.schema.field("add").type
+    path = pa.repeat(pa.scalar("x" * 400_000), 100)  # every block the same array: 40 MB here
+    block = pa.StructArray.from_arrays(
+        [path if f.name == "path" else pa.nulls(len(path), f.type) for f in add], fields=list(add)
+    )
+    rows = pa.table(
+        {
+            f.name: pa.chunked_array([block] * 50) if f.name == "add" else pa.nulls(5_000, f.type)
+            for f in table.schema
+        }
+    )
+    return pa.concat_tables([table, rows])
+
+
+@pytest.mark.parametrize("craft", [null_rows, one_path_for_every_row])
+def test_a_crafted_view_checkpoint_is_refused_before_decoding(
+    lake: str, craft: Callable[[pa.Table], pa.Table], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51: a Delta-view checkpoint of 10M null rows (0.8 MB) took 3.8 GB; one of a path
+    used by every row decodes to rows x its length. Its rows are bounded by the lake's actions
+    (live files, writers, protocol, metaData) where they are known, and by its size (2 bytes a
+    row) where not; its text columns are counted per use before they are decoded."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    pq.write_table(
+        craft(pq.read_table(checkpoint)), checkpoint, compression="zstd", dictionary_pagesize_limit=1 << 26,
+        row_group_size=1 << 22,
+    )  # fmt: skip
+    assert checkpoint.stat().st_size < 1 << 20
+    seconds, grown, answer = measured(lake, "sync-views")  # checks the newest view checkpoint
+    assert "not a checkpoint lakesink wrote" in answer and "Traceback" not in answer, answer
+    assert seconds < 2 and grown < 100 << 20, (seconds, grown >> 20, answer)
+    seconds, grown, answer = measured(lake, "verify")  # lists the view's files: refused, skipped
+    assert "Traceback" not in answer and seconds < 5 and grown < 100 << 20, (seconds, grown >> 20, answer)
 
 
 @pytest.mark.parametrize("text", [DEEP, "{" * 100_000, "{[1]: 'x'}", "{'a': " * 500 + "1" + "}" * 500])
