@@ -23,6 +23,7 @@ import ctypes
 import errno
 import os
 import re
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -315,6 +316,9 @@ class LocalStorage:
                     inner = self.opened(at, part, _FOLDER, folder[: done - 1])
                 os.close(at)
                 at = inner
+            # For audit hooks (the fuzzer's): the folder each call works in, as a descriptor --
+            # the calls below name files relative to it, which the "open" event cannot place.
+            sys.audit("lakesink.folder", at, folder)
         except BaseException:
             os.close(at)
             raise
