@@ -381,7 +381,8 @@ class LocalStorage:
         with self._at(local.name) as (at, base):
             # POSIX has no conditional rename: a lock makes "still that version? then rename over
             # it" one step for every writer of this lake.
-            with locked(at, f".{base}.lock", self.shown(f"{local.name}.lock")):
+            lock = f".{base}.lock"
+            with locked(at, lock, self.shown(_sibling(local.name, lock))):
                 if _version(self._lstat(at, base, local.name)) != version:
                     return False
                 os.replace(staged, base, src_dir_fd=at, dst_dir_fd=at)
