@@ -10,6 +10,7 @@ import functools
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -32,6 +33,7 @@ from lakesink.cli import main
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.spark.failures import lakesink_error
+from lakesink.views.derived import files_lagging_views_list
 from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
 from lakesink_reader.format.v3.commits import PendingCommit
@@ -583,6 +585,28 @@ def test_a_crafted_view_checkpoint_is_refused_before_decoding(
     assert seconds < 2 and grown < 100 << 20, (seconds, grown >> 20, answer)
     seconds, grown, answer = measured(lake, "verify")  # lists the view's files: refused, skipped
     assert "Traceback" not in answer and seconds < 5 and grown < 100 << 20, (seconds, grown >> 20, answer)
+
+
+def test_maintenance_looks_for_its_own_files_only_in_what_a_lagging_view_lists(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a view behind the retained versions lists is its writer's choice (a checkpoint can
+    name ~100M short names): ``vacuum`` and ``orphans`` look in it for the files they would
+    delete only, and hold nothing else of it."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    append(lake, range(6, 9))  # the view stays at version 5
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    table = pq.read_table(checkpoint)
+    one = table.filter(pc.is_valid(table.column("add"))).slice(0, 1).to_pylist()[0]["add"]
+    rng = random.Random(51)  # names with random parts, as lakesink's own: 2+ bytes a row on disk
+    names = ["junk-000007.parquet", *(f"junk-{rng.getrandbits(32):08x}.parquet" for _ in range(100_000))]
+    junk = pa.Table.from_pylist([{"add": {**one, "path": name}} for name in names], schema=table.schema)
+    pq.write_table(pa.concat_tables([table, junk]), checkpoint, compression="zstd")
+    storage = open_storage(lake)
+    assert len(files_lagging_views_list(storage, 9)) > 100_000  # everything the view lists
+    ours = {one["path"], "junk-000007.parquet", "not-listed.parquet"}
+    kept = files_lagging_views_list(storage, 9, ours)
+    assert set(kept) == ours - {"not-listed.parquet"} and "sync-views" in kept[one["path"]]
 
 
 @pytest.mark.parametrize("text", [DEEP, "{" * 100_000, "{[1]: 'x'}", "{'a': " * 500 + "1" + "}" * 500])

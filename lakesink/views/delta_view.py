@@ -474,9 +474,13 @@ def _prior_times(storage: Storage, version: int, live: pa.Table) -> pa.Table | N
     return pa.concat_tables(kept) if kept else None
 
 
-def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+def listed_files(
+    storage: Storage, keep: Callable[[str], bool] | None = None
+) -> tuple[int, dict[str, int]] | None:
     """What a Delta reader reads of the view at its newest version: that version and the files
-    it lists (path relative to the lake -> size); None when the lake has no view.
+    it lists (path relative to the lake -> size; only those ``keep`` says, when given: what is
+    held is then bounded by the caller's files, not by the view); None when the lake has no
+    view.
 
     The newest view checkpoint, then the view commits after it up to the first one missing
     (where a reader stops). For ``verify`` and ``vacuum``'s protection of a view that is behind:
@@ -498,13 +502,13 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
         version = max(checkpoints)
         for batch in view_checkpoint_batches(storage, version, ["add.path", "add.size"]):
             for add in batch.column("add").to_pylist():
-                if add is not None:
+                if add is not None and (keep is None or keep(unquote(add["path"]))):
                     files[unquote(add["path"])] = int(add["size"])
     while version + 1 in commits:
         version += 1
         for line in limits.read(storage, delta_commit_name(version), limits.VIEW_FILE).splitlines():
             action = jsondoc.loads(line)
-            if "add" in action:
+            if "add" in action and (keep is None or keep(unquote(action["add"]["path"]))):
                 files[unquote(action["add"]["path"])] = int(action["add"]["size"])
             elif "remove" in action:
                 files.pop(unquote(action["remove"]["path"]), None)
