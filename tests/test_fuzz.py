@@ -54,8 +54,11 @@ def test_the_oracle_sees_a_read_outside_a_traceback_and_a_hang() -> None:
     code = (
         "import sys; from tests.fuzz.child import install_audit; found = []; "
         f"install_audit({str(lake)!r}, found); open({str(lake / 'test_fuzz.py')!r}).close(); "
-        "import os; os.listdir('/etc'); print(found)"
+        "import os; os.listdir('/etc'); at = os.open('/etc', os.O_RDONLY | os.O_DIRECTORY); "
+        "\ntry: os.remove('no-such-file', dir_fd=at)\nexcept OSError: pass\nprint(found)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    # a name relative to a descriptor outside (the local backend's way) is resolved through it
     assert "os.listdir /etc" in out and "test_fuzz.py" not in out, out
+    assert "os.remove no-such-file (is /etc/no-such-file)" in out, out
     assert child.one_error_line("lakesink status: error: x\n") and not child.one_error_line("")

@@ -6,34 +6,42 @@ says so); no message carries an endpoint's user info or an option's value."""
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from lakes import epoch_lake, v3_file
+from lakes import epoch_lake, v3_file, v3_name
 from live import CHECKOUT_PATH
-from test_compact import build
+from test_compact import WRITER, build
 
 from lakesink.cli import main
+from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.spark.failures import lakesink_error
+from lakesink.views.derived import files_lagging_views_list
 from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
+from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.redact import redacted
 from lakesink_reader.storage import open_storage
 from lakesink_reader.storage.hdfs import HdfsStorage
+from lakesink_reader.storage.local import LocalStorage
 from lakesink_reader.storage.options import S3_OPTIONS
 from lakesink_reader.storage.s3 import S3Storage
 
@@ -234,6 +242,88 @@ def test_a_log_folder_linked_to_another_lake_is_refused(
     assert sorted(os.listdir(other / "_lakesink" / "log")) == before
 
 
+#: Exchanges two names atomically (renameat2 RENAME_EXCHANGE) for argv[3] seconds, then prints
+#: how many times: a folder and a link to another folder, each under the other's name by turns.
+SWAPPER = """
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+a, b, end = os.fsencode(sys.argv[1]), os.fsencode(sys.argv[2]), time.monotonic() + float(sys.argv[3])
+swaps = 0
+print("ready", flush=True)
+while time.monotonic() < end:
+    for _ in range(100):
+        if libc.renameat2(-100, a, -100, b, 2) != 0:
+            raise OSError(ctypes.get_errno(), "renameat2")
+        swaps += 1
+print(swaps, flush=True)
+"""
+
+
+def test_a_folder_swapped_for_a_link_is_never_followed(tmp_path: Path) -> None:
+    """Issue 51, item 2: ``sub`` is swapped with a link to a folder outside the lake in a loop,
+    while the local backend reads, lists, checks, deletes and writes in it. Each call sees the
+    folder or refuses the link; none reads, lists, deletes or writes a file outside. The race is
+    live: the calls see both the folder and the link, and the swapper counts its swaps."""
+    lake, outside = tmp_path / "lake", tmp_path / "victim"
+    (lake / "sub").mkdir(parents=True)
+    outside.mkdir()
+    (lake / "link").symlink_to(outside)
+    names = [f"f{i:03d}.json" for i in range(200)]
+    for name in [*names, "outside-only.json"]:
+        (outside / name).write_bytes(b"secret")
+    before = sorted(os.listdir(outside))
+    storage = LocalStorage(str(lake))
+    real = os.open(lake / "sub", os.O_RDONLY | os.O_DIRECTORY)  # the lake's folder, wherever it is
+    seen: Counter[str] = Counter()
+    wrong: list[str] = []
+
+    def call(what: str, op: Callable[..., Any], *args: Any) -> Any:
+        try:
+            return op(*args)
+        except CorruptFileError as exc:
+            assert "symbolic link" in str(exc), exc
+            seen["link"] += 1
+        except OSError as exc:  # the folder left under the call: it followed the link
+            wrong.append(f"{what}: {exc!r}")
+        return None
+
+    swapper = subprocess.Popen(
+        [sys.executable, "-c", SWAPPER, str(lake / "sub"), str(lake / "link"), "2"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert swapper.stdout is not None and swapper.stdout.readline() == "ready\n"
+        i = 0
+        while swapper.poll() is None:
+            name = names[i % len(names)]
+            i += 1
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644, dir_fd=real)
+            os.write(fd, b"lake")
+            os.close(fd)
+            read = call("read", storage.read_bytes, f"sub/{name}")
+            if read not in (None, b"lake"):
+                wrong.append(f"read {read!r}")
+            seen["folder"] += read == b"lake"
+            listed = call("list", storage.list, "sub") or []
+            if "sub/outside-only.json" in {f.name for f in listed}:
+                wrong.append("listed outside")
+            if call("exists", storage.exists, "sub/outside-only.json"):
+                wrong.append("exists outside")
+            call("delete", storage.delete, f"sub/{name}")
+            call("write", storage.put_if_absent, f"sub/new-{i}.json", b"lake")
+            if sorted(os.listdir(outside)) != before:
+                wrong.append(f"outside changed: {set(os.listdir(outside)) ^ set(before)}")
+                break
+    finally:
+        os.close(real)
+        swapper.kill()
+        out, _ = swapper.communicate()
+    assert not wrong, (wrong[:5], seen)
+    assert all((outside / name).read_bytes() == b"secret" for name in before)
+    swaps = int(out.split()[-1]) if out.strip() else 0
+    assert swaps > 1000 and seen["link"] > 10 and seen["folder"] > 10, (swaps, seen)
+
+
 # 3. Crafted files fail cleanly ---------------------------------------------------------------------
 
 
@@ -338,6 +428,185 @@ def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
     with pytest.raises(CorruptFileError, match="unpacks to") as caught:
         Lake(lake).files()
     assert listed.name in str(caught.value)
+
+
+#: A child's peak memory while it runs a step over a lake (VmHWM reset first): prints
+#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command (none: ``Lake.files()``).
+MEASURED = """
+import contextlib, io, re, sys, time
+import pyarrow
+pyarrow.array([1])  # pyarrow's first array imports pandas where installed: not the step's cost
+from lakesink.cli import main
+from lakesink_reader import Lake
+
+def status(key):
+    return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
+
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # resets the peak (VmHWM) to the current RSS
+before, start = status("VmRSS"), time.monotonic()
+if len(sys.argv) > 2:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main([sys.argv[2], sys.argv[1]])
+    answer = f"exit {code}: " + " ".join(out.getvalue().split())
+else:
+    try:
+        answer = str(len(Lake(sys.argv[1]).files()))
+    except Exception as exc:
+        answer = f"{type(exc).__name__}: {exc}"
+print(time.monotonic() - start, status("VmHWM") - before, answer)
+"""
+
+
+def measured(lake: str, *command: str) -> tuple[float, int, str]:
+    """(seconds, bytes grown, answer) of ``Lake(lake).files()``, or of the CLI ``command``, in a
+    child process."""
+    env = {**os.environ, "PYTHONPATH": CHECKOUT_PATH}
+    out = subprocess.run(
+        [sys.executable, "-c", MEASURED, lake, *command], capture_output=True, text=True, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    seconds, grown, answer = out.stdout.strip().split(" ", 2)
+    return float(seconds), int(grown), answer
+
+
+def test_a_list_whose_stats_dictionary_every_row_uses_is_refused_before_decoding(lake: str) -> None:
+    """Issue 51: 3,000 rows of one dictionary-encoded 300 KB `stats` value -- a 9 KB list whose
+    row count, size and footer sizes all pass -- decoded to 900 MB (1.7 GB and 4 s for
+    ``Lake.files()``). Dictionaries are counted per use before they are decoded."""
+    rows, value = 3_000, pa.scalar("0" * 300_000)
+    chunk = pa.repeat(value, 100)  # every chunk the same array: this test holds 30 MB, not 900
+
+    def bomb(table: pa.Table) -> pa.Table:
+        one = table.slice(0, 1).to_pylist()[0]
+        columns = {f.name: pa.repeat(pa.scalar(one[f.name], f.type), rows) for f in LIST_SCHEMA}
+        columns["path"] = pa.array([f"f{i:05d}.parquet" for i in range(rows)])
+        columns["stats"] = pa.chunked_array([chunk] * (rows // len(chunk)))
+        return pa.Table.from_arrays([columns[f.name] for f in LIST_SCHEMA], schema=LIST_SCHEMA)
+
+    listed = rewrite_list(lake, bomb, dictionary_pagesize_limit=1 << 26, row_group_size=rows)
+    footer = pq.ParquetFile(listed).metadata
+    assert listed.stat().st_size < 20_000 and footer.num_rows == rows
+    assert "RLE_DICTIONARY" in footer.row_group(0).column(7).encodings
+    seconds, grown, answer = measured(lake)
+    assert answer.startswith("CorruptFileError") and "decode to 900" in answer and listed.name in answer
+    assert seconds < 1.0 and grown < 50 << 20, (seconds, grown)
+
+
+VIEW_CHECKPOINT = "_delta_log/00000000000000000004.checkpoint.parquet"
+#: A modification time no commit of the lake has (ms): the mark of the other tenant's checkpoint.
+THEIR_TIME = 1_234_567_890_123
+
+
+def append(lake: str, batches: range) -> None:
+    """More batches of the template's writer (two files of 50 ids each), Spark-free."""
+    storage = open_storage(lake)
+    vlog = VersionedLogWriter(storage, Lake(lake).metadata.table_id or "", checkpoint_interval=4)
+    for batch in batches:
+        name = functools.partial(v3_name, WRITER, batch)
+        adds = [
+            v3_file(storage, name(p), 1000 * batch + 50 * p, 50, batch=batch, partition=p) for p in range(2)
+        ]
+        vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=adds))
+
+
+def test_a_view_checkpoint_linked_outside_is_never_read(
+    lake: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 51: the view checkpoint the Delta view's hint names is read, for its files' times,
+    when the next one is written -- through pyarrow's file system, which follows a link: another
+    tenant's checkpoint was read and its values copied into the lake's ``_delta_log``. Read
+    through the lake's storage, the link is refused and the times come from the commits."""
+    caplog.set_level(logging.INFO)
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    theirs = victim(lake).parent / "checkpoint.parquet"
+    table = pq.read_table(checkpoint)
+    adds = table.column("add").combine_chunks()
+    times = pa.array([THEIR_TIME] * len(adds), pa.int64())
+    marked = pa.StructArray.from_arrays(
+        [times if f.name == "modificationTime" else adds.field(f.name) for f in adds.type],
+        fields=list(adds.type), mask=adds.is_null(),
+    )  # fmt: skip
+    pq.write_table(table.set_column(table.schema.get_field_index("add"), "add", marked), theirs)
+    before = theirs.read_bytes()
+    checkpoint.unlink()
+    checkpoint.symlink_to(theirs)
+    append(lake, range(6, 9))  # versions 6..8: the view's next checkpoint is due at 8
+    code, out = cli(["sync-views", lake], capsys)
+    assert code == 0 and "Traceback" not in out, out
+    written = pq.read_table(Path(lake) / "_delta_log" / f"{8:020d}.checkpoint.parquet")
+    written_times = set(pc.struct_field(written.column("add"), "modificationTime").to_pylist())
+    assert THEIR_TIME not in written_times and len(written_times - {None}) > 1, written_times
+    assert any("symbolic link" in r.getMessage() for r in caplog.records)  # said why it was not used
+    assert checkpoint.is_symlink() and theirs.read_bytes() == before  # left alone, not replaced
+
+
+def null_rows(table: pa.Table) -> pa.Table:
+    """2,000,000 rows of nulls after the honest ones: ~0.2 MB on disk (10M: 0.8 MB, 3.8 GB read)."""
+    return pa.concat_tables([table, pa.table({f.name: pa.nulls(2_000_000, f.type) for f in table.schema})])
+
+
+def one_path_for_every_row(table: pa.Table) -> pa.Table:
+    """5,000 adds of one dictionary-encoded 400 KB path: decodes to 2 GB (the footer's sizes, the
+    rows per byte pass: 13 KB)."""
+    add = table.schema.field("add").type
+    path = pa.repeat(pa.scalar("x" * 400_000), 100)  # every block the same array: 40 MB here
+    block = pa.StructArray.from_arrays(
+        [path if f.name == "path" else pa.nulls(len(path), f.type) for f in add], fields=list(add)
+    )
+    rows = pa.table(
+        {
+            f.name: pa.chunked_array([block] * 50) if f.name == "add" else pa.nulls(5_000, f.type)
+            for f in table.schema
+        }
+    )
+    return pa.concat_tables([table, rows])
+
+
+@pytest.mark.parametrize("craft", [null_rows, one_path_for_every_row])
+def test_a_crafted_view_checkpoint_is_refused_before_decoding(
+    lake: str, craft: Callable[[pa.Table], pa.Table], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 51: a Delta-view checkpoint of 10M null rows (0.8 MB) took 3.8 GB; one of a path
+    used by every row decodes to rows x its length. Its rows are bounded by the lake's actions
+    (live files, writers, protocol, metaData) where they are known, and by its size (2 bytes a
+    row) where not; its text columns are counted per use before they are decoded."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    pq.write_table(
+        craft(pq.read_table(checkpoint)), checkpoint, compression="zstd", dictionary_pagesize_limit=1 << 26,
+        row_group_size=1 << 22,
+    )  # fmt: skip
+    assert checkpoint.stat().st_size < 1 << 20
+    seconds, grown, answer = measured(lake, "sync-views")  # checks the newest view checkpoint
+    assert "not a checkpoint lakesink wrote" in answer and "Traceback" not in answer, answer
+    assert seconds < 2 and grown < 100 << 20, (seconds, grown >> 20, answer)
+    seconds, grown, answer = measured(lake, "verify")  # lists the view's files: refused, skipped
+    assert "Traceback" not in answer and seconds < 5 and grown < 100 << 20, (seconds, grown >> 20, answer)
+
+
+def test_maintenance_looks_for_its_own_files_only_in_what_a_lagging_view_lists(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """What a view behind the retained versions lists is its writer's choice (a checkpoint can
+    name ~100M short names): ``vacuum`` and ``orphans`` look in it for the files they would
+    delete only, and hold nothing else of it."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    append(lake, range(6, 9))  # the view stays at version 5
+    checkpoint = Path(lake) / VIEW_CHECKPOINT
+    table = pq.read_table(checkpoint)
+    one = table.filter(pc.is_valid(table.column("add"))).slice(0, 1).to_pylist()[0]["add"]
+    rng = random.Random(51)  # names with random parts, as lakesink's own: 2+ bytes a row on disk
+    names = ["junk-000007.parquet", *(f"junk-{rng.getrandbits(32):08x}.parquet" for _ in range(100_000))]
+    junk = pa.Table.from_pylist([{"add": {**one, "path": name}} for name in names], schema=table.schema)
+    pq.write_table(pa.concat_tables([table, junk]), checkpoint, compression="zstd")
+    storage = open_storage(lake)
+    assert len(files_lagging_views_list(storage, 9)) > 100_000  # everything the view lists
+    ours = {one["path"], "junk-000007.parquet", "not-listed.parquet"}
+    kept = files_lagging_views_list(storage, 9, ours)
+    assert set(kept) == ours - {"not-listed.parquet"} and "sync-views" in kept[one["path"]]
 
 
 @pytest.mark.parametrize("text", [DEEP, "{" * 100_000, "{[1]: 'x'}", "{'a': " * 500 + "1" + "}" * 500])

@@ -286,7 +286,8 @@ def _spare_what_lagging_views_list(storage: Storage, plan: SweepPlan) -> tuple[l
     lists (kept, with the reason): its readers read the version it holds (issue 32, hole 4;
     ``vacuum`` spares them too, after bringing the views up). Simulation seed 182: a Delta view
     started on an upgraded lake at its version 0, its writer killed after that first version."""
-    listed = files_lagging_views_list(storage, plan.facts.retained_from) if plan.findings else {}
+    names = {o.name for o in plan.findings}
+    listed = files_lagging_views_list(storage, plan.facts.retained_from, names) if names else {}
     spared = [replace(o, reason=listed[o.name]) for o in plan.findings if o.name in listed]
     return [o for o in plan.findings if o.name not in listed], plan.kept + spared
 

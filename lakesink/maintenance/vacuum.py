@@ -230,7 +230,7 @@ def _spare_what_views_list(
     findings left and those kept."""
     if delete:
         bring_up(storage, vlog, metadata)
-    listed = files_lagging_views_list(storage, target) if findings else {}
+    listed = files_lagging_views_list(storage, target, {o.name for o in findings}) if findings else {}
     if not listed:
         return findings, []
     kept = [dataclasses.replace(o, reason=listed[o.name]) for o in findings if o.name in listed]

@@ -26,7 +26,7 @@ import dataclasses
 import functools
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import unquote
@@ -39,6 +39,7 @@ from lakesink.views.delta import (
     DELTA_LOG_DIR,
     LAST_CHECKPOINT,
     DeltaViewUnsupported,
+    checkpoint_schema,
     delta_checkpoint,
     delta_checkpoint_name,
     delta_commit,
@@ -50,15 +51,17 @@ from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.format.decoded import decoded_bytes, plain, string_leaves
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
-from lakesink_reader.format.v3.checkpoint import live_files_table
+from lakesink_reader.format.v3.checkpoint import MAX_LIST_EXPANSION, live_files_table
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.logfiles import parallel
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import META_DIR
+from lakesink_reader.redact import redacted
 from lakesink_reader.storage.base import Storage
 
 log = logging.getLogger(__name__)
@@ -397,23 +400,87 @@ def view_checkpoints(storage: Storage) -> list[int]:
     return sorted(found)
 
 
-def _prior_times(storage: Storage, version: int) -> pa.Table | None:
-    """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)."""
-    fs, base = storage.arrow_filesystem()
+#: A view checkpoint holds at least this many bytes on disk per row: each row is an action, and
+#: each add names a distinct file by a name with 8+ random hex digits (lakesink writes ~10 bytes
+#: a row). One of null rows (10M in 0.8 MB decoded to 3.8 GB; issue 51) is refused unread.
+MIN_VIEW_BYTES_PER_ROW = 2
+#: A view checkpoint is decoded this many rows at a time (lakesink writes row groups of 65,536).
+VIEW_BATCH_ROWS = 65_536
+
+
+def view_checkpoint_batches(
+    storage: Storage, version: int, columns: Sequence[str], *, most_rows: int | None = None
+) -> Iterator[pa.Table]:
+    """The view checkpoint at ``version``, its ``columns`` only (dotted leaves: ``add.path``),
+    decoded :data:`VIEW_BATCH_ROWS` rows at a time.
+
+    Its bytes are read through the lake's storage -- no link followed, at most the view-file
+    limit (``limits.VIEW_FILE``) -- and handed to pyarrow as a buffer: pyarrow's own file system
+    follows links (issue 51). Before a row is decoded: at most ``most_rows`` rows (the lake's
+    live files and writers there, when the caller knows them) and :data:`MIN_VIEW_BYTES_PER_ROW`
+    bytes a row, row groups that unpack to at most ``MAX_LIST_EXPANSION`` times its size; its
+    text columns are read dictionary-encoded and what they decode to, counted per use, is held
+    to that bound too. FileNotFoundError when missing; CorruptFileError naming it otherwise.
+    """
+    name = delta_checkpoint_name(version)
+    where = f"view checkpoint {redacted(storage.url.rstrip('/'))}/{name}"
+    data = limits.read(storage, name, limits.VIEW_FILE)
+    most = MAX_LIST_EXPANSION * max(len(data), 1)
     try:
-        table = pq.read_table(
-            f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", columns=["add"], filesystem=fs
+        opened = pq.ParquetFile(
+            pa.BufferReader(data), read_dictionary=string_leaves(checkpoint_schema(), list(columns))
         )
-    except (OSError, ValueError):
+        rows = opened.metadata.num_rows
+        if rows * MIN_VIEW_BYTES_PER_ROW > len(data) or (most_rows is not None and rows > most_rows):
+            raise CorruptFileError(
+                f"{where}: {rows} rows in {len(data)} bytes"
+                + (f", where the lake has {most_rows} actions to list" if most_rows is not None else "")
+                + ": not a checkpoint lakesink wrote"
+            )
+        for group in range(opened.metadata.num_row_groups):
+            unpacked = opened.metadata.row_group(group).total_byte_size
+            if unpacked > most:
+                raise CorruptFileError(
+                    f"{where}: row group {group} unpacks to {unpacked} bytes: not lakesink's"
+                )
+        decoded = 0
+        for batch in opened.iter_batches(batch_size=VIEW_BATCH_ROWS, columns=list(columns)):
+            decoded += decoded_bytes(batch)
+            if decoded > most:
+                raise CorruptFileError(
+                    f"{where}: its text columns decode to more than {most} bytes (their dictionaries "
+                    "counted per use): not a checkpoint lakesink wrote"
+                )
+            yield plain(pa.Table.from_batches([batch]))
+    except (OSError, pa.ArrowException, ValueError, KeyError) as exc:  # a damaged or foreign file
+        said = " ".join(str(exc).split())
+        raise CorruptFileError(f"{where} cannot be read: {said}") from exc
+
+
+def _prior_times(storage: Storage, version: int, live: pa.Table) -> pa.Table | None:
+    """path -> modificationTime of the adds of the view checkpoint at ``version`` (None: none)
+    that are among the ``live`` files: what is kept is bounded by them."""
+    paths = live.column("path").combine_chunks()
+    kept = []
+    try:
+        for batch in view_checkpoint_batches(storage, version, ["add.path", "add.modificationTime"]):
+            adds: Any = batch.column("add").combine_chunks()
+            found = prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
+            if found is not None:
+                kept.append(found.filter(pc.is_in(found.column("path"), value_set=paths)))
+    except (OSError, CorruptFileError) as exc:  # only a shortcut: the commits say the same
+        log.info("not using the view checkpoint at version %d for file times: %s", version, exc)
         return None
-
-    adds: Any = table.column("add").combine_chunks()
-    return prior_table(pc.struct_field(adds, "path"), pc.struct_field(adds, "modificationTime"))
+    return pa.concat_tables(kept) if kept else None
 
 
-def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+def listed_files(
+    storage: Storage, keep: Callable[[str], bool] | None = None
+) -> tuple[int, dict[str, int]] | None:
     """What a Delta reader reads of the view at its newest version: that version and the files
-    it lists (path relative to the lake -> size); None when the lake has no view.
+    it lists (path relative to the lake -> size; only those ``keep`` says, when given: what is
+    held is then bounded by the caller's files, not by the view); None when the lake has no
+    view.
 
     The newest view checkpoint, then the view commits after it up to the first one missing
     (where a reader stops). For ``verify`` and ``vacuum``'s protection of a view that is behind:
@@ -433,18 +500,15 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
     version = -1
     if checkpoints:
         version = max(checkpoints)
-        fs, base = storage.arrow_filesystem()
-        table = pq.read_table(
-            f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", columns=["add"], filesystem=fs
-        )
-        for add in table.column("add").to_pylist():
-            if add is not None:
-                files[unquote(add["path"])] = int(add["size"])
+        for batch in view_checkpoint_batches(storage, version, ["add.path", "add.size"]):
+            for add in batch.column("add").to_pylist():
+                if add is not None and (keep is None or keep(unquote(add["path"]))):
+                    files[unquote(add["path"])] = int(add["size"])
     while version + 1 in commits:
         version += 1
         for line in limits.read(storage, delta_commit_name(version), limits.VIEW_FILE).splitlines():
             action = jsondoc.loads(line)
-            if "add" in action:
+            if "add" in action and (keep is None or keep(unquote(action["add"]["path"]))):
                 files[unquote(action["add"]["path"])] = int(action["add"]["size"])
             elif "remove" in action:
                 files.pop(unquote(action["remove"]["path"]), None)
@@ -497,7 +561,9 @@ def write_view_checkpoint(
         live = live_at(storage, vlog, version, interval, state.counts.files)
         hint = _hint_version(storage)
         prior = (
-            functools.partial(_prior_times, storage, hint) if hint is not None and hint < version else None
+            functools.partial(_prior_times, storage, hint, live)
+            if hint is not None and hint < version
+            else None
         )
         stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
         txns = [(w.id, w.last_batch, _ms(w.committed_at)) for w in state.writers.values()]
@@ -512,8 +578,13 @@ def write_view_checkpoint(
             log.info("%s/%s exists with other bytes (another writer's): kept", storage.url, name)
         hint_doc = last_checkpoint_doc(version, table.num_rows, live.num_rows, len(data))
     else:  # there already: the hint needs its row count (``size`` is required), from the footer
-        fs, base = storage.arrow_filesystem()
-        rows = pq.read_metadata(f"{base.rstrip('/')}/{name}", filesystem=fs).num_rows
+        try:  # read through the lake's storage (no link followed), as every view checkpoint is
+            rows = pq.ParquetFile(
+                pa.BufferReader(limits.read(storage, name, limits.VIEW_FILE))
+            ).metadata.num_rows
+        except (OSError, pa.ArrowException) as exc:
+            said = " ".join(str(exc).split())
+            raise CorruptFileError(f"view checkpoint {storage.url}/{name} cannot be read: {said}") from exc
         hint_doc = json.dumps({"size": rows, "version": version}, separators=(",", ":")).encode()
     hint = _hint_version(storage)
     if hint is None or hint < version:
@@ -526,20 +597,31 @@ def write_view_checkpoint(
     return created
 
 
-def check_view_checkpoint(storage: Storage, vlog: VersionedLog, version: int, interval: int) -> str | None:
+def check_view_checkpoint(
+    storage: Storage, vlog: VersionedLog, version: int, interval: int, writers: int
+) -> str | None:
     """None when the view checkpoint at ``version`` holds exactly the lake's live files there
-    (paths and sizes) and the table's protocol; else what differs."""
-    fs, base = storage.arrow_filesystem()
-    table = pq.read_table(f"{base.rstrip('/')}/{delta_checkpoint_name(version)}", filesystem=fs)
-    seen: dict[str, int] = {}
-    protocols = []
-    for row in table.select([c for c in ("add", "protocol") if c in table.column_names]).to_pylist():
-        if row.get("add") is not None:
-            seen[unquote(row["add"]["path"])] = int(row["add"]["size"])
-        if row.get("protocol") is not None:
-            protocols.append(row["protocol"])
+    (paths and sizes) and the table's protocol; else what differs. ``writers``: how many the
+    lake has (a txn row each, at most). CorruptFileError when the lake cannot derive that
+    version; a checkpoint that cannot be read, or holds more rows than the lake's actions
+    there, differs."""
     live = live_at(storage, vlog, version, interval, None)
     expected = dict(zip(live.column("path").to_pylist(), live.column("bytes").to_pylist(), strict=True))
+    seen: dict[str, int] = {}
+    protocols = []
+    columns = ["add.path", "add.size", "protocol.minWriterVersion"]
+    try:
+        # its rows: one add per live file, a txn per writer, protocol and metaData
+        for batch in view_checkpoint_batches(
+            storage, version, columns, most_rows=live.num_rows + writers + 2
+        ):
+            for row in batch.to_pylist():
+                if row.get("add") is not None:
+                    seen[unquote(row["add"]["path"])] = int(row["add"]["size"])
+                if row.get("protocol") is not None:
+                    protocols.append(row["protocol"])
+    except CorruptFileError as exc:
+        return str(exc)
     if seen != expected:
         extra, lost = len(set(seen) - set(expected)), len(set(expected) - set(seen))
         return (
@@ -683,9 +765,11 @@ def delta_sync(
             f"{len(report.missing)} version(s) missing from {report.missing[0]}: run `lakesink sync-views`"
         )
     else:
+        # Writers are never dropped from the state: the latest's bound every older version's.
         _sync_checkpoints(
-            storage, metadata, vlog, report, latest, interval, start_checkpoint, checkpoints, write
-        )
+            storage, metadata, vlog, report, latest, interval, start_checkpoint, checkpoints, write,
+            len(state.writers),
+        )  # fmt: skip
         if write and report.state == "ok":
             storage.delete(STOP_FILE)
     forget(storage, metadata.table_id or "")
@@ -703,9 +787,11 @@ def _sync_checkpoints(
     start_checkpoint: int | None,
     checkpoints: list[int],
     write: bool,
+    writers: int,
 ) -> None:
     """The view checkpoints: the one a view restarted on a vacuumed lake needs (at its oldest
-    version), the newest due one, and the newest there checked against the lake."""
+    version), the newest due one, and the newest there checked against the lake (``writers``:
+    how many the lake has)."""
     due = latest // interval * interval
     wanted = sorted({c for c in (start_checkpoint, due) if c is not None and c > 0})
     wanted = [c for c in wanted if storage.exists(delta_commit_name(c))]  # never without its commit
@@ -721,7 +807,7 @@ def _sync_checkpoints(
     newest = max([c for c in checkpoints if c <= latest] + report.checkpoints, default=None)
     if newest is not None and report.state == "ok":
         try:
-            problem = check_view_checkpoint(storage, vlog, newest, interval)
+            problem = check_view_checkpoint(storage, vlog, newest, interval, writers)
         except CorruptFileError as exc:
             # The lake cannot derive that version any more (vacuumed below it): a view whose
             # newest checkpoint is that old is behind, which sync-views repairs (it writes the

@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from lakesink.commit.versions import AfterCommit
@@ -138,10 +138,12 @@ class LaggingView:
     anchor: int | None = None
 
 
-def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
-    """The views of the lake whose readers read a version below ``floor``, with what they list.
-    Cheap when the views are at or above it (a listing of each view's folder; a view's file
-    list is read only when it lags)."""
+def lagging_views(
+    storage: Storage, floor: int, keep: Callable[[str], bool] | None = None
+) -> list[LaggingView]:
+    """The views of the lake whose readers read a version below ``floor``, with what they list
+    (only the files ``keep`` says, when given). Cheap when the views are at or above it (a
+    listing of each view's folder; a view's file list is read only when it lags)."""
     out: list[LaggingView] = []
     for view, at_least, listed in (
         (DELTA, _delta_at_least, delta_view.listed_files),
@@ -150,7 +152,7 @@ def lagging_views(storage: Storage, floor: int) -> list[LaggingView]:
         if at_least(storage, floor):
             continue
         try:
-            found = listed(storage)
+            found = listed(storage, keep)
         except (OSError, StorageError):
             raise  # a failed read (EIO, a 503) says nothing of what the view lists: delete nothing
         except Exception:  # not lakesink's content: `verify` names it as foreign
@@ -179,11 +181,15 @@ def _spark_at_least(storage: Storage, version: int) -> bool:
     return at is None or at >= version  # (no view, or one lakesink did not write: nothing to keep)
 
 
-def files_lagging_views_list(storage: Storage, floor: int) -> dict[str, str]:
+def files_lagging_views_list(
+    storage: Storage, floor: int, among: Collection[str] | None = None
+) -> dict[str, str]:
     """The files that views still behind ``floor`` list, each with why it is kept (for
-    ``vacuum``, which deletes only what no version from ``floor`` on lists)."""
+    ``vacuum`` and ``orphans``, which delete only what no version from ``floor`` on lists).
+    ``among``: the files the caller would delete; only those are looked for, so that what a
+    view lists -- its writer's choice -- is never held whole (docs/design/trust.md)."""
     kept: dict[str, str] = {}
-    for lag in lagging_views(storage, floor):
+    for lag in lagging_views(storage, floor, among.__contains__ if among is not None else None):
         where, lists = (
             (f"is at lake version {lag.version}", "still lists it")
             if lag.anchor is None

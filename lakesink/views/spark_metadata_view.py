@@ -62,6 +62,7 @@ import io
 import json
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NoReturn
 from urllib.parse import quote, unquote
@@ -339,10 +340,13 @@ def _read_layout_once(storage: Storage) -> Layout:
     return Layout(batches, anchors)
 
 
-def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+def listed_files(
+    storage: Storage, keep: Callable[[str], bool] | None = None
+) -> tuple[int, dict[str, int]] | None:
     """What ``spark.read.parquet(lake)`` reads of the view: the lake version its newest batch
     holds and the files listed by the newest compact batch and the batches after it (path
-    relative to the lake -> size); None when there is no view lakesink wrote. Entries outside
+    relative to the lake -> size; only those ``keep`` says, when given); None when there is no
+    view lakesink wrote. Entries outside
     the lake are left out (a foreign view: ``verify`` says so on its own)."""
     layout = read_layout(storage)
     top = layout.latest
@@ -357,7 +361,9 @@ def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
         for entry in parse_batch(limits.read(storage, layout.batches[b], limits.VIEW_FILE)):
             path = entry.get("path")
             if isinstance(path, str) and path.startswith(base) and path != base + SUMMARY:
-                files[unquote(path[len(base) :])] = int(entry.get("size", -1))  # type: ignore[call-overload]
+                name = unquote(path[len(base) :])
+                if keep is None or keep(name):
+                    files[name] = int(entry.get("size", -1))  # type: ignore[call-overload]
     return version, files
 
 

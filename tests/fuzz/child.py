@@ -27,12 +27,19 @@ RSS_CAP = 512 << 20
 ADDRESS_CAP = 6 << 30
 #: The audit events that name a path (their first argument; rename, link, symlink: two).
 WATCHED = {
-    "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
+    "lakesink.folder", "open", "os.listdir", "os.scandir", "os.remove", "os.rename", "os.rmdir", "os.mkdir",
     "os.link", "os.symlink", "os.truncate", "os.chmod", "os.chown", "os.utime", "shutil.rmtree",
     "shutil.copyfile", "shutil.move", "os.walk", "glob.glob", "os.exec", "os.posix_spawn",
     "subprocess.Popen",
 }  # fmt: skip
 TWO_PATHS = {"os.rename", "os.link", "os.symlink", "shutil.copyfile", "shutil.move"}
+#: Where the events that take ``dir_fd`` carry it, per path (the local backend works relative to
+#: folder descriptors): a relative path there is resolved through ``/proc/self/fd``.
+DIR_FDS = {"os.remove": (1,), "os.rmdir": (1,), "os.mkdir": (2,), "os.rename": (2, 3), "os.link": (2, 3)}
+#: (event, path) that acts on the name itself, never following a link there: only its folder
+#: is resolved (a link's own name removed, renamed, or met by ``link(2)``'s EEXIST is inside).
+NAME_ITSELF = {("os.remove", 0), ("os.rmdir", 0), ("os.mkdir", 0), ("os.rename", 0), ("os.rename", 1),
+               ("os.link", 1), ("os.symlink", 1)}  # fmt: skip
 #: Files outside the lake that a Python process may read for itself.
 SYSTEM_FILES = ("/etc/localtime", "/etc/timezone", "/dev/null", "/dev/urandom")
 SYSTEM_DIRS = ("/proc", "/sys", "/usr/share/zoneinfo", "/usr/lib", "/usr/local/lib", "/lib", "/lib64")
@@ -51,7 +58,14 @@ def allowed_dirs() -> list[str]:
 
 def install_audit(root: str, found: list[str]) -> None:
     """Record every watched event whose path, links resolved, is outside ``root`` and outside
-    Python's own folders (an ``open`` with ``O_NOFOLLOW``: its last part is not resolved)."""
+    Python's own folders (an ``open`` with ``O_NOFOLLOW``, and the names of :data:`NAME_ITSELF`:
+    their last part is not resolved).
+
+    A path relative to a ``dir_fd`` the event carries is resolved through the descriptor. An
+    ``open`` is audited without its ``dir_fd``: a relative ``O_NOFOLLOW`` open of one part (no
+    ``/``, not ``..``) stays in the folder of its descriptor, and the local backend reports
+    each folder descriptor it works in (``lakesink.folder``), which is checked instead; any
+    other relative open is resolved from the working folder, as Python would."""
     root = os.path.realpath(root)
     allowed = allowed_dirs()
     busy = threading.local()
@@ -66,14 +80,26 @@ def install_audit(root: str, found: list[str]) -> None:
             return
         busy.on = True
         try:
+            if event == "lakesink.folder":  # the local backend's folder descriptor: where is it?
+                real = os.path.realpath(os.readlink(f"/proc/self/fd/{args[0]}"))
+                if outside(real):
+                    found.append(f"{event} {args[1]!r} (is {real})")
+                return
             paths = list(args[:2] if event in TWO_PATHS else args[:1])
-            for given in paths:
+            for i, given in enumerate(paths):
                 if given is None or isinstance(given, int):
                     continue  # a descriptor: opened (and checked) by name before
-                name = os.path.abspath(os.fsdecode(os.fspath(given)))
+                name = os.fsdecode(os.fspath(given))
                 nofollow = (
                     event == "open" and len(args) > 2 and isinstance(args[2], int) and args[2] & os.O_NOFOLLOW
-                )
+                ) or (event, i) in NAME_ITSELF
+                at = DIR_FDS.get(event, ())
+                dir_fd = args[at[i]] if i < len(at) and at[i] < len(args) else None
+                if not os.path.isabs(name) and isinstance(dir_fd, int) and dir_fd >= 0:
+                    name = os.path.join(os.readlink(f"/proc/self/fd/{dir_fd}"), name)
+                elif event == "open" and nofollow and "/" not in name and name not in (".", ".."):
+                    continue  # one part below a checked descriptor (see above)
+                name = os.path.abspath(name)
                 real = (
                     os.path.join(os.path.realpath(os.path.dirname(name)), os.path.basename(name))
                     if nofollow
@@ -93,12 +119,12 @@ def one_error_line(text: str) -> bool:
     return len([line for line in text.splitlines() if "error:" in line]) == 1
 
 
-def cli_step(command: str, root: str) -> dict[str, Any]:
+def cli_step(command: str, root: str, *options: str) -> dict[str, Any]:
     from lakesink.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main([command, root])
+        code = main([command, root, *options])
     verdict = "ok" if code in (0, 1) else "refused"
     problem = None
     if code not in (0, 1, 2):
@@ -129,11 +155,49 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
     return {"verdict": "ok", "problem": f"rows of the file outside: {leaked}" if leaked else None}
 
 
+#: The maintenance commands a case may run after the reads, on its own copy of the lake: they
+#: write, copy and delete, and a crafted lake must lead none of that outside either (the audit
+#: hook; the driver compares the victim folder before and after; compact's output is read).
+MAINTENANCE = {
+    "sync-views": ["sync-views"],
+    "compact": ["compact", "--min-files", "2", "--target-file-size", "1MB"],
+    "vacuum": ["vacuum", "--retain", "0", "--force", "--delete"],
+    "orphans": ["orphans", "--older-than", "0", "--delete"],
+}
+
+
+def maintenance_step(command: str) -> Callable[[str, range], dict[str, Any]]:
+    def step(root: str, victim_ids: range) -> dict[str, Any]:
+        outcome = cli_step(command, root, *MAINTENANCE[command][1:])
+        if outcome["problem"] is None:
+            copied = sorted(_ids_in_lake(root) & set(victim_ids))[:5]
+            if copied:
+                outcome["problem"] = f"rows of the file outside copied into the lake: {copied}"
+        return outcome
+
+    return step
+
+
+def _ids_in_lake(root: str) -> set[int]:
+    """The ids of every regular Parquet file in the lake that reads (links not followed)."""
+    import pyarrow.parquet as pq
+
+    found: set[int] = set()
+    for folder, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(folder, name)
+            if name.endswith(".parquet") and not os.path.islink(path) and "_delta_log" not in path:
+                with contextlib.suppress(Exception):  # a damaged file: the mutation's, not a copy
+                    found.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+    return found
+
+
 STEPS: dict[str, Callable[[str, range], dict[str, Any]]] = {
     "read": read_step,
     "status": lambda root, _: cli_step("status", root),
     "verify": lambda root, _: cli_step("verify", root),
     "history": lambda root, _: cli_step("history", root),
+    **{name: maintenance_step(name) for name in MAINTENANCE},
 }
 
 

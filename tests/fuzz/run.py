@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.fuzz.child import RSS_CAP, run_case
+from tests.fuzz.child import MAINTENANCE, RSS_CAP, run_case
 from tests.fuzz.mutate import mutate
 from tests.fuzz.templates import TEMPLATES, VICTIM_IDS, build
 
-#: A case's steps, in order; each may take at most this long (seconds) in all.
+#: A case's steps, in order, then one maintenance command (``child.MAINTENANCE``) in
+#: :data:`MAINTENANCE_SHARE` of the cases; all of them may take at most this long (seconds).
 STEPS = ["read", "status", "verify", "history"]
+MAINTENANCE_SHARE = 0.5
 TIME_CAP = 30.0
 #: How often the driver looks at a child's resident memory (seconds), and what a child holds
 #: before its case starts (the preloaded modules: ~150 MiB).
@@ -32,6 +34,7 @@ PRELOAD = ["lakesink.cli", "lakesink_reader.lake", "pyarrow.parquet", "pyarrow.c
 class Case:
     seed: int
     template: str = ""
+    maintenance: str = ""
     mutation: str = ""
     file: str = ""
     what: str = ""
@@ -40,7 +43,8 @@ class Case:
     seconds: float = 0.0
 
     def line(self) -> str:
-        return f"case {self.seed}: {self.template} {self.mutation} {self.file}: {self.what}"
+        then = f" then {self.maintenance}" if self.maintenance else ""
+        return f"case {self.seed}: {self.template} {self.mutation} {self.file}: {self.what}{then}"
 
 
 def rss(pid: int | None) -> int:
@@ -77,9 +81,15 @@ class Fuzzer:
         shutil.copytree(self.templates[case.template].parent, place, symlinks=True)
         root = place / "lake"
         start = time.monotonic()
+        victim = _files(place / "victim")
         try:
             case.mutation, case.file, case.what = mutate(rng, root, mutation)
-            case.result = self._child(str(root))
+            # drawn after the mutation: a seed of the ledger's runs still makes the same one
+            if rng.random() < MAINTENANCE_SHARE:
+                case.maintenance = rng.choice(sorted(MAINTENANCE))
+            case.result = self._child(str(root), [*STEPS, *([case.maintenance] if case.maintenance else [])])
+            changed = sorted(set(victim.items()) ^ set(_files(place / "victim").items()))
+            case.result["victim"] = [name for name, _ in changed]
         finally:
             case.seconds = round(time.monotonic() - start, 2)
             if not self.keep:
@@ -87,9 +97,9 @@ class Fuzzer:
         case.failures = judge(case.result)
         return case
 
-    def _child(self, root: str) -> dict[str, Any]:
+    def _child(self, root: str, steps: list[str]) -> dict[str, Any]:
         receive, send = self.ctx.Pipe(duplex=False)
-        child = self.ctx.Process(target=run_case, args=(root, VICTIM_IDS, STEPS, send), daemon=True)
+        child = self.ctx.Process(target=run_case, args=(root, VICTIM_IDS, steps, send), daemon=True)
         child.start()
         send.close()
         result: dict[str, Any] = {}
@@ -117,6 +127,18 @@ class Fuzzer:
         return result
 
 
+def _files(folder: Path) -> dict[str, bytes]:
+    """Every file below ``folder`` (links as their target's name), by relative name."""
+    found = {}
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if path.is_symlink():
+            found[rel] = os.readlink(path).encode()
+        elif path.is_file():
+            found[rel] = path.read_bytes()
+    return found
+
+
 def judge(result: dict[str, Any]) -> list[str]:
     """The oracle: what in a child's result breaks the promise."""
     failures = []
@@ -132,6 +154,8 @@ def judge(result: dict[str, Any]) -> list[str]:
         if step.get("problem"):
             failures.append(f"{name}: {step['problem']}")
     failures.extend(f"outside the lake: {event}" for event in result.get("audit", [])[:5])
+    if result.get("victim"):
+        failures.append(f"outside the lake: the victim folder changed: {result['victim'][:5]}")
     growth = result.get("rss_growth", 0)
     if growth > RSS_CAP:
         failures.append(f"memory: resident memory grew by {growth >> 20} MiB (cap {RSS_CAP >> 20})")
