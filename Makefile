@@ -47,7 +47,7 @@ $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constr
 	@# Two distributions: lakesink-reader (reader/: the reader and the lake contract) and lakesink
 	@# (the writers), which requires the first; both editable, from this checkout.
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e './reader[s3,hdfs,pandas]' \
-		-e '.[spark,s3,hdfs,pandas,connect,test,dev,bench,docs]' --config-settings editable_mode=compat
+		-e '.[spark,s3,hdfs,pandas,connect,iceberg,test,dev,bench,docs]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so
