@@ -1,0 +1,261 @@
+"""The Iceberg view of format-3 epoch lakes (issue 54): ``metadata/`` derived from the lake's log,
+read by pyiceberg's ``StaticTable`` and polars ``scan_iceberg`` (the oracles), fenced like the
+Delta view (docs/design/iceberg-view.md).
+
+No Spark: the lakes are written through the log's writer with the view's hook, as the Delta
+view's tests write theirs. polars plans through pyiceberg (``POLARS_ICEBERG_PLANNER``: its own
+planner is a separate package, not installed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from lakes import SCHEMA, rows, v3_table
+from test_reader_v3 import W1, W2, Writer, ids
+
+from lakesink.cli import main as cli_main
+from lakesink.commit.files import WriteOptions
+from lakesink.commit.partitioned import PartitionedWriter
+from lakesink.commit.versions import VersionedLogWriter
+from lakesink.maintenance import compact, verify
+from lakesink.maintenance.lake_defaults import set_lake_defaults
+from lakesink.maintenance.vacuum import vacuum
+from lakesink.views import iceberg_layout
+from lakesink.views.derived import derived_views, maintenance_views
+from lakesink.views.iceberg import IcebergViewUnsupported, iceberg_schema
+from lakesink.views.iceberg_view import STOP_FILE, IcebergView, forget, iceberg_sync
+from lakesink_reader import read_committed
+from lakesink_reader.format.schemas import encode_schema
+from lakesink_reader.format.table import TableMetadata, read_table_metadata
+from lakesink_reader.format.v3.commits import AddFile, PendingCommit
+from lakesink_reader.names import TABLE_FILE
+from lakesink_reader.storage import Storage, open_storage
+
+os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
+
+
+def static(lake: str, number: int | None = None) -> Any:
+    """pyiceberg's table of the view: found from the lake's path (the hint), or metadata ``number``."""
+    from pyiceberg.table import StaticTable
+
+    where = lake if number is None else os.path.join(lake, iceberg_layout.metadata_name(number))
+    return StaticTable.from_metadata(where)
+
+
+def iceberg_ids(lake: str, *, snapshot: int | None = None) -> list[int]:
+    """The ids pyiceberg reads at the view's newest version (or snapshot ``snapshot``), checked
+    against what polars reads of the same snapshot."""
+    import polars as pl
+
+    table = static(lake)
+    got = sorted(table.scan(snapshot_id=snapshot).to_arrow().column("id").to_pylist())
+    frame = pl.scan_iceberg(table, snapshot_id=snapshot).collect()
+    assert sorted(frame["id"].to_list()) == got, "polars and pyiceberg read other rows"
+    return got
+
+
+def viewed_log(
+    storage: Storage, table_id: str, *, create: bool = True, interval: int = 5
+) -> VersionedLogWriter:
+    forget(storage, table_id)
+    return VersionedLogWriter(
+        storage,
+        table_id,
+        checkpoint_interval=interval,
+        after_commit=IcebergView(storage, table_id, create=create),
+    )
+
+
+def hint(storage: Storage) -> int | None:
+    return iceberg_layout.read_hint(storage)
+
+
+def test_pyiceberg_and_polars_read_exactly_the_committed_rows_through_compaction_and_vacuum(
+    lake: str,
+) -> None:
+    storage, table_id = v3_table(lake, checkpoint_interval=5)
+    log = viewed_log(storage, table_id)
+    a, b = Writer(log, W1), Writer(log, W2, allow_other_queries=True)
+    a.append(0)  # v0
+    b.append(1000)  # v1
+    a.append(20)  # v2
+    assert hint(storage) == 3 and storage.exists("metadata/v3.metadata.json")
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+    # An older retained version by snapshot id (lake version v = snapshot v + 1).
+    assert iceberg_ids(lake, snapshot=2) == ids(read_committed(lake, version=1))
+    snap = static(lake).current_snapshot()
+    assert snap.snapshot_id == 3 and snap.sequence_number == 3
+    assert snap.summary["lakesink.version"] == "2" and snap.summary["operation"].value == "append"
+    assert snap.summary["added-data-files"] == "2" and snap.summary["total-records"] == "60"
+
+    # Compaction (the maintenance hook): a `replace` snapshot of the same rows, one file.
+    forget(storage, table_id)
+    report = compact(lake, target_file_size=1 << 30, min_files=2, check_store=False)
+    assert report.version == 3 and hint(storage) == 4
+    table = static(lake)
+    assert table.current_snapshot().summary["operation"].value == "replace"
+    tasks = list(table.scan().plan_files())
+    assert len(tasks) == 1 and os.path.basename(tasks[0].file.file_path).startswith("c")
+    assert iceberg_ids(lake) == ids(read_committed(lake)) == iceberg_ids(lake, snapshot=3)
+
+    # Vacuum: its own snapshot drops those of the versions below the floor (expiry follows the
+    # lake's retention), and what is left reads exactly the lake.
+    a.append(40)  # v4
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 5
+    floor = log.open().retained_from
+    assert floor == 4  # retain=0: the latest version when vacuum started, and its own
+    metadata = static(lake).metadata
+    assert [s.snapshot_id for s in metadata.snapshots] == [5, 6]  # snapshots of versions 4, 5
+    assert [e.snapshot_id for e in metadata.snapshot_log] == [5, 6]
+    assert iceberg_ids(lake) == ids(read_committed(lake)) == iceberg_ids(lake, snapshot=5)
+    assert iceberg_sync(storage, write=False).state == "ok"
+    assert verify(lake).ok
+
+
+def test_schema_changes_keep_field_ids_and_partitions_are_identity(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    storage = open_storage(lake)
+    table_id = uuid.uuid4().hex
+    meta = TableMetadata(3, "epoch", SCHEMA, time.time(), table_id, partition_columns=("bucket",))
+    assert storage.put_if_absent(TABLE_FILE, meta.to_json())
+    log = viewed_log(storage, table_id)
+    names = iter(f"w{i:04d}.parquet" for i in range(1000))
+
+    def append(
+        batch: int, start: int, count: int, schema: pa.Schema = SCHEMA, change: str | None = None
+    ) -> None:
+        writer = PartitionedWriter(storage, schema, ["bucket"], lambda: next(names), WriteOptions())
+        data = rows(start, count)
+        if schema != SCHEMA:  # the new column: a double derived from the id
+            data = data.append_column("score", pa.array([i / 2 for i in range(start, start + count)]))
+        writer.write(data)
+        adds = [AddFile(f.published.name, f.published.rows, f.published.size, 0, batch, f.published.stats)
+                for f in writer.publish()]  # fmt: skip
+        pending = PendingCommit.append(writer_id=W1, batch=batch, run="run-0000000000000001", adds=adds,
+                                       schema=change)  # fmt: skip
+        assert log.commit(pending).status == "committed"
+
+    append(0, 0, 30)
+    first = static(lake)
+    ids_before = {f.name: f.field_id for f in first.schema().fields}
+    spec = first.spec()
+    assert [(p.name, p.source_id, str(p.transform)) for p in spec.fields] == [
+        ("bucket", ids_before["bucket"], "identity")
+    ]
+    # One data file per folder, each with its identity partition value; the folders' column is
+    # not in the files and Iceberg readers fill it in.
+    entries = list(first.scan().plan_files())
+    assert sorted(t.file.partition[0] for t in entries) == list(range(7))
+    got = first.scan().to_arrow().sort_by("id")
+    assert got.column("bucket").to_pylist() == [i % 7 for i in range(30)]
+    assert got.column("label").to_pylist() == [f"r{i}" for i in range(30)]
+    # A filter on the partition column prunes to its folder's file.
+    assert len(list(first.scan(row_filter="bucket == 3").plan_files())) == 1
+
+    wider = SCHEMA.append(pa.field("score", pa.float64()))
+    append(1, 100, 14, wider, encode_schema(wider))  # merge_schema: a column added
+    table = static(lake)
+    assert {f.name: f.field_id for f in table.schema().fields} == {**ids_before, "score": 4}
+    assert [s.schema_id for s in table.metadata.schemas] == [0, 1]
+    assert table.current_snapshot().schema_id == 1
+    got = table.scan().to_arrow().sort_by("id")
+    lake_rows = read_committed(lake).sort_by("id")
+    assert got.column("id").to_pylist() == lake_rows.column("id").to_pylist()
+    assert got.column("score").to_pylist() == lake_rows.column("score").to_pylist()  # nulls, then halves
+    assert got.column("bucket").to_pylist() == lake_rows.column("bucket").to_pylist()
+    assert iceberg_ids(lake) == ids(lake_rows) and iceberg_ids(lake, snapshot=1) == list(range(30))
+    # Statistics prune: no file of the first batch holds an id above 99.
+    assert {t.file.record_count for t in table.scan(row_filter="id >= 100").plan_files()} <= {1, 2, 3}
+
+
+def test_field_ids_and_types_map_strictly() -> None:
+    nested = pa.schema(
+        [
+            ("s", pa.struct([("x", pa.int32()), ("y", pa.list_(pa.string()))])),
+            ("m", pa.map_(pa.string(), pa.int64())),
+            ("ts", pa.timestamp("us", tz="UTC")),
+        ]
+    )
+    schema, last = iceberg_schema(nested, {}, 0, 0)
+    assert [f.field_id for f in schema.fields] == [1, 2, 3] and last == 8  # s.x s.y s.y.element m.key m.value
+    # A column added in front of the nested ones keeps the old ids and takes the next one.
+    from lakesink.views.iceberg import field_paths
+
+    grown = pa.schema([*nested, ("n", pa.int64())])
+    again, last2 = iceberg_schema(grown, field_paths(schema), last, 1)
+    assert field_paths(again) == {**field_paths(schema), "n": 9} and last2 == 9
+    for bad in (pa.uint32(), pa.timestamp("ns"), pa.time64("us"), pa.timestamp("ms", tz="UTC")):
+        with pytest.raises(IcebergViewUnsupported, match="column 'c'"):
+            iceberg_schema(pa.schema([("c", bad)]), {}, 0, 0)
+
+
+def test_the_fence_a_late_hook_never_moves_the_view_back_and_a_foreign_file_stops_it(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    plain = VersionedLogWriter(storage, table_id, checkpoint_interval=100)
+    writer = Writer(plain, W1)
+    writer.append(0)  # v0: no view yet
+    hook = IcebergView(storage, table_id, create=True)
+    forget(storage, table_id)
+    late = plain.read_commit(0)
+    writer.append(10)  # v1
+    state1 = plain.open()
+    hook(plain.read_commit(1), state1)  # the view starts at version 1 (snapshot 2)
+    assert hint(storage) == 2 and not storage.exists("metadata/v1.metadata.json")
+    # The writer of version 0, killed before its view update, comes back: nothing is written
+    # behind the newer version, and the hint stays.
+    assert late is not None
+    forget(storage, table_id)
+    hook(late, plain.snapshot(at_most=0).state)
+    assert hint(storage) == 2 and not storage.exists("metadata/v1.metadata.json")
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+
+    # A foreign writer (an Iceberg catalog's commit) takes the next number: the view stops, the
+    # lake is unaffected, verify says so; sync-views resumes once the view is whole again.
+    # (It keeps the view's properties, as Iceberg's writers do: only the snapshot tells.)
+    foreign = json.loads(storage.read_bytes("metadata/v2.metadata.json"))
+    foreign["current-snapshot-id"] = foreign["snapshots"][0]["snapshot-id"] = 7093
+    assert storage.put_if_absent("metadata/v3.metadata.json", json.dumps(foreign).encode())
+    writer2 = Writer(viewed_log(storage, table_id, interval=100), W1)
+    writer2.batch = 2
+    writer2.append(20)  # v2: its snapshot would be 3
+    assert storage.exists(STOP_FILE)
+    assert "snapshot 7093" in json.loads(storage.read_bytes(STOP_FILE))["reason"]
+    assert hint(storage) == 2
+    assert len(ids(read_committed(lake))) == 60  # the lake took the commit
+    report = verify(lake)
+    assert not report.ok and report.iceberg_view is not None and "foreign" in report.iceberg_view
+    storage.delete("metadata/v3.metadata.json")
+    synced = iceberg_sync(storage)
+    assert synced.state == "ok" and synced.written == [2] and not storage.exists(STOP_FILE)
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+
+
+def test_the_option_is_remembered_in_table_json_and_sync_views_starts_the_view(
+    lake: str, capsys: Any
+) -> None:
+    storage, table_id = v3_table(lake)
+    plain = VersionedLogWriter(
+        storage, table_id, checkpoint_interval=100, after_commit=derived_views(storage, table_id)
+    )
+    Writer(plain, W1).append(0)  # the default views: no Iceberg view
+    assert not iceberg_layout.has_view(storage)
+    assert all(type(h).__name__ != "IcebergView" for h in maintenance_views(storage, table_id).hooks)
+    assert cli_main(["sync-views", lake]) == 0 and not iceberg_layout.has_view(storage)  # not asked for
+    # Remembered in table.json (what a writer with the option on does at its start).
+    set_lake_defaults(lake, {"iceberg_view": True})
+    assert read_table_metadata(storage).iceberg_view is True
+    assert json.loads(storage.read_bytes(TABLE_FILE))["iceberg_view"] is True
+    capsys.readouterr()
+    assert cli_main(["sync-views", lake]) == 0
+    assert "Iceberg view (metadata/) ok" in capsys.readouterr().out
+    assert hint(storage) == 1 and iceberg_ids(lake) == list(range(20))
+    assert any(type(h).__name__ == "IcebergView" for h in maintenance_views(storage, table_id).hooks)
