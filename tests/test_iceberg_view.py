@@ -25,6 +25,7 @@ from lakesink.cli import main as cli_main
 from lakesink.commit.files import WriteOptions
 from lakesink.commit.partitioned import PartitionedWriter
 from lakesink.commit.versions import VersionedLogWriter
+from lakesink.config import SinkConfig
 from lakesink.maintenance import compact, verify
 from lakesink.maintenance.lake_defaults import set_lake_defaults
 from lakesink.maintenance.vacuum import vacuum
@@ -242,6 +243,8 @@ def test_the_fence_a_late_hook_never_moves_the_view_back_and_a_foreign_file_stop
 def test_the_option_is_remembered_in_table_json_and_sync_views_starts_the_view(
     lake: str, capsys: Any
 ) -> None:
+    assert SinkConfig.from_options({"path": lake, "iceberg_view": "true"}).sink.iceberg_view is True
+    assert SinkConfig.from_options({"path": lake}).sink.iceberg_view is None
     storage, table_id = v3_table(lake)
     plain = VersionedLogWriter(
         storage, table_id, checkpoint_interval=100, after_commit=derived_views(storage, table_id)
@@ -259,3 +262,25 @@ def test_the_option_is_remembered_in_table_json_and_sync_views_starts_the_view(
     assert "Iceberg view (metadata/) ok" in capsys.readouterr().out
     assert hint(storage) == 1 and iceberg_ids(lake) == list(range(20))
     assert any(type(h).__name__ == "IcebergView" for h in maintenance_views(storage, table_id).hooks)
+
+
+@pytest.mark.spark
+def test_a_spark_writer_with_the_option_keeps_the_view_and_the_lake_remembers_it(
+    spark: Any, tmp_path: Path, lake: str
+) -> None:
+    from test_epoch_v3 import add_input, run
+
+    for i in range(2):
+        add_input(tmp_path / "in", i, rows=50)
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk", iceberg_view=True)
+    assert query.exception() is None
+    assert read_table_metadata(open_storage(lake)).iceberg_view is True  # remembered
+    assert iceberg_ids(lake) == ids(read_committed(lake)) == list(range(100))
+    # A later query that does not set the option keeps the view: the lake says so.
+    add_input(tmp_path / "in", 2, rows=50)
+    query = run(spark, tmp_path / "in", lake, tmp_path / "chk")
+    assert query.exception() is None
+    latest = open_storage(lake)
+    assert iceberg_ids(lake) == ids(read_committed(lake)) == list(range(150))
+    assert static(lake).current_snapshot().snapshot_id == iceberg_layout.snapshot_id(2)
+    assert iceberg_sync(latest, write=False).state == "ok" and verify(lake).ok
