@@ -122,6 +122,56 @@ def test_pyiceberg_and_polars_read_exactly_the_committed_rows_through_compaction
     assert verify(lake).ok
 
 
+def appended_ids(lake: str, after: int, upto: int) -> list[int]:
+    """What an incremental append read between snapshots ``after`` and ``upto`` returns (as
+    Iceberg's ``IncrementalAppendScan`` plans it): the rows of the files whose manifest entries
+    are ``ADDED`` by an ``append`` snapshot in ``(after, upto]``."""
+    import pyarrow.parquet as pq
+
+    table = static(lake)
+    paths = set()
+    for snap in table.metadata.snapshots:
+        if after < snap.snapshot_id <= upto and snap.summary["operation"].value == "append":
+            entries = table.inspect.entries(snapshot_id=snap.snapshot_id).to_pylist()
+            paths |= {
+                e["data_file"]["file_path"]
+                for e in entries
+                if e["status"] == 1 and e["snapshot_id"] == snap.snapshot_id
+            }
+    return sorted(i for p in paths for i in pq.read_table(p).column("id").to_pylist())
+
+
+def test_appends_keep_their_parents_manifests_and_incremental_reads_find_exactly_the_appends(
+    lake: str,
+) -> None:
+    storage, table_id = v3_table(lake, checkpoint_interval=4)
+    log = viewed_log(storage, table_id, interval=4)
+    a = Writer(log, W1)
+    for i in range(3):
+        a.append(i * 100)  # v0..v2
+    table = static(lake)
+    # Each append adds a manifest of its own files to its parent's: the list grows by one.
+    assert [len(table.inspect.manifests().to_pylist())] == [3]
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+    a.append(300)  # v3: the parent has 3 manifests, under the bound (4): kept
+    a.append(400)  # v4: the parent has 4: one manifest of every live file instead
+    table = static(lake)
+    assert len(table.inspect.manifests().to_pylist()) == 1
+    assert iceberg_ids(lake) == ids(read_committed(lake)) and iceberg_ids(lake, snapshot=4) == list(
+        i for s in range(0, 400, 100) for i in range(s, s + 20)
+    )
+    # Incremental reads: exactly the rows appended between two lake versions, also across the
+    # rolled-up snapshot (its EXISTING entries are not appends) and a compaction (a `replace`).
+    forget(storage, table_id)
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    a.append(500)  # v6
+    committed = {v: set(ids(read_committed(lake, version=v))) for v in range(7)}
+    for after, upto in ((1, 3), (2, 5), (3, 7), (5, 7), (6, 7)):
+        expected = sorted(committed[upto - 1] - committed[after - 1])
+        assert appended_ids(lake, after, upto) == expected, (after, upto)
+    assert iceberg_sync(storage, write=False).state == "ok"
+
+
 def test_schema_changes_keep_field_ids_and_partitions_are_identity(tmp_path: Path) -> None:
     lake = str(tmp_path / "lake")
     storage = open_storage(lake)

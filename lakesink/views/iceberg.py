@@ -7,15 +7,20 @@ is derived from table.json and the lake's log; the Avro files are written by pyi
 manifest and manifest-list writers into memory, and the caller (``iceberg_view``) stores the
 bytes through lakesink's ``Storage`` -- so the view is written the same way on every store.
 
-What one snapshot holds:
+What one snapshot holds (``iceberg_view.write_snapshot`` decides which form):
 
-- one manifest listing every live file at ``v``: ``ADDED`` (snapshot ``v + 1``) for the files
-  version ``v`` added, ``EXISTING`` (snapshot and sequence number ``a + 1``, ``a`` the version
-  that added it) for the others -- so an incremental reader between two snapshots finds exactly
-  the appended files, and a compaction's outputs are ``ADDED`` in a ``replace`` snapshot, which
-  incremental readers skip;
-- a manifest list naming that manifest (none when no file is live);
-- a summary with Iceberg's counts and the lake commit's fields under ``lakesink.``.
+- an append on its parent snapshot: the parent's manifests, and one of its own listing its
+  adds as ``ADDED`` (snapshot and sequence number ``v + 1``);
+- otherwise (a compaction, a view that starts or skipped versions, a parent with as many
+  manifests as the lake's checkpoint interval): one manifest of every live file at ``v``,
+  ``ADDED`` for the files ``v`` added, ``EXISTING`` (snapshot and sequence number ``a + 1``,
+  ``a`` the version that added it) for the others.
+
+Either way the snapshot lists exactly the lake's live files at ``v``, and the ``ADDED`` entries
+of a snapshot are exactly its version's adds: an incremental reader between two snapshots
+finds exactly the appended files, and a compaction's outputs are ``ADDED`` in a ``replace``
+snapshot, which incremental readers skip. A summary carries Iceberg's counts and the lake
+commit's fields under ``lakesink.``.
 
 The schema's field ids are kept across schema changes (:func:`iceberg_schema`: a column keeps
 its id, a new one takes the next); every field is optional (a reader that trusts a ``required``
@@ -27,7 +32,6 @@ readers fill from the partition values.
 from __future__ import annotations
 
 import datetime
-import hashlib
 import io
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
@@ -144,7 +148,7 @@ def field_paths(schema: Schema) -> dict[str, int]:
 
 class _Ids:
     def __init__(self, known: Mapping[str, int], last: int) -> None:
-        self.known, self.last, self.given = dict(known), last, {}  # type: dict[str, int]
+        self.known, self.last = dict(known), last
 
     def of(self, path: str) -> int:
         if path in self.known:
@@ -247,7 +251,7 @@ class LiveFile:
     size: int
     rows: int
     added_version: int
-    stats: str | None = None
+    stats: Any = None  # lakesink's stats: the object (a commit's add) or its JSON (a file list's)
 
 
 def data_file(root: str, f: LiveFile, schema: Schema, columns: Sequence[str]) -> DataFile:
@@ -268,10 +272,14 @@ def data_file(root: str, f: LiveFile, schema: Schema, columns: Sequence[str]) ->
         partition=partition,
         record_count=f.rows,
         file_size_in_bytes=f.size,
-        value_counts=counts or None,
-        null_value_counts=nulls or None,
-        lower_bounds=lower or None,
-        upper_bounds=upper or None,
+        # Empty maps, not nulls, where there are no metrics: the same to the spec, and some
+        # readers take a null for a map (pyiceberg 0.12's ``inspect.entries`` fails on one).
+        column_sizes={},
+        value_counts=counts,
+        null_value_counts=nulls,
+        nan_value_counts={},
+        lower_bounds=lower,
+        upper_bounds=upper,
     )
 
 
@@ -295,7 +303,7 @@ def _partition_values(path: str, schema: Schema, columns: Sequence[str]) -> list
 
 
 def _bounds(
-    stats_json: str,
+    stats_in: Any,
     rows: int,
     schema: Schema,
     counts: dict[int, int],
@@ -307,7 +315,7 @@ def _bounds(
     ``nullCount`` by top-level column, each exact or absent). Only what converts exactly is kept:
     a wrong bound makes readers skip a file whose rows match."""
     try:
-        stats = jsondoc.loads(stats_json.encode())
+        stats = jsondoc.loads(stats_in.encode()) if isinstance(stats_in, str) else stats_in
     except ValueError:
         return  # no stats is always right
     if not isinstance(stats, dict):
@@ -419,61 +427,65 @@ class Written:
     data: bytes
 
 
-def snapshot_files(
+def file_stem(version: int, token: str, salt: str) -> str:
+    """The start of the names of snapshot ``version + 1``'s Avro files: the lake commit's token
+    and ``salt`` (one per writing process) in them, so two processes deriving the same snapshot
+    write files of their own and only the one whose metadata file is created is referenced
+    (Avro files begin with a random sync marker: equal content is not equal bytes)."""
+    return f"{METADATA_DIR}/{snapshot_id(version):020d}-{token[:16]}-{salt}"
+
+
+def manifest(
     root: str,
+    name: str,
     version: int,
-    token: str,
     files: Iterable[LiveFile],
     schema: Schema,
     spec: PartitionSpec,
     columns: Sequence[str],
-    salt: str,
-) -> tuple[list[Written], str]:
-    """The manifest and manifest list of the snapshot of lake version ``version`` (whose commit
-    token is ``token``), listing ``files``; returns them and the manifest list's name.
-
-    Names carry ``salt`` (one per writing process): two processes deriving the same snapshot
-    write files of their own, and only the one whose metadata file is created is referenced
-    (Avro files begin with a random sync marker: equal content is not equal bytes)."""
+) -> tuple[Written, ManifestFile] | None:
+    """A manifest of snapshot ``version + 1`` listing ``files``: ``ADDED`` for those version
+    ``version`` added, ``EXISTING`` (with the snapshot and sequence number of the version that
+    added them) for the others; None when there are none (Iceberg has no empty manifests)."""
     sid = snapshot_id(version)
-    stem = f"{METADATA_DIR}/{sid:020d}-{token[:16]}-{salt}"
-    manifests: list[ManifestFile] = []
-    out: list[Written] = []
     entries = []
     for f in files:
         added = snapshot_id(f.added_version)
+        status = ManifestEntryStatus.ADDED if f.added_version == version else ManifestEntryStatus.EXISTING
         entries.append(
             ManifestEntry.from_args(
                 _table_format_version=2,
-                status=ManifestEntryStatus.ADDED
-                if f.added_version == version
-                else ManifestEntryStatus.EXISTING,
+                status=status,
                 snapshot_id=added,
                 sequence_number=added,
                 file_sequence_number=added,
                 data_file=data_file(root, f, schema, columns),
             )
         )
-    if entries:
-        name = f"{stem}-m0.avro"
-        target = MemoryOutputFile(f"{root.rstrip('/')}/{name}")
-        with write_manifest(2, spec, schema, target, sid, "deflate") as writer:
-            for entry in entries:
-                writer.add_entry(entry)
-        manifests.append(writer.to_manifest_file())
-        out.append(Written(name, target.data))
-    list_name = f"{METADATA_DIR}/snap-{sid}-{token[:16]}-{salt}.avro"
-    target = MemoryOutputFile(f"{root.rstrip('/')}/{list_name}")
-    parent = sid - 1 if version > 0 else None
+    if not entries:
+        return None
+    target = MemoryOutputFile(f"{root}/{name}")
+    with write_manifest(2, spec, schema, target, sid, "deflate") as writer:
+        for entry in entries:
+            writer.add_entry(entry)
+    return Written(name, target.data), writer.to_manifest_file()
+
+
+def manifest_list(
+    root: str, name: str, version: int, parent: int | None, manifests: Sequence[ManifestFile]
+) -> Written:
+    """The manifest list of snapshot ``version + 1``, whose parent is snapshot ``parent``."""
+    sid = snapshot_id(version)
+    target = MemoryOutputFile(f"{root}/{name}")
     with write_manifest_list(2, target, sid, parent, sid, "deflate") as lister:
-        lister.add_manifests(manifests)
-    out.append(Written(list_name, target.data))
-    return out, list_name
+        lister.add_manifests(list(manifests))
+    return Written(name, target.data)
 
 
-def summary(commit: Commit, files: Sequence[LiveFile]) -> dict[str, str]:
-    """The snapshot summary of lake commit ``commit``, whose live files are ``files``: Iceberg's
-    counts (strings, as the spec has them) and the lake commit's fields under ``lakesink.``."""
+def summary(commit: Commit, files: int, rows: int, size: int) -> dict[str, str]:
+    """The snapshot summary of lake commit ``commit``, after which the lake has ``files`` live
+    files of ``rows`` rows and ``size`` bytes: Iceberg's counts (strings, as the spec has them)
+    and the lake commit's fields under ``lakesink.``."""
     header = commit.header
     out = {
         "operation": _OPERATIONS.get(header.kind, "replace"),
@@ -483,9 +495,9 @@ def summary(commit: Commit, files: Sequence[LiveFile]) -> dict[str, str]:
         "deleted-data-files": str(len(commit.removes)),
         "deleted-records": str(sum(r.rows for r in commit.removes)),
         "removed-files-size": str(sum(r.size for r in commit.removes)),
-        "total-data-files": str(len(files)),
-        "total-records": str(sum(f.rows for f in files)),
-        "total-files-size": str(sum(f.size for f in files)),
+        "total-data-files": str(files),
+        "total-records": str(rows),
+        "total-files-size": str(size),
         "total-delete-files": "0",
         "total-position-deletes": "0",
         "total-equality-deletes": "0",
@@ -497,11 +509,6 @@ def summary(commit: Commit, files: Sequence[LiveFile]) -> dict[str, str]:
         out["lakesink.writer"] = header.writer.id
         out["lakesink.batch"] = str(header.writer.batch)
     return out
-
-
-def salt_of(*parts: str) -> str:
-    """A short hex salt for file names (see :func:`snapshot_files`)."""
-    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:12]
 
 
 def check_metadata(metadata: TableMetadata) -> None:

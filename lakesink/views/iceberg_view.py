@@ -21,37 +21,44 @@ Nothing here ever raises into a commit, nor touches the lake's own log.
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.exceptions import ValidationError as IcebergValidationError
-from pyiceberg.manifest import read_manifest_list
+from pyiceberg.io import FileIO, InputFile, OutputFile
+from pyiceberg.manifest import ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.schema import Schema
 from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
-from pyiceberg.table.refs import SnapshotRef, SnapshotRefType
-from pyiceberg.table.snapshots import MetadataLogEntry, Snapshot, SnapshotLogEntry, Summary
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
 from lakesink.views.delta_view import live_at, remember_time
 from lakesink.views.iceberg import (
     DERIVED_PROPERTY,
     METADATA_LOG_MAX,
+    PARTITION_FIELD_BASE,
     TABLE_ID_PROPERTY,
     BytesInputFile,
     IcebergViewUnsupported,
+    LiveFile,
     check_metadata,
     field_paths,
+    file_stem,
     iceberg_schema,
     live_files,
+    manifest,
+    manifest_list,
     name_mapping_json,
     partition_spec,
-    snapshot_files,
     summary,
     table_uuid,
 )
 from lakesink.views.iceberg_layout import (
+    METADATA_DIR,
     VERSION_HINT,
     has_view,
     metadata_name,
@@ -212,7 +219,7 @@ def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadata
     # An Iceberg writer committing on the view keeps its properties: what only lakesink writes is
     # metadata n whose current snapshot is n, made from lake version n - 1.
     snap = parsed.current_snapshot()
-    held = (snap.summary or {}).get("lakesink.version") if snap is not None else None
+    held = snap.summary["lakesink.version"] if snap is not None and snap.summary is not None else None
     if snap is None or snap.snapshot_id != number or held != str(number - 1):
         raise ForeignView(
             f"has {name}, whose current snapshot is not lakesink's snapshot {number} of lake version "
@@ -255,87 +262,169 @@ def write_snapshot(
     v = commit.version
     n = snapshot_id(v)
     root = root_uri(storage)
-    lake_schema = schema_at(table.schema, state.schema_at(v))
-    if previous is not None:
-        current = previous.schema()
-        schema, last_id = iceberg_schema(
-            lake_schema, field_paths(current), previous.last_column_id, current.schema_id
-        )
-        schemas = list(previous.schemas)
-        if schema.as_struct() != current.as_struct():
-            schema = Schema(*schema.fields, schema_id=max(s.schema_id for s in schemas) + 1)
-            schemas.append(schema)
-    else:
-        schema, last_id = iceberg_schema(lake_schema, {}, 0, 0)
-        schemas = [schema]
+    schema, schemas, last_id = _schemas(schema_at(table.schema, state.schema_at(v)), previous)
     spec = partition_spec(schema, table.partition_columns)
-    files = live_files(live_at(storage, vlog, v, table.log_interval, state.counts.files))
-    written, list_name = snapshot_files(
-        root, v, commit.header.token, files, schema, spec, table.partition_columns, salt
-    )
+    stem = file_stem(v, commit.header.token, salt)
+    columns = table.partition_columns
+    parent = previous.current_snapshot() if previous is not None else None
+    inherited = _reusable(storage, root, parent, commit, state, table.log_interval)
+    if inherited is not None:  # an append on its parent: a manifest of its adds, and the parent's
+        files = [LiveFile(a.path, a.size, a.rows, v, a.stats) for a in commit.adds]
+    else:  # a compaction, a gap, a new view, a long list: one manifest of every live file
+        files = live_files(live_at(storage, vlog, v, table.log_interval, state.counts.files))
+    made = manifest(root, f"{stem}-m0.avro", v, files, schema, spec, columns)
+    manifests = ([made[1]] if made is not None else []) + (inherited or [])
+    list_name = f"{stem}-list.avro"
+    written = ([made[0]] if made is not None else []) + [
+        manifest_list(root, list_name, v, parent.snapshot_id if parent is not None else None, manifests)
+    ]
     for w in written:
         if not storage.put_if_absent(w.name, w.data):
             raise ForeignView(f"has {w.name}, a name lakesink had chosen for a file of its own")
     ms = round(commit.header.committed_at * 1000)
     if previous is not None:
         ms = max(ms, previous.last_updated_ms)  # Iceberg readers expect snapshot times in order
-    snap = Snapshot(
-        snapshot_id=n,
-        parent_snapshot_id=previous.current_snapshot_id if previous is not None else None,
-        sequence_number=n,
-        timestamp_ms=ms,
-        manifest_list=f"{root}/{list_name}",
-        summary=Summary(**summary(commit, files)),
-        schema_id=schema.schema_id,
-    )
+    counts = state.counts
+    snap: dict[str, Any] = {
+        "snapshot-id": n,
+        "sequence-number": n,
+        "timestamp-ms": ms,
+        "manifest-list": f"{root}/{list_name}",
+        "summary": summary(commit, counts.files, counts.rows, counts.bytes),
+        "schema-id": schema.schema_id,
+    }
+    if parent is not None:
+        snap["parent-snapshot-id"] = parent.snapshot_id
+    # Expiry follows vacuum: the snapshots of versions below the retention floor go.
     floor = snapshot_id(max(state.retained_from, 0))
-    kept = [s for s in previous.snapshots if s.snapshot_id >= floor] if previous is not None else []
-    snapshot_log = (
-        [e for e in previous.snapshot_log if e.snapshot_id >= floor] if previous is not None else []
-    )
-    metadata_log = list(previous.metadata_log) if previous is not None else []
+    old = _dumped(previous) if previous is not None else {}
+    metadata_log = old.get("metadata-log", [])
     if previous is not None:
-        metadata_log.append(
-            MetadataLogEntry(
-                metadata_file=f"{root}/{metadata_name(previous_number)}",
-                timestamp_ms=previous.last_updated_ms,
-            )
-        )
-    metadata = TableMetadataV2(
-        location=root,
-        table_uuid=table_uuid(table.table_id or ""),
-        last_updated_ms=ms,
-        last_column_id=last_id,
-        schemas=schemas,
-        current_schema_id=schema.schema_id,
-        partition_specs=[spec],
-        default_spec_id=spec.spec_id,
-        last_partition_id=max([f.field_id for f in spec.fields], default=999),
-        properties={
+        entry = {
+            "metadata-file": f"{root}/{metadata_name(previous_number)}",
+            "timestamp-ms": previous.last_updated_ms,
+        }
+        metadata_log = [*metadata_log, entry][-METADATA_LOG_MAX:]
+    doc = {
+        "format-version": 2,
+        "table-uuid": str(table_uuid(table.table_id or "")),
+        "location": root,
+        "last-sequence-number": n,
+        "last-updated-ms": ms,
+        "last-column-id": last_id,
+        "schemas": [_dumped(s) for s in schemas],
+        "current-schema-id": schema.schema_id,
+        "partition-specs": [_dumped(spec)],
+        "default-spec-id": spec.spec_id,
+        "last-partition-id": max([f.field_id for f in spec.fields], default=PARTITION_FIELD_BASE - 1),
+        "properties": {
             TABLE_ID_PROPERTY: table.table_id or "",
             DERIVED_PROPERTY: "true",
             "schema.name-mapping.default": name_mapping_json(schema),
         },
-        current_snapshot_id=n,
-        snapshots=[*kept, snap],
-        snapshot_log=[*snapshot_log, SnapshotLogEntry(snapshot_id=n, timestamp_ms=ms)],
-        metadata_log=metadata_log[-METADATA_LOG_MAX:],
-        sort_orders=[UNSORTED_SORT_ORDER],
-        default_sort_order_id=UNSORTED_SORT_ORDER.order_id,
-        refs={"main": SnapshotRef(snapshot_id=n, snapshot_ref_type=SnapshotRefType.BRANCH)},
-        last_sequence_number=n,
-    )
+        "current-snapshot-id": n,
+        "snapshots": [s for s in old.get("snapshots", []) if s["snapshot-id"] >= floor] + [snap],
+        "snapshot-log": [e for e in old.get("snapshot-log", []) if e["snapshot-id"] >= floor]
+        + [{"snapshot-id": n, "timestamp-ms": ms}],
+        "metadata-log": metadata_log,
+        "sort-orders": [_dumped(UNSORTED_SORT_ORDER)],
+        "default-sort-order-id": UNSORTED_SORT_ORDER.order_id,
+        "refs": {"main": {"snapshot-id": n, "type": "branch"}},
+    }
+    # Validated by pyiceberg's model (as every reader parses it), then serialized by it.
+    metadata = TableMetadataV2.model_validate(doc)
     data = metadata.model_dump_json(exclude_none=True).encode("utf-8")
     if not storage.put_if_absent(metadata_name(n), data):
         standing = read_metadata(storage, table.table_id or "", n)
-        current_snap = standing.current_snapshot()
-        if current_snap is None or (current_snap.summary or {}).get("lakesink.token") != commit.header.token:
+        if _token(standing) != commit.header.token:
             raise ForeignView(f"has {metadata_name(n)}, whose snapshot is not lake version {v}'s")
         for w in written:  # another lakesink process wrote this version first: ours are unused
             storage.delete(w.name)
         metadata = standing
     advance_hint(storage, n)
     return metadata
+
+
+def _dumped(model: Any) -> Any:
+    """A pyiceberg model as its JSON document (the spec's field names)."""
+    return json.loads(model.model_dump_json(exclude_none=True))
+
+
+def _token(metadata: TableMetadataV2) -> str | None:
+    """The lake commit token of the current snapshot of ``metadata`` (None: none)."""
+    snap = metadata.current_snapshot()
+    return snap.summary["lakesink.token"] if snap is not None and snap.summary is not None else None
+
+
+def _schemas(lake_schema: pa.Schema, previous: TableMetadataV2 | None) -> tuple[Schema, list[Schema], int]:
+    """The current Iceberg schema of the view at a lake version whose schema is ``lake_schema``,
+    every schema the view has had, and the last column id: a changed schema is appended with
+    the next schema id, field ids kept by path (``iceberg.iceberg_schema``)."""
+    if previous is None:
+        schema, last_id = iceberg_schema(lake_schema, {}, 0, 0)
+        return schema, [schema], last_id
+    current = previous.schema()
+    schema, last_id = iceberg_schema(
+        lake_schema, field_paths(current), previous.last_column_id, current.schema_id
+    )
+    schemas = list(previous.schemas)
+    if schema.as_struct() != current.as_struct():
+        schema = Schema(*schema.fields, schema_id=max(s.schema_id for s in schemas) + 1)
+        schemas.append(schema)
+    return schema, schemas, last_id
+
+
+def _reusable(
+    storage: Storage,
+    root: str,
+    parent: Snapshot | None,
+    commit: Commit,
+    state: TableState,
+    most: int,
+) -> list[ManifestFile] | None:
+    """The parent snapshot's manifests, for a snapshot that keeps them and adds one of its own;
+    None when it must list every live file in a manifest of its own instead: the commit removes
+    files (a compaction), the parent is not the previous lake version (a gap, a new view), the
+    parent has ``most`` manifests already (the list's length is bounded: the lake's checkpoint
+    interval), or what the parent lists does not add up to the lake's files and rows before this
+    commit (read back from the view, it is checked before it is kept)."""
+    v = commit.version
+    if parent is None or commit.removes or parent.snapshot_id != snapshot_id(v) - 1:
+        return None
+    prefix = f"{root}/{METADATA_DIR}/"
+    try:
+        manifests = list(read_manifest_list(_input(storage, root + "/", parent.manifest_list)))
+    except (ForeignView, OSError, ValueError) as exc:
+        log.info(
+            "%s: the Iceberg view's snapshot %d is not kept as it is: %s",
+            storage.url,
+            parent.snapshot_id,
+            exc,
+        )
+        return None
+    if len(manifests) >= most:
+        return None
+    files = sum((m.added_files_count or 0) + (m.existing_files_count or 0) for m in manifests)
+    rows = sum((m.added_rows_count or 0) + (m.existing_rows_count or 0) for m in manifests)
+    want_files = state.counts.files - len(commit.adds)
+    want_rows = state.counts.rows - sum(a.rows for a in commit.adds)
+    ours = all(
+        m.manifest_path.startswith(prefix) and m.content == ManifestContent.DATA and m.partition_spec_id == 0
+        for m in manifests
+    )
+    if not ours or (files, rows) != (want_files, want_rows):
+        log.warning(
+            "%s: the Iceberg view's snapshot %d lists %d file(s) of %d row(s) where the lake had %d of %d: "
+            "the next snapshot lists every live file anew",
+            storage.url,
+            parent.snapshot_id,
+            files,
+            rows,
+            want_files,
+            want_rows,
+        )
+        return None
+    return manifests
 
 
 def advance_hint(storage: Storage, number: int) -> None:
@@ -480,8 +569,8 @@ def snapshot_listing(storage: Storage, metadata: TableMetadataV2) -> tuple[int, 
         return None
     root = root_uri(storage) + "/"
     files: dict[str, int] = {}
-    for manifest in read_manifest_list(_input(storage, root, snap.manifest_list)):
-        for entry in manifest.fetch_manifest_entry(_Reads(storage, root), discard_deleted=True):
+    for listed in read_manifest_list(_input(storage, root, snap.manifest_list)):
+        for entry in listed.fetch_manifest_entry(_Reads(storage, root), discard_deleted=True):
             path = entry.data_file.file_path
             if not path.startswith(root):
                 raise ForeignView(f"lists {path}, outside the lake")
@@ -495,14 +584,22 @@ def _input(storage: Storage, root: str, location: str) -> BytesInputFile:
     return BytesInputFile(location, limits.read(storage, location[len(root) :], limits.VIEW_FILE))
 
 
-class _Reads:
-    """The part of a pyiceberg FileIO that reading a manifest uses, over bounded Storage reads."""
+class _Reads(FileIO):
+    """A pyiceberg FileIO that only reads, through bounded reads of the lake's Storage (reading
+    a manifest takes one): the view's files are input like any other the lake holds."""
 
     def __init__(self, storage: Storage, root: str) -> None:
+        super().__init__()
         self.storage, self.root = storage, root
 
-    def new_input(self, location: str) -> Any:
+    def new_input(self, location: str) -> InputFile:
         return _input(self.storage, self.root, location)
+
+    def new_output(self, location: str) -> OutputFile:
+        raise PermissionError(f"{location}: the view is read here, never written through a FileIO")
+
+    def delete(self, location: str | InputFile | OutputFile) -> None:
+        raise PermissionError(f"{location}: the view is read here, never written through a FileIO")
 
 
 def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
