@@ -334,3 +334,39 @@ def test_a_spark_writer_with_the_option_keeps_the_view_and_the_lake_remembers_it
     assert iceberg_ids(lake) == ids(read_committed(lake)) == list(range(150))
     assert static(lake).current_snapshot().snapshot_id == iceberg_layout.snapshot_id(2)
     assert iceberg_sync(latest, write=False).state == "ok" and verify(lake).ok
+
+
+def test_vacuum_keeps_what_the_view_it_cannot_bring_up_still_lists(lake: str, capsys: Any) -> None:
+    """A writer killed after its lake commit, then maintenance that cannot write the view: the
+    snapshot every reader finds (the hint's) keeps its files through vacuum, verify fails
+    naming sync-views, sync-views repairs it, and a later vacuum deletes what was kept."""
+    from test_view_lag import ViewsRefused
+
+    class IcebergRefused(ViewsRefused):
+        refused = ("metadata/",)
+
+    storage, table_id = v3_table(lake, checkpoint_interval=4)
+    writer = Writer(viewed_log(storage, table_id, interval=4), W1)
+    for i in range(4):
+        writer.append(i * 100)  # v0..v3, with the view
+    writer.log = VersionedLogWriter(storage, table_id, checkpoint_interval=4)  # killed before its view
+    assert writer.append(400) == 4 and hint(storage) == 4
+    at_three = ids(read_committed(lake, version=3))
+    inputs = {f.file.file_path.rsplit("/", 1)[-1] for f in static(lake).scan().plan_files()}
+    refused = IcebergRefused(lake)
+    forget(storage, table_id)
+    assert compact(refused, target_file_size=1 << 30, min_files=2, check_store=False).version == 5
+    writer.append(1000)  # v6, no view update
+    forget(storage, table_id)
+    done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
+    assert done.ok and {o.name for o in done.kept if "Iceberg view" in o.reason} == inputs
+    assert iceberg_ids(lake) == at_three  # every file of the snapshot readers find is there
+    report = verify(lake)
+    assert not report.ok and "sync-views" in (report.iceberg_view or "")
+    capsys.readouterr()
+    assert cli_main(["sync-views", lake, "--only", "iceberg"]) == 0
+    assert iceberg_ids(lake) == ids(read_committed(lake)) and verify(lake).ok
+    forget(storage, table_id)
+    again = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert inputs <= {n for n in again.removed if n.endswith(".parquet")} and again.ok
+    assert iceberg_ids(lake) == ids(read_committed(lake))

@@ -517,7 +517,9 @@ def iceberg_sync(storage: Storage, *, write: bool = True, create: bool | None = 
             report.state = "absent"
             return report
         metadata = read_metadata(storage, table_id, number)
-        problem = check_snapshot(storage, table, vlog, metadata)
+        # (A version the lake no longer retains cannot be derived to compare with: behind.)
+        held = number - 1
+        problem = check_snapshot(storage, table, vlog, metadata) if held >= state.retained_from else None
     except ForeignView as exc:
         report.state, report.detail = "foreign", f"the view {exc}"
         if write:
@@ -529,8 +531,13 @@ def iceberg_sync(storage: Storage, *, write: bool = True, create: bool | None = 
         report.state, report.detail = "foreign", problem
     elif report.view_version != state.version:
         report.state = "behind"
+        below = (
+            f" (below the versions the lake retains, from {state.retained_from})"
+            if held < state.retained_from
+            else ""
+        )
         report.detail = (
-            f"its newest snapshot holds lake version {report.view_version}, the lake is at "
+            f"its newest snapshot holds lake version {report.view_version}{below}, the lake is at "
             f"{state.version}: run `lakesink sync-views {storage.url}`"
         )
     elif _STOP.name and storage.exists(STOP_FILE):
