@@ -290,6 +290,23 @@ def test_the_fence_a_late_hook_never_moves_the_view_back_and_a_foreign_file_stop
     assert iceberg_ids(lake) == ids(read_committed(lake))
 
 
+def test_a_writer_fills_a_short_gap_so_time_travel_finds_every_retained_version(lake: str) -> None:
+    storage, table_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, table_id, interval=100), W1)
+    writer.append(0)  # v0, with the view
+    writer.log = VersionedLogWriter(storage, table_id, checkpoint_interval=100)  # killed before its view
+    writer.append(100)  # v1
+    writer.append(200)  # v2
+    assert hint(storage) == 1
+    writer.log = viewed_log(storage, table_id, interval=100)
+    writer.append(300)  # v3: versions 1 and 2 are written first, in order
+    assert hint(storage) == 4
+    assert [s.snapshot_id for s in static(lake).metadata.snapshots] == [1, 2, 3, 4]
+    for v in range(4):
+        assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v)), v
+    assert appended_ids(lake, 1, 4) == list(range(100, 120)) + list(range(200, 220)) + list(range(300, 320))
+
+
 def test_the_option_is_remembered_in_table_json_and_sync_views_starts_the_view(
     lake: str, capsys: Any
 ) -> None:
