@@ -387,3 +387,52 @@ def test_vacuum_keeps_what_the_view_it_cannot_bring_up_still_lists(lake: str, ca
     again = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
     assert inputs <= {n for n in again.removed if n.endswith(".parquet")} and again.ok
     assert iceberg_ids(lake) == ids(read_committed(lake))
+
+
+@pytest.mark.s3
+def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> None:
+    """The same code path on an object store: every file of the view goes through lakesink's
+    S3 storage (create-if-absent, compare-and-swap of the hint), and Iceberg readers given the
+    lake's s3:// path read it."""
+    import polars as pl
+    from pyiceberg.table import StaticTable
+    from s3server import BUCKET, KEY, SECRET
+
+    lake = f"s3://{BUCKET}/lake"
+    storage = open_storage(lake, s3.storage_options)
+    table_id = uuid.uuid4().hex
+    assert storage.put_if_absent(
+        TABLE_FILE, TableMetadata(3, "epoch", SCHEMA, time.time(), table_id).to_json()
+    )
+    log = viewed_log(storage, table_id)
+    writer = Writer(log, W1)
+    writer.append(0)
+    writer.append(100)
+    forget(storage, table_id)
+    assert compact(storage, target_file_size=1 << 30, min_files=2, check_store=False).version == 2
+    writer.append(200)
+    expected = ids(read_committed(lake, storage_options=s3.storage_options))
+    properties = {
+        "s3.endpoint": s3.endpoint_url,
+        "s3.access-key-id": KEY,
+        "s3.secret-access-key": SECRET,
+        "s3.region": "us-east-1",
+    }
+    table = StaticTable.from_metadata(lake, properties=properties)
+    assert table.current_snapshot().snapshot_id == 4
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == expected
+    assert sorted(table.scan(snapshot_id=2).to_arrow().column("id").to_pylist()) == list(range(20)) + list(
+        range(100, 120)
+    )
+    frame = pl.scan_iceberg(
+        table,
+        storage_options={
+            "aws_endpoint_url": s3.endpoint_url,
+            "aws_access_key_id": KEY,
+            "aws_secret_access_key": SECRET,
+            "aws_region": "us-east-1",
+            "aws_allow_http": "true",
+        },
+    ).collect()
+    assert sorted(frame["id"].to_list()) == expected
+    assert iceberg_sync(storage, write=False).state == "ok"
