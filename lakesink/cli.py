@@ -453,6 +453,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  Delta view (_delta_log/, derived): {found.delta_view}")
     if found.spark_view is not None:
         print(f"  Spark view (_spark_metadata/, derived): {found.spark_view}")
+    if found.iceberg_view is not None:
+        print(f"  Iceberg view (metadata/, derived): {found.iceberg_view}")
     return 0
 
 

@@ -26,7 +26,7 @@ from lakesink.commit.files import WriteOptions
 from lakesink.commit.partitioned import PartitionedWriter
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
-from lakesink.maintenance import compact, verify
+from lakesink.maintenance import compact, status, verify
 from lakesink.maintenance.lake_defaults import set_lake_defaults
 from lakesink.maintenance.vacuum import vacuum
 from lakesink.views import iceberg_layout
@@ -119,7 +119,7 @@ def test_pyiceberg_and_polars_read_exactly_the_committed_rows_through_compaction
     assert [e.snapshot_id for e in metadata.snapshot_log] == [5, 6]
     assert iceberg_ids(lake) == ids(read_committed(lake)) == iceberg_ids(lake, snapshot=5)
     assert iceberg_sync(storage, write=False).state == "ok"
-    assert verify(lake).ok
+    assert verify(lake).ok and status(lake).iceberg_view == "ok"
 
 
 def appended_ids(lake: str, after: int, upto: int) -> list[int]:
@@ -284,6 +284,7 @@ def test_the_fence_a_late_hook_never_moves_the_view_back_and_a_foreign_file_stop
     assert len(ids(read_committed(lake))) == 60  # the lake took the commit
     report = verify(lake)
     assert not report.ok and report.iceberg_view is not None and "foreign" in report.iceberg_view
+    assert (status(lake).iceberg_view or "").startswith("foreign")
     storage.delete("metadata/v3.metadata.json")
     synced = iceberg_sync(storage)
     assert synced.state == "ok" and synced.written == [2] and not storage.exists(STOP_FILE)
@@ -317,7 +318,7 @@ def test_the_option_is_remembered_in_table_json_and_sync_views_starts_the_view(
         storage, table_id, checkpoint_interval=100, after_commit=derived_views(storage, table_id)
     )
     Writer(plain, W1).append(0)  # the default views: no Iceberg view
-    assert not iceberg_layout.has_view(storage)
+    assert not iceberg_layout.has_view(storage) and status(lake).iceberg_view is None
     assert all(type(h).__name__ != "IcebergView" for h in maintenance_views(storage, table_id).hooks)
     assert cli_main(["sync-views", lake]) == 0 and not iceberg_layout.has_view(storage)  # not asked for
     # Remembered in table.json (what a writer with the option on does at its start).

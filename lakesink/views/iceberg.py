@@ -429,7 +429,7 @@ class Written:
 
 def file_stem(version: int, token: str, salt: str) -> str:
     """The start of the names of snapshot ``version + 1``'s Avro files: the lake commit's token
-    and ``salt`` (one per writing process) in them, so two processes deriving the same snapshot
+    and ``salt`` (one per write) in them, so two writers deriving the same snapshot at once
     write files of their own and only the one whose metadata file is created is referenced
     (Avro files begin with a random sync marker: equal content is not equal bytes)."""
     return f"{METADATA_DIR}/{snapshot_id(version):020d}-{token[:16]}-{salt}"

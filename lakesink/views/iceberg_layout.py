@@ -9,11 +9,14 @@ it is -- loads no pyiceberg: only lakes that keep the view need it installed.
 from __future__ import annotations
 
 from lakesink_reader import limits
+from lakesink_reader.names import META_DIR
 from lakesink_reader.storage.base import Storage
 
 METADATA_DIR = "metadata"
 #: What file-system catalogs read first: the newest metadata version's number.
 VERSION_HINT = f"{METADATA_DIR}/version-hint.text"
+#: Written when the view was found holding what lakesink did not derive: writers stop updating it.
+STOP_FILE = f"{META_DIR}/iceberg_view_stopped.json"
 #: Metadata files probed above the hint before the folder is listed instead (a hint lost or
 #: lagging: the version is found by probing ``v<h+1>``, as Iceberg's file-system catalog does).
 MAX_PROBES = 16
@@ -88,3 +91,19 @@ def reader_number(storage: Storage) -> int:
 def has_view(storage: Storage) -> bool:
     """Whether the lake has an Iceberg view (a hint, or a metadata file)."""
     return storage.exists(VERSION_HINT) or bool(listed_numbers(storage))
+
+
+def brief(storage: Storage, latest: int, stop_file: str) -> str | None:
+    """``lakesink status``'s cheap word on the view (two or three small reads, no pyiceberg):
+    None when the lake has none; ``ok`` when the hint names the lake's latest version;
+    ``behind: ...``; ``foreign: ...`` when the view stopped (``stop_file`` there). What the
+    snapshot lists is ``verify``'s to check."""
+    hint = read_hint(storage)
+    if hint is None and not storage.exists(metadata_name(1)) and not listed_numbers(storage):
+        return None
+    if storage.exists(stop_file):
+        return f"foreign: the view stopped ({stop_file} says why): `lakesink verify` names it"
+    if hint is not None and latest >= 0 and hint == snapshot_id(latest):
+        return "ok"
+    held = "no readable hint" if hint is None else f"the hint names lake version {hint - 1}"
+    return f"behind: {held}, the lake is at {latest}: run `lakesink sync-views {storage.url}`"

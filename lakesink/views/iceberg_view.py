@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +59,7 @@ from lakesink.views.iceberg import (
 )
 from lakesink.views.iceberg_layout import (
     METADATA_DIR,
+    STOP_FILE,
     VERSION_HINT,
     has_view,
     metadata_name,
@@ -75,12 +76,10 @@ from lakesink_reader.format.table import TableMetadata, probe_store, read_table_
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
-from lakesink_reader.names import META_DIR
 from lakesink_reader.storage.base import Storage
 
 log = logging.getLogger(__name__)
 
-STOP_FILE = f"{META_DIR}/iceberg_view_stopped.json"
 _STOP = StopFile(STOP_FILE, "says the view was touched by a foreign writer", log)
 #: A view this many lake versions behind, or less, gets a snapshot of each (the Delta view's
 #: bound); further behind, the next snapshot is written on top of the view as it is.
@@ -99,8 +98,6 @@ class _Known(ViewMemo):
     metadata: TableMetadataV2 | None = None  # its content
     unsupported: str | None = None
     table: TableMetadata | None = None
-    #: One salt per process and lake: the names of the Avro files it writes (iceberg.snapshot_files).
-    salt: str = field(default_factory=lambda: secrets.token_hex(6))
 
 
 _MEMOS = ViewMemos(_Known)
@@ -177,10 +174,8 @@ class IcebergView:
         vlog = VersionedLog(self.storage, self.table_id, checkpoint_interval=table.log_interval)
         try:
             if previous is not None:
-                number, previous = fill_gap(
-                    self.storage, table, vlog, number, previous, commit.version, k.salt
-                )
-            written = write_snapshot(self.storage, table, vlog, commit, state, previous, number, k.salt)
+                number, previous = fill_gap(self.storage, table, vlog, number, previous, commit.version)
+            written = write_snapshot(self.storage, table, vlog, commit, state, previous, number)
         except ForeignView as exc:
             self._stop(commit.version, str(exc))
             return
@@ -260,7 +255,6 @@ def write_snapshot(
     state: TableState,
     previous: TableMetadataV2 | None,
     previous_number: int,
-    salt: str,
 ) -> TableMetadataV2:
     """Write the snapshot of lake version ``commit.version`` on top of ``previous`` (metadata
     version ``previous_number``; None: a new view), then advance the hint. Returns the metadata
@@ -271,7 +265,10 @@ def write_snapshot(
     root = root_uri(storage)
     schema, schemas, last_id = _schemas(schema_at(table.schema, state.schema_at(v)), previous)
     spec = partition_spec(schema, table.partition_columns)
-    stem = file_stem(v, commit.header.token, salt)
+    # A salt per write (uuid4: the simulation seeds it, so a seed replays to the same names):
+    # two hooks deriving the same snapshot at once -- two queries of one process too -- never
+    # meet on a name (simulation seed 7 of session 17, when the salt was per process).
+    stem = file_stem(v, commit.header.token, uuid.uuid4().hex[:12])
     columns = table.partition_columns
     parent = previous.current_snapshot() if previous is not None else None
     inherited = _reusable(storage, root, parent, commit, state, table.log_interval)
@@ -359,7 +356,6 @@ def fill_gap(
     number: int,
     previous: TableMetadataV2,
     version: int,
-    salt: str,
 ) -> tuple[int, TableMetadataV2]:
     """Write the snapshots of the lake versions between the view's (metadata ``number``,
     ``previous``) and ``version``, in order, when there are at most :data:`GAP_FILL` of them and
@@ -380,7 +376,7 @@ def fill_gap(
         state = vlog.snapshot(at_most=u).state
         if state.version != u:
             break
-        previous = write_snapshot(storage, table, vlog, commit, state, previous, number, salt)
+        previous = write_snapshot(storage, table, vlog, commit, state, previous, number)
         number = snapshot_id(u)
     return number, previous
 
@@ -487,7 +483,12 @@ def advance_hint(storage: Storage, number: int) -> None:
         except BaseException:
             staged.discard()
             raise
-        if storage.supersede(sealed, seen):
+        try:
+            swapped = storage.supersede(sealed, seen)
+        except BaseException:
+            storage.discard(sealed)  # (safe when the swap landed and its answer was lost)
+            raise
+        if swapped:
             return
         storage.discard(sealed)
     log.warning("%s/%s kept changing; left as it is", storage.url, VERSION_HINT)
@@ -548,12 +549,11 @@ def iceberg_sync(storage: Storage, *, write: bool = True, create: bool | None = 
                 raise FileNotFoundError(
                     f"{storage.url}: lake version {state.version} vanished during the sync"
                 )
-            salt = _MEMOS.get(storage, table_id).salt
             if previous is not None:
-                filled, previous = fill_gap(storage, table, vlog, number, previous, state.version, salt)
+                filled, previous = fill_gap(storage, table, vlog, number, previous, state.version)
                 report.written.extend(range(number, filled))
                 number = filled
-            write_snapshot(storage, table, vlog, commit, state, previous, number, salt)
+            write_snapshot(storage, table, vlog, commit, state, previous, number)
             report.written.append(state.version)
             number = snapshot_id(state.version)
         if number == 0:
