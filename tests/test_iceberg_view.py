@@ -249,6 +249,20 @@ def test_field_ids_and_types_map_strictly() -> None:
             iceberg_schema(pa.schema([("c", bad)]), {}, 0, 0)
 
 
+def test_a_schema_iceberg_cannot_take_has_no_view_and_the_lake_commits(tmp_path: Path) -> None:
+    lake = str(tmp_path / "lake")
+    storage = open_storage(lake)
+    table_id = uuid.uuid4().hex
+    odd = pa.schema([("id", pa.int64()), ("at", pa.time64("us"))])
+    assert storage.put_if_absent(TABLE_FILE, TableMetadata(3, "epoch", odd, time.time(), table_id).to_json())
+    log = viewed_log(storage, table_id)
+    pending = PendingCommit.append(writer_id=W1, batch=0, run="run-0000000000000001")
+    assert log.commit(pending).status == "committed"  # the view is derived: never fails a commit
+    assert not iceberg_layout.has_view(storage)
+    report = iceberg_sync(storage, create=True)
+    assert report.state == "unsupported" and "column 'at'" in report.detail
+
+
 def test_the_fence_a_late_hook_never_moves_the_view_back_and_a_foreign_file_stops_it(lake: str) -> None:
     storage, table_id = v3_table(lake)
     plain = VersionedLogWriter(storage, table_id, checkpoint_interval=100)

@@ -36,7 +36,7 @@ from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
-from lakesink.views.delta_view import live_at, remember_time
+from lakesink.views.delta_view import live_at
 from lakesink.views.iceberg import (
     DERIVED_PROPERTY,
     METADATA_LOG_MAX,
@@ -135,7 +135,6 @@ class IcebergView:
         return known
 
     def __call__(self, commit: Commit, state: TableState) -> None:
-        remember_time(self.known.times, commit)
         try:
             self._after(commit, state)
         except Exception:
@@ -155,8 +154,7 @@ class IcebergView:
         try:
             check_metadata(table)
         except IcebergViewUnsupported as exc:
-            k.unsupported = str(exc)
-            k.warn_once(log, "unsupported", "%s has no Iceberg view: %s", self.storage.url, exc)
+            self._unsupported(exc)
             return
         n = snapshot_id(commit.version)
         try:
@@ -179,7 +177,16 @@ class IcebergView:
         except ForeignView as exc:
             self._stop(commit.version, str(exc))
             return
+        except IcebergViewUnsupported as exc:  # a schema change to a type Iceberg cannot take
+            self._unsupported(exc)
+            return
         k.number, k.metadata = n, written
+
+    def _unsupported(self, exc: IcebergViewUnsupported) -> None:
+        """The lake's schema has no Iceberg form: no view, said once per process and lake (the
+        view stays at the last version it could hold; ``sync-views`` reports it)."""
+        self.known.unsupported = str(exc)
+        self.known.warn_once(log, "unsupported", "%s has no Iceberg view: %s", self.storage.url, exc)
 
     def _table(self) -> TableMetadata:
         if self.known.table is None:
@@ -567,6 +574,9 @@ def iceberg_sync(storage: Storage, *, write: bool = True, create: bool | None = 
         report.state, report.detail = "foreign", f"the view {exc}"
         if write:
             _STOP.mark(storage, state.version, report.detail)
+        return report
+    except IcebergViewUnsupported as exc:  # the schema changed to a type Iceberg cannot take
+        report.state, report.detail = "unsupported", str(exc)
         return report
     snap = metadata.current_snapshot()
     report.view_version = snap.snapshot_id - 1 if snap is not None else None
