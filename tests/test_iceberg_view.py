@@ -92,7 +92,14 @@ def test_pyiceberg_and_polars_read_exactly_the_committed_rows_through_compaction
     assert iceberg_ids(lake) == ids(read_committed(lake))
     # An older retained version by snapshot id (lake version v = snapshot v + 1).
     assert iceberg_ids(lake, snapshot=2) == ids(read_committed(lake, version=1))
-    snap = static(lake).current_snapshot()
+    # ... and by time: each snapshot's time is its lake commit's.
+    table = static(lake)
+    for v in range(3):
+        header = log.read_header(v)
+        assert header is not None
+        at = table.snapshot_as_of_timestamp(round(header.committed_at * 1000))
+        assert at is not None and at.snapshot_id == v + 1
+    snap = table.current_snapshot()
     assert snap.snapshot_id == 3 and snap.sequence_number == 3
     assert snap.summary["lakesink.version"] == "2" and snap.summary["operation"].value == "append"
     assert snap.summary["added-data-files"] == "2" and snap.summary["total-records"] == "60"
