@@ -212,7 +212,12 @@ def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadata
     """Metadata version ``number``, checked to be this lake's view (ForeignView otherwise).
     A bounded read: the view's files are input like any other the lake holds."""
     name = metadata_name(number)
-    data = limits.read(storage, name, limits.VIEW_FILE)
+    try:
+        data = limits.read(storage, name, limits.VIEW_FILE)
+    except FileNotFoundError:
+        # lakesink never deletes a metadata file it wrote: a number found (the hint's, or a
+        # probe's) without its file is a hand's or another tool's doing.
+        raise ForeignView(f"names {name}, which is not there") from None
     try:
         parsed = TableMetadataUtil.parse_raw(data.decode("utf-8"))
     except (IcebergValidationError, ValueError, UnicodeDecodeError) as exc:
@@ -437,7 +442,7 @@ def _reusable(
     prefix = f"{root}/{METADATA_DIR}/"
     try:
         manifests = list(read_manifest_list(_input(storage, root + "/", parent.manifest_list)))
-    except (ForeignView, OSError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 -- any list it cannot read is written anew, from the lake
         log.info(
             "%s: the Iceberg view's snapshot %d is not kept as it is: %s",
             storage.url,
