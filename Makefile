@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate fuzz bench lint typecheck docs clean
+.PHONY: help java hdfs-jars iceberg-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate fuzz bench lint typecheck docs clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -47,7 +47,7 @@ $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constr
 	@# Two distributions: lakesink-reader (reader/: the reader and the lake contract) and lakesink
 	@# (the writers), which requires the first; both editable, from this checkout.
 	PYTHONWARNINGS=ignore $(PY) -m pip install -q -c constraints.txt -e './reader[s3,hdfs,pandas]' \
-		-e '.[spark,s3,hdfs,pandas,connect,test,dev,bench,docs]' --config-settings editable_mode=compat
+		-e '.[spark,s3,hdfs,pandas,connect,iceberg,test,dev,bench,docs]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # Spark 4 runs on Java 17 or 21 only: every target that starts Spark checks first, and so
@@ -66,6 +66,18 @@ $(HDFS_JARS): java/hdfs/pom.xml
 $(HDFS_MAIN): $(HDFS_JARS) java/hdfs/src/main/java/lakesink/devtools/MiniHdfs.java
 	javac -nowarn -d java/hdfs/classes -cp 'java/hdfs/jars/*' java/hdfs/src/main/java/lakesink/devtools/MiniHdfs.java
 hdfs-jars: $(HDFS_MAIN) ## fetch and build the MiniDFSCluster the HDFS tests start (Maven, javac)
+
+# Iceberg's Java library (iceberg-data, iceberg-parquet 1.12) and a small reader of a lake's
+# Iceberg view that the tests run (devtools/iceberg_java.py): Maven copies the jars, javac compiles.
+ICEBERG_JARS := java/iceberg/jars/.filled
+ICEBERG_MAIN := java/iceberg/classes/lakesink/devtools/IcebergRead.class
+$(ICEBERG_JARS): java/iceberg/pom.xml
+	@echo "fetching Iceberg's Java jars (~90 MB) into java/iceberg/jars"
+	rm -rf java/iceberg/jars && cd java/iceberg && mvn -q -B -Dstyle.color=never dependency:copy-dependencies
+	touch $@
+$(ICEBERG_MAIN): $(ICEBERG_JARS) java/iceberg/src/main/java/lakesink/devtools/IcebergRead.java
+	javac -nowarn -d java/iceberg/classes -cp 'java/iceberg/jars/*' java/iceberg/src/main/java/lakesink/devtools/IcebergRead.java
+iceberg-jars: $(ICEBERG_MAIN) ## fetch Iceberg's Java library and build the reader the Iceberg view's tests run (Maven, javac)
 
 # A Kafka broker (kafka_2.13) for the Kafka tests and run-kafka, and Spark's Kafka connector
 # (4.2.0, the newest served; it runs on pyspark 4.3.0) that jobs put on spark.jars: Maven
@@ -95,7 +107,7 @@ run-cluster: java $(STAMP) hdfs-jars ## standalone master + 2 workers on 127.0.0
 run-kafka: java $(STAMP) kafka-jars ## demo: a Kafka broker it starts and stops, a producer, the job killed and restarted
 	$(PY) scripts/kafka_demo.py --mode $(MODE)
 
-test: java $(STAMP) hdfs-jars kafka-jars ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
+test: java $(STAMP) hdfs-jars kafka-jars iceberg-jars ## the suite, with bounded chaos and cluster runs (not the long ones), under 20 minutes
 	$(PY) -m pytest -m "not bench and not long" --durations=12 $(PYTEST_ARGS)
 
 chaos: java $(STAMP) hdfs-jars kafka-jars ## the long kill -9 / lost-answer runs: 20 kills per writer mode and backend

@@ -21,7 +21,8 @@ Then, each in a fresh subprocess (peak RSS from ``/proc/self/status`` VmHWM, wal
   checkpoint's time are taken apart (the committer's ``checkpoint_if_due`` is wrapped), and
   the versions it added are removed again afterwards;
 - ``latency``: ``--log-scale-latency-commits`` (200) commits in a row of ``BatchCommitter``
-  (checkpoint interval 100) into a fresh local lake, the same files per commit; again on the 1M
+  (checkpoint interval 100) into a fresh local lake, the same files per commit; again with the
+  Iceberg view on too (all three derived views); again on the 1M
   lake (its continuing writer); unless ``--skip-s3``, on a fresh moto S3 server too. p50/p95/max
   per commit. (Format 2's writer, measured beside it until 2026-11-27, is gone.)
 
@@ -361,7 +362,8 @@ def committer(storage: Any, args: dict[str, Any]) -> Callable[[int], None]:
         writer_id=WRITER,
         run="bench-latency",
         checkpoint_interval=args["interval"],
-        after_commit=derived_views(storage, table_id),
+        # (``iceberg``: the opt-in Iceberg view too, beside the Delta and Spark views.)
+        after_commit=derived_views(storage, table_id, iceberg=bool(args.get("iceberg"))),
     )
     tag = writer_tag(WRITER)
     cursor: list[Any] = [None]  # the state the last commit left, as the writer's driver keeps it
@@ -550,6 +552,9 @@ def log_scale_phase(
     url = str(work / "log-scale-latency-v3")
     shutil.rmtree(url, ignore_errors=True)
     series("v3-local", {"url": url, "first_batch": 0, "count": count},
+           lambda: shutil.rmtree(url, ignore_errors=True))  # fmt: skip
+    # The same with all three views (issue 54: the Iceberg view's cost per commit).
+    series("v3-local-iceberg", {"url": url, "first_batch": 0, "count": count, "iceberg": True},
            lambda: shutil.rmtree(url, ignore_errors=True))  # fmt: skip
     series(
         "v3-local-big",

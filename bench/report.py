@@ -633,6 +633,7 @@ def log_scale_latency(results: Mapping[str, Any]) -> Section | None:
         return None
     names = {
         "v3-local": "format 3 BatchCommitter, fresh local lake",
+        "v3-local-iceberg": "the same, with the Iceberg view too (all three views)",
         "v3-local-big": "format 3 BatchCommitter, the log-scale lake",
         "v3-s3": "format 3 BatchCommitter, fresh moto S3 lake",
     }

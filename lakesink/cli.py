@@ -192,6 +192,7 @@ def _verify(args: argparse.Namespace) -> int:
             "problems": [{"name": p.name, "epoch": p.epoch, "problem": p.problem} for p in report.problems],
             "delta_view": report.delta_view,
             "spark_view": report.spark_view,
+            "iceberg_view": report.iceberg_view,
             "versions": list(report.versions) if report.versions is not None else None,
         }
         print(json.dumps(doc, indent=2))
@@ -205,6 +206,8 @@ def _verify(args: argparse.Namespace) -> int:
             print(f"  Delta view (_delta_log/, derived): {report.delta_view}")
         if report.spark_view is not None:
             print(f"  Spark view (_spark_metadata/, derived): {report.spark_view}")
+        if report.iceberg_view is not None and report.iceberg_view != "absent":
+            print(f"  Iceberg view (metadata/, derived): {report.iceberg_view}")
         if report.problems:
             print(
                 "what to do: docs/guide/maintenance.md, 'lakesink verify and repairing a lake' (restore "
@@ -218,7 +221,9 @@ def _sync_views(args: argparse.Namespace) -> int:
     """``sync-views``: the Delta view, the Spark view, or both (``--only``)."""
     # This subcommand's modules, not at the top: they load pyarrow (module docstring).
     from lakesink.views.delta_view import delta_sync
+    from lakesink.views.iceberg_layout import has_view
     from lakesink.views.spark_metadata_view import spark_sync
+    from lakesink_reader.format.table import read_table_metadata
 
     storage = open_storage(args.path, parse_option_pairs(args.storage_option))
     only, write = args.only, not args.check
@@ -243,6 +248,20 @@ def _sync_views(args: argparse.Namespace) -> int:
             print(f"{spark.path}: Spark view (_spark_metadata/) {spark.summary()}")
             print(f"  lake version {spark.lake_version}, view version {spark.view_version} (batch "
                   f"{spark.batch}), {len(spark.written)} version(s) written")  # fmt: skip
+    # The Iceberg view on lakes that keep one (or when asked for): pyiceberg loads only then.
+    if only == "iceberg" or (
+        only == "all" and (has_view(storage) or read_table_metadata(storage).iceberg_view)
+    ):
+        # Here, not at the top: pyiceberg, which lakes without an Iceberg view need not have.
+        from lakesink.views.iceberg_view import iceberg_sync
+
+        iceberg = iceberg_sync(storage, write=write, create=True if only == "iceberg" else None)
+        docs["iceberg"] = vars(iceberg)
+        ok = ok and iceberg.state in ("ok", "absent", *(("unsupported",) if only == "all" else ()))
+        if not args.json:
+            print(f"{iceberg.path}: Iceberg view (metadata/) {iceberg.summary()}")
+            print(f"  lake version {iceberg.lake_version}, view version {iceberg.view_version}, "
+                  f"{len(iceberg.written)} snapshot(s) written")  # fmt: skip
     if args.json:
         print(json.dumps(docs, indent=2))
     return 0 if ok else 1
@@ -434,6 +453,8 @@ def _status(args: argparse.Namespace) -> int:
         print(f"  Delta view (_delta_log/, derived): {found.delta_view}")
     if found.spark_view is not None:
         print(f"  Spark view (_spark_metadata/, derived): {found.spark_view}")
+    if found.iceberg_view is not None:
+        print(f"  Iceberg view (metadata/, derived): {found.iceberg_view}")
     return 0
 
 
@@ -666,18 +687,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     views = commands.add_parser(
         "sync-views",
-        help="format 3: write what the lake's derived views miss (_delta_log/, _spark_metadata/)",
+        help="format 3: write what the lake's derived views miss (_delta_log/, _spark_metadata/, metadata/)",
         description=(
             "Bring the derived views of a format-3 epoch lake to its latest version: the Delta view "
             "(_delta_log/: every missing commit from the oldest retained version, and the due "
             "checkpoint) and the Spark view (_spark_metadata/: the latest version, as a compact batch "
-            "when the view is absent or behind). For lakes written before the views, or without them, "
+            "when the view is absent or behind) and, on lakes that keep one (table.json's iceberg_view), "
+            "the Iceberg view (metadata/: a snapshot of the latest version). For lakes written before "
+            "the views, or without them, "
             "or whose views were deleted. The views are derived from the lake's own log, never the "
             "truth. Exit 1 when a view holds content lakesink did not write, or cannot be built."
         ),
     )
     views.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
-    views.add_argument("--only", choices=("all", "delta", "spark"), default="all", help="the views to sync")
+    views.add_argument(
+        "--only", choices=("all", "delta", "spark", "iceberg"), default="all", help="the views to sync"
+    )
     views.add_argument("--check", action="store_true", help="check the views; write nothing")
     _storage_option_argument(views)
     views.add_argument("--json", action="store_true", help="print the reports as JSON")
@@ -723,18 +748,24 @@ def build_parser() -> argparse.ArgumentParser:
 
     config = commands.add_parser(
         "config",
-        help="format 3: show or set the lake's defaults for its writers (auto_compact)",
+        help="format 3: show or set the lake's defaults for its writers (auto_compact, iceberg_view)",
         description=(
             "Show the defaults a format-3 lake keeps for its writers in its table.json, or set them: "
             "auto_compact=true makes every query that does not set the auto_compact option compact the "
-            "lake's small files after its commits (a query reads it when it starts); NAME=unset "
+            "lake's small files after its commits (a query reads it when it starts); iceberg_view=true "
+            "makes them keep the lake's Iceberg view (metadata/), which `lakesink sync-views` then "
+            "writes; NAME=unset "
             "removes one. The change is a compare-and-swap of table.json: if it changed meanwhile, "
             "nothing is written and the command fails (exit 2), to be run again."
         ),
     )
     config.add_argument("path", help="table root: local path, file://, s3://bucket/prefix or hdfs://")
     config.add_argument(
-        "settings", nargs="*", type=_setting, metavar="NAME=VALUE", help="auto_compact=true|false|unset"
+        "settings",
+        nargs="*",
+        type=_setting,
+        metavar="NAME=VALUE",
+        help="auto_compact=true|false|unset, iceberg_view=true|false|unset",
     )
     _storage_option_argument(config)
     config.add_argument("--json", action="store_true", help="print the defaults as JSON")

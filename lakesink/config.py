@@ -80,6 +80,14 @@ class SinkOptions:
         compact batch of every live file each 10 versions and after each compaction; never fails
         a commit), so ``spark.read.parquet(lake)`` reads exactly the committed files.
         ``.option("spark_metadata", "false")`` turns it off.
+    iceberg_view
+        Format-3 epoch lakes: keep the Apache Iceberg view ``metadata/`` (format version 2)
+        after each commit, so that Iceberg readers (pyiceberg's ``StaticTable``, polars
+        ``scan_iceberg``) given the lake's path read exactly the committed rows; never fails a
+        commit. ``.option("iceberg_view", "true")``. True is remembered in the lake's table.json
+        (as ``lakesink config PATH iceberg_view=true`` does): later queries that do not set the
+        option keep the view too, and ``lakesink sync-views`` writes it. None (the default): the
+        lake's own setting; False: not kept by this query.
     partition_by
         The columns whose values name the folders a new lake's files go in, Hive-style
         (``day=2026-11-22/country=FR/``): readers that filter on them skip the other folders.
@@ -125,6 +133,7 @@ class SinkOptions:
     continue_offsets: str | None = None
     delta_log: bool = True
     spark_metadata: bool = True
+    iceberg_view: bool | None = None
     partition_by: tuple[str, ...] | None = None
     merge_schema: bool = False
     auto_compact: bool | None = None
@@ -161,6 +170,8 @@ class SinkOptions:
             raise ValueError(f"continue_writer must be a writer's id or tag, got {self.continue_writer!r}")
         if not isinstance(self.delta_log, bool):
             raise TypeError(f"delta_log must be True or False, got {self.delta_log!r}")
+        if self.iceberg_view is not None and not isinstance(self.iceberg_view, bool):
+            raise TypeError(f"iceberg_view must be True, False or None, got {self.iceberg_view!r}")
         if not isinstance(self.spark_metadata, bool):
             raise TypeError(f"spark_metadata must be True or False, got {self.spark_metadata!r}")
         if not isinstance(self.allow_other_queries, bool):

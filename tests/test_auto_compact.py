@@ -216,13 +216,16 @@ def test_a_lake_keeps_its_writers_auto_compact_default(lake: str, capsys: pytest
     def resolved(**options: str) -> bool:  # what a query's writer decides when it starts
         return bool(LakeSinkDataSource({"path": lake, **options}).streamWriter(schema, False).auto_compact)
 
-    assert main(["config", lake]) == 0 and capsys.readouterr().out == "auto_compact = unset\n"
+    assert (
+        main(["config", lake]) == 0
+        and capsys.readouterr().out == "auto_compact = unset\niceberg_view = unset\n"
+    )
     assert not resolved()
     doc = json.loads(storage.read_bytes(TABLE_FILE))
     storage.put(TABLE_FILE, json.dumps({**doc, "written_by_a_newer_lakesink": 1}).encode())
     assert (
         main(["config", lake, "auto_compact=true"]) == 0
-        and capsys.readouterr().out == "auto_compact = true\n"
+        and capsys.readouterr().out == "auto_compact = true\niceberg_view = unset\n"
     )
     after = json.loads(storage.read_bytes(TABLE_FILE))
     assert after == {**doc, "written_by_a_newer_lakesink": 1, "auto_compact": True}  # the rest kept
@@ -235,7 +238,10 @@ def test_a_lake_keeps_its_writers_auto_compact_default(lake: str, capsys: pytest
     assert not resolved() and resolved(auto_compact="true")
 
     assert main(["config", lake, "auto_compcat=true"]) == 2
-    assert "'auto_compcat' is not a lake default; the lake keeps ['auto_compact']" in capsys.readouterr().err
+    assert (
+        "'auto_compcat' is not a lake default; the lake keeps ['auto_compact', 'iceberg_view']"
+        in capsys.readouterr().err
+    )
     with pytest.raises(SystemExit):
         main(["config", lake, "auto_compact=sometimes"])
     assert "'auto_compact=sometimes' is not NAME=true, NAME=false or NAME=unset" in capsys.readouterr().err

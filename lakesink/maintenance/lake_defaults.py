@@ -2,8 +2,8 @@
 
 Delta keeps such settings as table properties (``delta.autoOptimize.autoCompact``); a lakesink
 lake keeps them as optional fields of ``_lakesink/table.json`` that writers read when a query
-does not say, and readers never need (docs/FORMAT.md, "table.json"). Today there is one:
-``auto_compact``.
+does not say, and readers never need (docs/FORMAT.md, "table.json"): ``auto_compact``, and
+``iceberg_view`` (whether the lake keeps its Iceberg view; a writer with the option on sets it).
 
 Changing one replaces table.json, the one file of the lake that is otherwise written once.
 The replace is a compare-and-swap (``Storage.supersede`` against the version read): a lake
@@ -26,7 +26,7 @@ from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage import Storage, open_storage
 
 #: The defaults a lake can keep, and what each accepts (None removes it).
-LAKE_DEFAULTS: dict[str, type] = {"auto_compact": bool}
+LAKE_DEFAULTS: dict[str, type] = {"auto_compact": bool, "iceberg_view": bool}
 
 
 class DefaultsChangedError(LakeSinkError):

@@ -22,6 +22,8 @@ from typing import Any
 from lakesink.commit.files import DEFAULT_STAGED_AGE
 from lakesink.maintenance.sweep import sweep
 from lakesink.views.delta_view import check_view
+from lakesink.views.iceberg_layout import STOP_FILE as ICEBERG_STOP_FILE
+from lakesink.views.iceberg_layout import brief
 from lakesink.views.spark_metadata_view import check_spark_view
 from lakesink_reader.format.table import has_versioned_log, read_table_metadata
 from lakesink_reader.format.v3.commits import size_bucket
@@ -88,6 +90,9 @@ class LakeStatus:
     #: Format-3 epoch lakes: the Spark view's state (``ok``, ``absent``, ``behind: ...``,
     #: ``foreign: ...``); None for lakes that have no view.
     spark_view: str | None = None
+    #: Format-3 epoch lakes: the Iceberg view's state (``ok``, ``behind: ...``, ``foreign: ...``);
+    #: None for lakes that have none.
+    iceberg_view: str | None = None
     #: With ``leftovers=True``: what the sweep's plan finds; None when not counted (the default).
     leftovers: Leftovers | None = None
 
@@ -153,6 +158,10 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
         spark_view: str | None = check_spark_view(storage).summary()
     except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
         spark_view = f"unknown: {exc!r}"
+    try:
+        iceberg_view = brief(storage, state.version, ICEBERG_STOP_FILE)
+    except Exception as exc:  # noqa: BLE001 -- the view is derived: its check never fails the status
+        iceberg_view = f"unknown: {exc!r}"
     small = sum(state.counts.histogram[: size_bucket(SMALL_FILE_BYTES)])
     writers = [
         WriterStatus(
@@ -182,6 +191,7 @@ def _format3(storage: Storage, table_id: str, common: dict[str, Any]) -> LakeSta
         running_ops=len(leases),
         delta_view=view,
         spark_view=spark_view,
+        iceberg_view=iceberg_view,
     )
 
 

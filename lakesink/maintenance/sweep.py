@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from lakesink.maintenance.compact import open_v3, stream_live_files
 from lakesink.views.derived import files_lagging_views_list
+from lakesink.views.iceberg_layout import METADATA_DIR as ICEBERG_DIR
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.log import EpochLog
 from lakesink_reader.format.opening import oldest_commit
@@ -420,7 +421,10 @@ def plan_v3(
     """
     data_folders = ["", *partition_folders(storage, partition_columns)]
     listing = [entry for folder in data_folders for entry in storage.list(folder)]
-    staged = [s for folder in (*TABLE_FOLDERS, LOG_DIR, *data_folders[1:]) for s in storage.staged(folder)]
+    # (The Iceberg view's hint is replaced through a staged file: one its writer was killed
+    # before publishing is swept by age, as any staged file no commit settles.)
+    folders = (*TABLE_FOLDERS, LOG_DIR, ICEBERG_DIR, *data_folders[1:])
+    staged = [s for folder in folders for s in storage.staged(folder)]
     leases = storage.list(OPS_DIR)
     facts = read_log_facts(storage, vlog, retained_from)
     state = facts.state

@@ -19,7 +19,8 @@ import pyarrow.parquet as pq
 
 from lakesink.maintenance.compact import open_v3, stream_live_files
 from lakesink.views.delta_view import delta_sync
-from lakesink.views.derived import DELTA, SPARK, view_problems
+from lakesink.views.derived import DELTA, ICEBERG, SPARK, view_problems
+from lakesink.views.iceberg_layout import has_view
 from lakesink.views.spark_metadata_view import spark_sync
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
@@ -52,13 +53,17 @@ class VerifyReport:
     #: A view a foreign writer touched is a problem (``spark.read`` may read other rows).
     spark_view: str | None = None
     spark_view_ok: bool = True
+    #: Format-3 epoch lakes: the Iceberg view's newest snapshot checked against the lake. A view
+    #: a foreign writer touched, or one that lists files that are gone, is a problem.
+    iceberg_view: str | None = None
+    iceberg_view_ok: bool = True
     #: Format-3 epoch lakes: the versions whose files were checked (the latest, or with
     #: ``all_versions`` every retained one); None for lakes without a versioned log.
     versions: tuple[int, int] | None = None
 
     @property
     def ok(self) -> bool:
-        return not self.problems and self.delta_view_ok and self.spark_view_ok
+        return not self.problems and self.delta_view_ok and self.spark_view_ok and self.iceberg_view_ok
 
 
 def verify(
@@ -123,6 +128,12 @@ def verify(
         report.delta_view, report.delta_view_ok = view.summary(), view.state != "foreign"
         spark = spark_sync(storage, write=False)
         report.spark_view, report.spark_view_ok = spark.summary(), spark.state != "foreign"
+        if has_view(storage):
+            # Here, not at the top: pyiceberg loads only for lakes that have an Iceberg view.
+            from lakesink.views.iceberg_view import iceberg_sync
+
+            iceberg = iceberg_sync(storage, write=False)
+            report.iceberg_view, report.iceberg_view_ok = iceberg.summary(), iceberg.state != "foreign"
         # A view that lags is read at the version it holds: a failure when that version's files
         # are gone or the lake no longer retains it (issue 32, hole 4).
         retained_from = open_v3(storage, "verify")[1].open().retained_from
@@ -131,6 +142,9 @@ def verify(
             report.delta_view, report.delta_view_ok = f"{report.delta_view}; {lagging[DELTA]}", False
         if SPARK in lagging:
             report.spark_view, report.spark_view_ok = f"{report.spark_view}; {lagging[SPARK]}", False
+        if ICEBERG in lagging:
+            report.iceberg_view = f"{report.iceberg_view}; {lagging[ICEBERG]}"
+            report.iceberg_view_ok = False
     return report
 
 

@@ -2,9 +2,10 @@
 and what maintenance needs of them: bringing views that lag up, and the files they still list.
 
 - ``_delta_log/`` (:mod:`lakesink.views.delta_view`): Delta readers (deltalake, polars, DuckDB);
-- ``_spark_metadata/`` (:mod:`lakesink.views.spark_metadata_view`): ``spark.read.parquet``.
+- ``_spark_metadata/`` (:mod:`lakesink.views.spark_metadata_view`): ``spark.read.parquet``;
+- ``metadata/`` (:mod:`lakesink.views.iceberg_view`): Iceberg readers (pyiceberg, polars), opt-in.
 
-Both are derived from the lake's own log, never the truth, and never fail a commit. A view can
+All are derived from the lake's own log, never the truth, and never fail a commit. A view can
 lag behind the lake (a writer killed between its lake commit and its view update, a failed
 write to the view): whoever updates it next brings it up to the lake's version, and until then
 its readers read the version it holds -- whose files ``vacuum`` must therefore keep
@@ -20,7 +21,7 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from lakesink.commit.versions import AfterCommit
-from lakesink.views import delta_view, spark_metadata_view
+from lakesink.views import delta_view, iceberg_layout, spark_metadata_view
 from lakesink.views.delta import delta_commit_name
 from lakesink.views.delta_view import DeltaView
 from lakesink.views.spark_metadata_view import SparkView
@@ -39,6 +40,7 @@ Together = Callable[[Sequence[Callable[[], None]]], None]
 
 DELTA = "Delta view (_delta_log/)"
 SPARK = "Spark view (_spark_metadata/)"
+ICEBERG = "Iceberg view (metadata/)"
 
 
 class DerivedViews:
@@ -85,29 +87,53 @@ def derived_views(
     *,
     delta_log: bool = True,
     spark_metadata: bool = True,
+    iceberg: bool = False,
     together: Together | None = None,
 ) -> AfterCommit | None:
-    """A writer's hook: the views it keeps (``delta_log``, ``spark_metadata``), None for none;
-    both at once through ``together`` (:func:`in_threads`; None: one after the other)."""
+    """A writer's hook: the views it keeps (``delta_log``, ``spark_metadata``, ``iceberg``),
+    None for none; all at once through ``together`` (:func:`in_threads`; None: one after the
+    other)."""
     hooks: list[AfterCommit] = []
     if delta_log:
         hooks.append(DeltaView(storage, table_id, create=True))
     if spark_metadata:
         hooks.append(SparkView(storage, table_id, create=True))
+    if iceberg:
+        hooks.append(_iceberg_view(storage, table_id, create=True))
     if not hooks:
         return None
     return hooks[0] if len(hooks) == 1 else DerivedViews(hooks, together)
 
 
 def maintenance_views(storage: Storage, table_id: str, metadata: TableMetadata | None = None) -> DerivedViews:
-    """The hook of compaction and vacuum: both views, updated (and brought up) when the lake has
-    them, never started (a lake whose writers keep no view gets none from maintenance)."""
-    return DerivedViews(
-        [
-            DeltaView(storage, table_id, create=False, metadata=metadata),
-            SparkView(storage, table_id, create=False),
-        ]
-    )
+    """The hook of compaction and vacuum: every view, updated (and brought up) when the lake has
+    it, never started (a lake whose writers keep no view gets none from maintenance)."""
+    hooks: list[AfterCommit] = [
+        DeltaView(storage, table_id, create=False, metadata=metadata),
+        SparkView(storage, table_id, create=False),
+    ]
+    # The Iceberg view only on a lake that keeps one (pyiceberg need not be installed otherwise).
+    if (metadata is not None and metadata.iceberg_view) or storage.exists(iceberg_layout.VERSION_HINT):
+        hooks.append(_iceberg_view(storage, table_id, create=False, metadata=metadata))
+    return DerivedViews(hooks)
+
+
+def _iceberg_view(
+    storage: Storage, table_id: str, *, create: bool, metadata: TableMetadata | None = None
+) -> AfterCommit:
+    # Here, not at the top: pyiceberg loads only in processes that keep an Iceberg view.
+    from lakesink.views.iceberg_view import IcebergView
+
+    return IcebergView(storage, table_id, create=create, metadata=metadata)
+
+
+def _iceberg_listed(storage: Storage) -> tuple[int, dict[str, int]] | None:
+    if iceberg_layout.reader_number(storage) == 0:
+        return None  # no view: nothing to load pyiceberg for
+    # Here, not at the top: pyiceberg loads only for lakes that have an Iceberg view.
+    from lakesink.views.iceberg_view import listed_files
+
+    return listed_files(storage)
 
 
 def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int | None:
@@ -130,7 +156,7 @@ def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> i
 class LaggingView:
     """A view whose readers read an older lake version than ``floor``, and the files they read."""
 
-    view: str  # DELTA or SPARK
+    view: str  # DELTA, SPARK or ICEBERG
     version: int
     files: dict[str, int]
     #: The Spark view's compact batch whose anchor names ``version`` and that is not written yet:
@@ -148,6 +174,7 @@ def lagging_views(
     for view, at_least, listed in (
         (DELTA, _delta_at_least, delta_view.listed_files),
         (SPARK, _spark_at_least, spark_metadata_view.listed_files),
+        (ICEBERG, _iceberg_at_least, _iceberg_listed),
     ):
         if at_least(storage, floor):
             continue
@@ -173,6 +200,12 @@ def lagging_views(
 
 def _delta_at_least(storage: Storage, version: int) -> bool:
     return version >= 0 and storage.exists(delta_commit_name(version))
+
+
+def _iceberg_at_least(storage: Storage, version: int) -> bool:
+    # The version readers that trust the hint read (pyiceberg's StaticTable does), not the newest.
+    number = iceberg_layout.reader_number(storage)
+    return number == 0 or version < 0 or number >= iceberg_layout.snapshot_id(version)
 
 
 def _spark_at_least(storage: Storage, version: int) -> bool:
@@ -209,13 +242,18 @@ def files_lagging_views_list(
 
 
 def view_problems(storage: Storage, retained_from: int, present: Callable[[str], bool]) -> dict[str, str]:
-    """For ``verify``, per view (:data:`DELTA`, :data:`SPARK`): what makes its readers fail or
-    read what the lake no longer keeps -- files it lists that are not there (``present`` says),
-    or a version below ``retained_from`` (vacuumed: its files may go at the next vacuum, and the
-    lake commits that would bring it up in order are gone). Views in order have no entry."""
+    """For ``verify``, per view (:data:`DELTA`, :data:`SPARK`, :data:`ICEBERG`): what makes its
+    readers fail or read what the lake no longer keeps -- files it lists that are not there
+    (``present`` says), or a version below ``retained_from`` (vacuumed: its files may go at the
+    next vacuum, and the lake commits that would bring it up in order are gone). Views in order
+    have no entry."""
     out: dict[str, str] = {}
     fix = f"run `lakesink sync-views {storage.url}` to bring it to the lake's version"
-    for view, listed in ((DELTA, delta_view.listed_files), (SPARK, spark_metadata_view.listed_files)):
+    for view, listed in (
+        (DELTA, delta_view.listed_files),
+        (SPARK, spark_metadata_view.listed_files),
+        (ICEBERG, _iceberg_listed),
+    ):
         try:
             found = listed(storage)
         except Exception as exc:  # noqa: BLE001 -- a view lakesink cannot parse: the sync's check says why

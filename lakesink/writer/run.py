@@ -32,6 +32,7 @@ them, unless the log holds the batch. None of this needs memory across calls.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -151,6 +152,18 @@ class TaskPlan:
         )
 
 
+def require_pyiceberg(path: str) -> None:
+    """ImportError with the way out when the Iceberg view is to be kept and pyiceberg is missing:
+    at the run's start, before anything is written (the view's hook never fails a commit)."""
+    import importlib.util  # here: only runs that keep an Iceberg view ask
+
+    if importlib.util.find_spec("pyiceberg") is None:
+        raise ImportError(
+            f"{path} keeps an Iceberg view (the iceberg_view option, or the lake's table.json), which "
+            "needs pyiceberg: pip install 'lakesink[iceberg]', or set iceberg_view=False for this query"
+        )
+
+
 class WriterRun:
     """The driver of one run of one streaming query's writer on one lake (see the module docstring).
 
@@ -232,7 +245,37 @@ class WriterRun:
             memo.schema_change, memo.file_schema = start.stream_schemas(
                 stream, merge_schema=self.config.sink.merge_schema
             )
+            # (Views are kept of format-3 epoch lakes only: a foreach lake has none.)
+            if self.config.sink.iceberg_view and start.table.has_log and not start.table.iceberg_view:
+                memo.start = self.remember_iceberg_view(start)
+            if self.keeps_iceberg_view(start.table) and start.table.has_log:
+                require_pyiceberg(self.config.path)
         return memo.start
+
+    def remember_iceberg_view(self, start: LakeAtStart) -> LakeAtStart:
+        """Record ``iceberg_view`` in the lake's table.json (a compare-and-swap, as ``lakesink
+        config`` does), so that later queries, and ``sync-views``, keep the view without being
+        told. A failure only costs the remembering: this run keeps the view either way."""
+        # Here, not at the top: the lake defaults' module loads pyarrow.
+        from lakesink.maintenance.lake_defaults import set_lake_defaults
+
+        try:
+            table = set_lake_defaults(self.storage, {"iceberg_view": True})
+        except Exception:  # derived: the run keeps the view, and the next run tries again
+            log.warning(
+                "could not record iceberg_view in %s's table.json; this query keeps the view, and "
+                "`lakesink config %s iceberg_view=true` records it",
+                self.config.path,
+                self.config.path,
+                exc_info=True,
+            )
+            return start
+        return dataclasses.replace(start, table=table)
+
+    def keeps_iceberg_view(self, table: TableMetadata) -> bool:
+        """The query's option, else the lake's setting (``table``, its table.json), else off."""
+        option = self.config.sink.iceberg_view
+        return option if option is not None else bool(table.iceberg_view)
 
     def check_continuation(self, start: LakeAtStart) -> None:
         """Refuse, before the first batch of a continuing query writes, a continuation that
@@ -397,6 +440,7 @@ class WriterRun:
                 table.table_id,
                 delta_log=sink.delta_log,
                 spark_metadata=sink.spark_metadata,
+                iceberg=self.keeps_iceberg_view(table),
                 together=in_threads if self.together == "threads" else self.together,
             ),
         )

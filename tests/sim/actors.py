@@ -72,6 +72,7 @@ class WriterPlan:
     refused: bool = False  # its continuation was refused: the user starts another one
     replaced: bool = False  # ... and has started it
     auto_compact: bool = False  # its driver compacts after a commit when enough files are small
+    iceberg: bool = False  # it keeps the Iceberg view too (``iceberg_view``; only with ``views``)
     #: Its views' hooks run at once, as threads of its process (``in_threads``, what the data
     #: source and foreachBatch doors do); False: one after the other.
     views_together: bool = False
@@ -152,6 +153,7 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                 continue_writer=plan.continues,
                 delta_log=plan.views,
                 spark_metadata=plan.views,
+                iceberg_view=plan.iceberg or None,
                 # Sized for the simulation's few tiny files (``compaction`` below).
                 auto_compact=plan.auto_compact,
             ),
@@ -402,16 +404,19 @@ def read_job(env: Env) -> Callable[[Any], str]:
 
 
 def sync_views_job(env: Env) -> Callable[[Any], str]:
-    """``lakesink sync-views``: brings the Delta and Spark views up to the lake, beside writers
-    that update them too."""
+    """``lakesink sync-views``: brings the Delta and Spark views (and the Iceberg view, when a
+    writer keeps it) up to the lake, beside writers that update them too."""
     from lakesink.views.delta_view import delta_sync
     from lakesink.views.spark_metadata_view import spark_sync
 
+    syncs: list[tuple[str, Callable[[Any], Any]]] = [("delta", delta_sync), ("spark", spark_sync)]
+    if any(p.iceberg for p in env.writers):
+        from lakesink.views.iceberg_view import iceberg_sync
+
+        syncs.append(("iceberg", iceberg_sync))
+
     def job(storage: Any) -> str:
-        return "; ".join(
-            f"{name}: {sync(storage).summary()}"
-            for name, sync in (("delta", delta_sync), ("spark", spark_sync))
-        )
+        return "; ".join(f"{name}: {sync(storage).summary()}" for name, sync in syncs)
 
     return job
 

@@ -66,6 +66,8 @@ class Checker:
         self._latest: tuple[object, tuple[tuple[str, Any], ...], set[tuple[int, int]]] | None = None
         self._delta: tuple[object, int] | None = None
         self._spark: tuple[object, int] | None = None
+        self._iceberg: tuple[object, int] | None = None
+        self._iceberg_hint = 0  # the highest version-hint.text seen: it never moves back
         self._ids: dict[str, tuple[Any, list[int]]] = {}
         self._versions: dict[int, set[tuple[int, int]]] = {}
         #: Every commit seen in the log: version -> (its committer's ``committed_at``, the store's
@@ -109,6 +111,8 @@ class Checker:
         if any(plan.views for plan in self.env.writers):
             self.check_delta_view(state.retained_from)
             self.check_spark_view(state.retained_from)
+        if any(plan.iceberg for plan in self.env.writers):
+            self.check_iceberg_view(state.retained_from)
         expected = {
             (plan.stream, plan.base + b)
             for plan in self.env.writers
@@ -285,6 +289,61 @@ class Checker:
         files = tuple((p, _stat(p)) for p in dict.fromkeys(paths))
         self._spark = ((folder, anchors, files), retained_from)
 
+    def check_iceberg_view(self, retained_from: int) -> None:
+        """``views``: the Iceberg view as pyiceberg's ``StaticTable`` reads it given the lake's
+        path (the metadata file ``version-hint.text`` names, its current snapshot's manifests;
+        not through lakesink's code): the hint never moves back, every file the snapshot lists
+        exists, none twice, and it holds the same rows as the lake at the version its snapshot
+        holds (when the lake still retains it)."""
+        root = self.env.root
+        folder = _folder_stats(os.path.join(root, "metadata"))
+        if self._iceberg is not None:
+            (last_folder, last_files), last_floor = self._iceberg
+            if (
+                last_folder == folder
+                and last_floor <= retained_from
+                and all(_stat(p) == st for p, st in last_files)
+            ):
+                return
+        hint_path = os.path.join(root, "metadata", "version-hint.text")
+        try:
+            with open(hint_path, "rb") as f:
+                hint = int(f.read().decode().strip())
+        except FileNotFoundError:
+            return
+        if hint < self._iceberg_hint:
+            moved = f"from {self._iceberg_hint} to {hint}"
+            raise Violation("views", f"the Iceberg view's hint moved back {moved}")
+        self._iceberg_hint = hint
+        from pyiceberg.table import StaticTable
+
+        try:
+            table = StaticTable.from_metadata(root)
+            snap = table.current_snapshot()
+            paths = [t.file.file_path for t in table.scan().plan_files()]
+        except Exception as exc:
+            raise Violation(
+                "views", f"the Iceberg view at hint {hint} cannot be read: {type(exc).__name__}: {exc!s:.300}"
+            ) from exc
+        if snap is None:
+            raise Violation("views", f"the Iceberg view at hint {hint} has no current snapshot")
+        version = int(snap.summary["lakesink.version"]) if snap.summary is not None else -1
+        where = f"the Iceberg view at hint {hint} (snapshot {snap.snapshot_id}, lake version {version})"
+        if snap.snapshot_id != hint or version != hint - 1:
+            raise Violation("views", f"{where}: its snapshot is not the hint's")
+        twice = sorted(p for p in set(paths) if paths.count(p) > 1)
+        if twice:
+            raise Violation("views", f"{where} lists {twice[:3]} more than once")
+        gone = sorted(p for p in paths if not os.path.exists(p))
+        if gone:
+            raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        rows = [r for p in paths for r in self._file_ids(p)]
+        present = self.check_rows(rows, where)
+        if version >= retained_from and present != self._lake_at(version):
+            raise Violation("views", f"{where} holds other batches than the lake at that version")
+        files = tuple((p, _stat(p)) for p in paths)
+        self._iceberg = ((folder, files), retained_from)
+
     def check_read(self, version: int, who: str, read: Callable[[], list[int]]) -> list[int]:
         """``reads``: a reader's read of ``version`` (pinned before ``read`` runs) holds exactly the
         batches the model says that version holds; it may fail under a store fault, or when the
@@ -319,7 +378,8 @@ class Checker:
 
     def forget_views(self) -> None:
         """Check the views again from scratch (a view removed and rebuilt)."""
-        self._delta = self._spark = None
+        self._delta = self._spark = self._iceberg = None
+        self._iceberg_hint = 0
 
     def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
         """Whole batches, each once; returns the (writer, batch) pairs present."""

@@ -47,6 +47,7 @@ ACTORS = (
     "upgrade",
     "autocompact",
     "threads",
+    "iceberg",
 )
 #: Fault-free steps the settle phase gives the writers to finish their batches.
 SETTLE_STEPS = 6000
@@ -313,6 +314,8 @@ def _setup(env: Env) -> None:
     # The views' hooks at once, in threads of the writer's process (as the Spark doors run
     # them): a generator of its own too, and only where the writer keeps views.
     threads = random.Random(world.seed ^ 0x7EAD) if "threads" in cfg.actors and views else None
+    # The Iceberg view (issue 54), kept by writers that keep the views: a generator of its own.
+    iceberg = random.Random(world.seed ^ 0x1CEB) if "iceberg" in cfg.actors and views else None
     # The Spark door each query writes through, and how often its data-source calls land in
     # another driver worker (the memo lost): a generator of its own too (issue 50).
     doors = random.Random(world.seed ^ 0xD00A)
@@ -325,6 +328,9 @@ def _setup(env: Env) -> None:
         plan.auto_compact = auto is not None and auto.random() < 0.4
         if plan.auto_compact:
             world.note(f"writer {i} compacts after its commits (auto_compact)")
+        plan.iceberg = iceberg is not None and iceberg.random() < 0.7
+        if plan.iceberg:
+            world.note(f"writer {i} keeps the Iceberg view (iceberg_view)")
         plan.views_together = threads is not None and threads.random() < 0.7
         if plan.views_together:
             world.note(f"writer {i} updates its views in threads, at once")
@@ -846,7 +852,12 @@ def _final(env: Env) -> None:
         from lakesink.views.delta_view import delta_sync
         from lakesink.views.spark_metadata_view import spark_sync
 
-        for name, sync in (("Delta", delta_sync), ("Spark", spark_sync)):
+        syncs: list[tuple[str, Callable[[Any], Any]]] = [("Delta", delta_sync), ("Spark", spark_sync)]
+        if any(p.iceberg for p in env.writers):
+            from lakesink.views.iceberg_view import iceberg_sync
+
+            syncs.append(("Iceberg", iceberg_sync))
+        for name, sync in syncs:
             try:
                 view = sync(storage)
             except Exception as exc:

@@ -63,6 +63,8 @@ class TableMetadata:
     (``upgraded_from``; only read here: ``lakesink upgrade`` writes it). ``auto_compact``: the
     lake's default for its writers' ``auto_compact`` (None: not set; writers then do not
     auto-compact unless told to); set by ``lakesink config``, never read by readers.
+    ``iceberg_view``: whether the lake keeps the derived Iceberg view (None: not set; a writer's
+    ``iceberg_view`` option, or ``lakesink config``, sets it); never read by readers.
 
     Parsed once, by :meth:`from_json`, for everyone (writers, maintenance, views, readers): the
     one reading of table.json (``read_table_metadata``), whose checks are the only ones.
@@ -78,6 +80,7 @@ class TableMetadata:
     partition_columns: tuple[str, ...] = ()
     upgrade_version: int | None = None
     auto_compact: bool | None = None
+    iceberg_view: bool | None = None
 
     @property
     def has_log(self) -> bool:
@@ -136,6 +139,8 @@ class TableMetadata:
             doc["reader_features"] = list(self.reader_features)
         if self.auto_compact is not None:
             doc["auto_compact"] = self.auto_compact
+        if self.iceberg_view is not None:
+            doc["iceberg_view"] = self.iceberg_view
         return json.dumps(doc, indent=2).encode()
 
     @classmethod
@@ -188,6 +193,9 @@ class TableMetadata:
         auto_compact = doc.get("auto_compact")
         if auto_compact is not None and not isinstance(auto_compact, bool):
             raise CorruptFileError(f"{where}: auto_compact must be true or false, got {auto_compact!r}")
+        iceberg_view = doc.get("iceberg_view")
+        if iceberg_view is not None and not isinstance(iceberg_view, bool):
+            raise CorruptFileError(f"{where}: iceberg_view must be true or false, got {iceberg_view!r}")
         try:
             created_at = jsondoc.seconds(doc.get("created_at", 0.0), "created_at")
         except ValueError as exc:
@@ -207,6 +215,7 @@ class TableMetadata:
             partition_columns,
             upgrade_version if type(upgrade_version) is int and upgrade_version > 0 else None,
             auto_compact,
+            iceberg_view,
         )
 
 
