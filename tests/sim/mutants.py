@@ -125,6 +125,10 @@ MUTANTS = (
         '        self._drop(files, listed=self._listed(result), why=f"batch {batch} is already committed")',
         '        self._drop(files, listed=(), why=f"batch {batch} is already committed")',
         "a retry after a lost answer finds its own commit and deletes the files it lists",
+        # Shown equivalent in simulation.md ("Mutants"): a commit call whose own create made
+        # the entry holding the batch returns "committed", so the version a skip names never
+        # lists this attempt's files (unique to the attempt, handed to one commit call).
+        equivalent=True,
     ),
     # The log's rules and the reader's format code (reader/lakesink_reader/format) -----------------
     Mutant(
