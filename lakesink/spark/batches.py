@@ -95,10 +95,31 @@ class LakeBatchWrite:
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         """The batch's files written (on the driver or in tasks) and committed."""
+        self.start_run(df.schema)
+        self.write_and_commit(df, batch_id)
+
+    def start_run(self, schema: Any) -> None:
+        """The run's start, at its first batch: the lake checked or created (for ``schema``, a
+        StructType), the replays' bound read."""
         if self.writer is None:
-            # The lake checked or created, the replays' bound read: once per run, at its first batch.
-            self.writer = self.source.streamWriter(df.schema, False)
+            self.writer = self.source.streamWriter(schema, False)
             self.query_id = self.writer.writer_id()
+
+    def is_replay(self, batch_id: int) -> bool:
+        """Whether the lake holds batch ``batch_id`` of this query already (after :meth:`start_run`)."""
+        assert self.writer is not None
+        through = self.writer.plan.committed_through
+        return through is not None and batch_id <= through
+
+    def commit_replay(self, batch_id: int) -> None:
+        """A replay committed as what it is, without reading the batch: one empty report, which
+        the run's commit skips (as a replay's tasks would report nothing)."""
+        assert self.writer is not None
+        self.writer.commit_batch([self.writer.write_on_driver(iter(()), batch_id, self.query_id)], batch_id)
+
+    def write_and_commit(self, df: Any, batch_id: int) -> None:
+        """``df``'s rows written as batch ``batch_id`` and committed (after :meth:`start_run`)."""
+        assert self.writer is not None
         messages = self.write_on_driver(df, batch_id)
         if messages is None:
             messages = self.write_in_tasks(df, batch_id)
