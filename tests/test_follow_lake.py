@@ -134,14 +134,15 @@ def test_files_only_offsets_and_files_are_the_lake_streams_without_spark(tmp_pat
             break
         names = [n for p in data.partitions(start, end) for n in p.names]
         [task] = files.partitions(start, end)
-        listed = [r for p in [task] for r in p.files]
-        assert [n for n, _, _ in listed] == names
+        listed = list(task.files)
+        assert [n for n, _, _, _ in listed] == names
         table = pa.Table.from_batches(list(files.read(task)))
-        assert table.column_names == ["name", "version", "size"] and table.column("name").to_pylist() == names
+        assert table.column_names == ["name", "version", "size", "rows"]
+        assert table.column("name").to_pylist() == names and set(table.column("rows").to_pylist()) == {10}
         batches.append(listed)
         start = end
     # Six appended files (versions 0, 1, 3), three a micro-batch; the compaction (version 2) not read.
-    assert [[v for _, v, _ in b] for b in batches] == [[0, 0, 1], [1, 3, 3]]
-    assert all(size > 0 for b in batches for _, _, size in b)
+    assert [[v for _, v, _, _ in b] for b in batches] == [[0, 0, 1], [1, 3, 3]]
+    assert all(size > 0 for b in batches for _, _, size, _ in b)
     with pytest.raises(ValueError, match="filesOnly must be true or false, got 'yes'"):
         parse_stream_options({"path": a, "filesOnly": "yes"})

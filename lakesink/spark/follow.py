@@ -75,9 +75,13 @@ class LakeFilesBatchWrite(LakeBatchWrite):
             self.last_files = None
             self.commit_replay(batch_id)
             return
-        names = [row[0] for row in df.select("name").collect()]  # in the source's order
+        files = df.select("name", "rows").collect()  # in the source's order
+        names = [row[0] for row in files]
         self.last_files = len(names)
-        self.write_and_commit(self.frame(spark, names), batch_id)
+        # The log counts each file's rows: a large batch goes to the tasks without a bounded
+        # collect first (an upper bound when the transform drops rows; unknown when one is not).
+        known = None if any(row[1] < 0 for row in files) else sum(row[1] for row in files)
+        self.write_and_commit(self.frame(spark, names), batch_id, known)
 
 
 def follow_lake(

@@ -68,8 +68,8 @@ DEFAULT_MAX_FILES = 1000
 #: Versions whose commits one look at the log reads (a limit usually stops it earlier).
 VERSIONS_PER_LOOK = 100
 #: A ``filesOnly`` stream's rows: one per file, in the order the stream reads them -- its name
-#: (relative to the lake's root) and size, and the version that added it.
-FILES_SCHEMA = "name string, version long, size long"
+#: (relative to the lake's root), the version that added it, its bytes and rows (-1: unknown).
+FILES_SCHEMA = "name string, version long, size long, rows long"
 
 
 @dataclass(frozen=True)
@@ -274,7 +274,15 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         _, files = self._walk(lake, first, last.version, None, None, stop=last)
         if self.options.files_only:
             # One task hands the list back: reading them is the caller's (Spark's scan).
-            listed = tuple((f.name, -1 if f.version is None else f.version, f.size or 0) for f in files)
+            listed = tuple(
+                (
+                    f.name,
+                    -1 if f.version is None else f.version,
+                    f.size or 0,
+                    -1 if f.rows is None else f.rows,
+                )
+                for f in files
+            )
             return [FileListPartition(listed)] if listed else []
         return task_partitions([(f.name, f.size or 0) for f in files])
 
@@ -389,12 +397,12 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
 
 @dataclass(frozen=True)
 class FileListPartition(InputPartition):  # type: ignore[misc]
-    """A ``filesOnly`` micro-batch's files: (name, version, size) each, in the stream's order."""
+    """A ``filesOnly`` micro-batch's files: (name, version, size, rows) each, in the stream's order."""
 
-    files: tuple[tuple[str, int, int], ...]
+    files: tuple[tuple[str, int, int, int], ...]
 
 
-def _file_rows(files: Sequence[tuple[str, int, int]]) -> pa.RecordBatch:
+def _file_rows(files: Sequence[tuple[str, int, int, int]]) -> pa.RecordBatch:
     """:data:`FILES_SCHEMA`'s rows of ``files``."""
     # Here, not at the top: pyarrow, as in _opened. Built from buffers: pa.array of a list
     # imports pandas in the worker (lakesink_reader.arrays).
@@ -402,10 +410,15 @@ def _file_rows(files: Sequence[tuple[str, int, int]]) -> pa.RecordBatch:
 
     from lakesink_reader.arrays import array
 
-    names, versions, sizes = zip(*files, strict=True) if files else ((), (), ())
+    names, versions, sizes, rows = zip(*files, strict=True) if files else ((), (), (), ())
     return pa.record_batch(
-        [array(names, pa.string()), array(versions, pa.int64()), array(sizes, pa.int64())],
-        names=["name", "version", "size"],
+        [
+            array(names, pa.string()),
+            array(versions, pa.int64()),
+            array(sizes, pa.int64()),
+            array(rows, pa.int64()),
+        ],
+        names=["name", "version", "size", "rows"],
     )
 
 
