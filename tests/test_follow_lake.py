@@ -74,6 +74,8 @@ def test_every_row_once_through_a_replayed_batch_a_compaction_and_a_new_column(
     # labels (Spark's __HIVE_DEFAULT_PARTITION__) came back as the partition values.
     assert sum(p["numInputRows"] for p in first.recentProgress) == len(Lake(a).files())
     assert {r[1] for r in rows(b)} == set(LABELS)
+    # The batches' listing setting stayed in the query's own session.
+    assert spark.conf.get("spark.sql.sources.parallelPartitionDiscovery.threshold") == "32"
 
     # Spark runs B's last batch again (its commit record lost, as after a crash between B's
     # commit and Spark's), and meanwhile A compacts (new files, no new data) and takes a column.
