@@ -7,6 +7,7 @@ upstream row once (``jobs/stream_to_lake.py --source lake`` runs this route: tes
 from __future__ import annotations
 
 import datetime
+import re
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from test_partitions import LABELS, add_input
 
 import lakesink
 from lakesink.maintenance import compact
-from lakesink_reader import Lake, read_committed
+from lakesink_reader import CorruptFileError, Lake, read_committed
 
 COLUMNS = ("id", "label", "day", "note")
 
@@ -110,6 +111,17 @@ def test_every_row_once_through_a_replayed_batch_a_compaction_and_a_new_column(
     )
     assert rows(b) == rows(a) and len(rows(a)) == 180
     assert {r[3] for r in rows(b) if r[0] < 120} == {None} and rows(b)[-1][3] == "n179"
+
+    # Spark's scan follows links: a committed name that is one is refused, never read through.
+    name = Lake(a).since(version=done.version).files()[0].name  # the newest append's: C reads it
+    moved = tmp_path / "elsewhere.parquet"
+    (Path(a) / name).rename(moved)
+    (Path(a) / name).symlink_to(moved)
+    c = str(tmp_path / "c")
+    query = lakesink.follow_lake(spark, a, c, checkpoint_location=str(tmp_path / "chk-c"),
+                                 trigger={"availableNow": True})  # fmt: skip
+    with pytest.raises(CorruptFileError, match=f"{re.escape(name)} is a symbolic link"):
+        query.awaitTermination(300)
 
 
 def test_files_only_offsets_and_files_are_the_lake_streams_without_spark(tmp_path: Path) -> None:

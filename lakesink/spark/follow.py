@@ -30,10 +30,13 @@ from typing import TYPE_CHECKING, Any
 from lakesink.config import SinkConfig
 from lakesink.spark.batches import LakeBatchWrite
 from lakesink.spark.scan import file_root, files_scan
+from lakesink_reader.storage import open_storage
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming.query import StreamingQuery
+
+    from lakesink_reader.storage.base import Storage
 
 #: Source options ``follow_lake`` sets itself, or that Spark's scan cannot honour.
 _NOT_SOURCE_OPTIONS = ("filesonly", "storage_options", "path")
@@ -52,16 +55,23 @@ class LakeFilesBatchWrite(LakeBatchWrite):
     def __init__(
         self,
         config: SinkConfig,
-        root: str,
+        source: str,
         schema: Any,
         transform: Callable[[DataFrame], DataFrame] | None = None,
     ) -> None:
         super().__init__(config)
-        self.root = root  # the source lake's root, as Spark's Hadoop client names it
+        self.upstream = source  # the lake read (self.source is the sink's data source)
+        root = file_root(source)
+        if root is None:
+            raise ValueError(
+                f"{source!r} is not where Spark's Hadoop client reads by itself (local disk, HDFS)"
+            )
+        self.root: str = root  # the source lake's root, as Spark's Hadoop client names it
         self.schema = schema  # the source lake's, a StructType
         self.transform = transform
         #: the files the run's last batch read (None: a replay, or none yet)
         self.last_files: int | None = None
+        self._storage: Storage | None = None
 
     def __repr__(self) -> str:
         return f"LakeFilesBatchWrite({self.root!r} -> {self.config.path!r})"
@@ -85,6 +95,12 @@ class LakeFilesBatchWrite(LakeBatchWrite):
             return
         files = df.select("name", "rows").collect()  # in the source's order
         names = [row[0] for row in files]
+        if self._storage is None:
+            self._storage = open_storage(self.upstream)
+        for name in names:
+            # Spark's scan follows links, which could lead out of the lake: a committed name that
+            # is one is refused, as every lakesink read refuses it (docs/FORMAT.md, "Trust").
+            self._storage.refuse_link(name)
         self.last_files = len(names)
         # The log counts each file's rows: a large batch goes to the tasks without a bounded
         # collect first (an upper bound when the transform drops rows; unknown when one is not).
@@ -173,7 +189,7 @@ def follow_lake(
     files = reader.load(source)
     # After load(): the source read its schema there, and this one is never older.
     schema = from_arrow_schema(Lake(source).schema)
-    batch_write = LakeFilesBatchWrite(config, root, schema, transform)
+    batch_write = LakeFilesBatchWrite(config, source, schema, transform)
     return guard.start_foreach_batch(
         files,
         config,
