@@ -160,3 +160,26 @@ def test_files_only_offsets_and_files_are_the_lake_streams_without_spark(tmp_pat
     assert all(size > 0 for b in batches for _, _, size, _ in b)
     with pytest.raises(ValueError, match="filesOnly must be true or false, got 'yes'"):
         parse_stream_options({"path": a, "filesOnly": "yes"})
+
+
+def test_a_files_only_stream_pins_the_lakes_schema_at_load_as_the_rows_stream_does(tmp_path: Path) -> None:
+    """``follow_lake`` reads the lake's schema right after ``load()``: the source's, taken at
+    ``load()`` and carried in the instance Spark pickles to its planner, is never newer, so a
+    batch's files are never read with fewer columns than they hold."""
+    import pickle
+
+    from lakes import SCHEMA
+
+    from lakesink.spark.datasource import LakeSinkDataSource
+    from lakesink_reader.format.schemas import encode_schema
+
+    a = str(tmp_path / "a")
+    writer = lake_a(a, 1)
+    source = LakeSinkDataSource({"path": a, "filesOnly": "true"})
+    assert str(source.schema()).startswith("name string")  # Spark's load()
+    writer.options["schema"] = encode_schema(pa.schema([*SCHEMA, pa.field("note", pa.string())]))
+    writer.append(100)  # a writer adds a column before the query starts
+    planner = pickle.loads(pickle.dumps(source)).streamReader(None)  # the query's start
+    assert planner.schema.equals(SCHEMA) and "note" in Lake(a).schema.names
+    with pytest.raises(ValueError, match=r"column\(s\) \['note'\] are new or changed"):
+        planner.latestOffset(planner.initialOffset(), planner.getDefaultReadLimit())

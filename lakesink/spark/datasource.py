@@ -143,9 +143,12 @@ class LakeSinkDataSource(DataSource):
 
         given = {k.lower() for k in self.options}
         if given & set(STREAM_ONLY):  # a stream's options
+            lake_schema = from_arrow_schema(self.stream_table[0])  # pinned here, at load(), for both
             if self.stream_options.files_only:  # its rows are the files (lakesink.spark.follow)
+                # The lake's schema is still the stream's, pinned with the instance Spark pickles:
+                # follow_lake reads its own after load(), so it is never older than this one.
                 return FILES_SCHEMA
-            return from_arrow_schema(self.stream_table[0])
+            return lake_schema
         unknown = sorted(given - set(READ_OPTIONS) - set(STREAM_OPTIONS))
         if unknown:  # Spark does not say which read asks: name both doors' options
             raise ValueError(

@@ -17,9 +17,9 @@ read (a replay needs none of its files: a compaction and vacuum upstream since t
 matter). Local disk and HDFS only: Spark's Hadoop client must reach the files by itself.
 
 The schema every batch is read with is the source lake's newest when the query starts, read
-after the source read its own: never older than the source's, which stops the stream when the
-lake's schema changes (restart: the new columns are read, and a lakesink sink downstream needs
-``merge_schema=True``).
+after ``load()``, where the source pinned its own (``LakeSinkDataSource.schema``): never older
+than the source's, which stops the stream when the lake's schema changes (restart: the new
+columns are read, and a lakesink sink downstream needs ``merge_schema=True``).
 """
 
 from __future__ import annotations
@@ -86,9 +86,10 @@ class LakeFilesBatchWrite(LakeBatchWrite):
         # started it): the setting stays with this query.
         spark = df.sparkSession
         spark.conf.set(*_LISTING)
-        # The writer's schema is what a batch of no files writes: Spark's scan makes every column
-        # nullable (lakesink compares schemas without nullability).
-        self.start_run(self.frame(spark, []).schema)
+        if self.writer is None:
+            # The writer's schema is what a batch of no files writes: Spark's scan makes every
+            # column nullable (lakesink compares schemas without nullability).
+            self.start_run(self.frame(spark, []).schema)
         if self.is_replay(batch_id):
             self.last_files = None
             self.commit_replay(batch_id)
