@@ -8,6 +8,7 @@
         --starting-offsets earliest --max-offsets-per-trigger 10000 --mode epoch ...
     python jobs/stream_to_lake.py --source lake --input /data/lake/raw --mode epoch \\
         --max-files-per-trigger 100 --lake /data/lake/clean --checkpoint /data/chk/clean
+        # --lake-read: Spark's Parquet scan where it reaches the lake (local disk, HDFS), else Python
 
 Logs one line per epoch: its rows, committed files and seconds. A failing query ends with one
 line naming the cause (``--verbose`` prints Spark's whole error).
@@ -48,6 +49,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rows-per-second", type=int, default=1000, help="rate source speed")
     p.add_argument(
         "--max-files-per-trigger", type=int, default=1, help="files and lake sources: files per epoch"
+    )
+    p.add_argument(
+        "--lake-read",
+        choices=("auto", "spark", "python"),
+        default="auto",
+        help="lake source: how an epoch's files are read. spark: Spark's own Parquet scan in "
+        "foreachBatch (lakesink.follow_lake; epoch mode, the foreachBatch door, a lake on local disk "
+        "or HDFS without storage options), python: readStream.format('lakesink'), the Python source "
+        "(any lake, any mode and door); auto: spark where it applies, else python",
     )
     stop = p.add_mutually_exclusive_group()
     stop.add_argument("--duration", type=float, help="stop after this many seconds")
@@ -94,6 +104,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         check_kafka_args(p, args)
     if args.via and args.mode != "epoch":
         p.error("--via chooses the door of epoch mode (--mode epoch)")
+    if args.lake_read == "spark":
+        why = spark_scan_refusal(args)
+        if why:
+            p.error(f"--lake-read spark: {why}")
     if args.continue_writer and args.source != "kafka":
         p.error("--continue-writer is for --source kafka (continuing from the Kafka offsets a lake records)")
     if args.rows_per_second < 1:
@@ -110,6 +124,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     except ValueError as exc:
         p.error(str(exc))
     return args
+
+
+def spark_scan_refusal(args: argparse.Namespace) -> str | None:
+    """Why ``--source lake`` cannot read through Spark's scan (``lakesink.follow_lake``), or None."""
+    from lakesink.spark.scan import file_root
+
+    if args.source != "lake":
+        return "it reads --source lake"
+    if args.mode != "epoch" or args.via == "data_source" or args.remote:
+        return (
+            "it writes in epoch mode through the foreachBatch door, in a classic session "
+            "(not --mode foreach, --via data_source or --remote)"
+        )
+    if args.storage_option or file_root(args.input) is None:
+        return (
+            f"Spark's Hadoop client reaches local disk and HDFS by itself, not {args.input} with "
+            "storage options (--lake-read python reads it)"
+        )
+    return None
+
+
+def lake_read(args: argparse.Namespace) -> str:
+    """``--source lake``'s route: "spark" (Spark's scan in foreachBatch) or "python" (the source)."""
+    if args.source != "lake" or args.lake_read == "python":
+        return "python"
+    return "spark" if spark_scan_refusal(args) is None else "python"
 
 
 # -- the kafka source ------------------------------------------------------------------------
@@ -391,12 +431,7 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
             .option("maxFilesPerTrigger", args.max_files_per_trigger)
             .load(args.input)
         )
-    if args.partitions and args.source != "kafka":
-        df = df.repartition(args.partitions)
-    if args.fail_once_after_rows:
-        df = inject_one_failure(
-            df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected")
-        )
+    df = shaped(df, args)
     if args.source == "kafka" and (args.mode == "foreach" or args.partitions):
         # Which Spark partition reads which Kafka partition is not kept across a restart (it
         # follows the order in which the source lists the offsets: live from the broker, or
@@ -404,6 +439,37 @@ def build_stream(spark: Any, args: argparse.Namespace) -> Any:
         # same rows under the same partition id. A hash of the record's Kafka partition does.
         df = df.repartition(args.partitions or KAFKA_FOREACH_PARTITIONS, "topic", "partition")
     return df
+
+
+def shaped(df: Any, args: argparse.Namespace) -> Any:
+    """``--partitions`` and ``--fail-once-after-rows`` applied to ``df`` (a stream, or a batch of
+    ``--lake-read spark``'s, which applies them to each micro-batch's scan)."""
+    if args.partitions and args.source != "kafka":
+        df = df.repartition(args.partitions)
+    if args.fail_once_after_rows:
+        df = inject_one_failure(
+            df, args.fail_once_after_rows, os.path.join(args.checkpoint, "_fault_injected")
+        )
+    return df
+
+
+def follow_query(spark: Any, args: argparse.Namespace, options: dict[str, Any]) -> Any:
+    """``--source lake --lake-read spark``: the upstream lake's files read with Spark's own
+    Parquet scan in ``foreachBatch`` (``lakesink.follow_lake``): the same offsets and files per
+    epoch as the Python source, none of its per-row cost (docs/design/performance.md, issue 52)."""
+    from lakesink import follow_lake
+
+    # Through the foreachBatch door whatever --via says (auto or foreach_batch: lake_read checked it).
+    return follow_lake(
+        spark,
+        args.input,
+        args.lake,
+        checkpoint_location=args.checkpoint,
+        transform=lambda df: shaped(df, args),
+        source_options={"maxFilesPerTrigger": args.max_files_per_trigger},
+        storage_options=options,
+        trigger=trigger_of(args),
+    )
 
 
 def inject_one_failure(df: Any, after_rows: int, marker: str) -> Any:
@@ -432,10 +498,13 @@ def inject_one_failure(df: Any, after_rows: int, marker: str) -> Any:
 
 
 class EpochLogger:
-    """One log line per epoch: rows (from Spark's progress), files committed, seconds."""
+    """One log line per epoch: rows (from Spark's progress), files committed, seconds.
 
-    def __init__(self, lake: str, options: dict[str, Any]) -> None:
-        self.lake, self.options = lake, options
+    ``follow``: the query is ``follow_lake``'s, whose input rows are the upstream lake's files:
+    the line says those, and takes the rows from the version the epoch committed."""
+
+    def __init__(self, lake: str, options: dict[str, Any], *, follow: bool = False) -> None:
+        self.lake, self.options, self.follow = lake, options, follow
         self.logged: set[int] = set()
         self.query_id: str | None = None
 
@@ -472,16 +541,32 @@ class EpochLogger:
         except Exception as exc:  # noqa: BLE001 - a log line must not kill the job
             return f"? ({type(exc).__name__})"
 
+    def rows_of(self, epoch: int) -> int | str:
+        """Rows committed in ``epoch`` (format 3: its version's; 0 for a replay or none yet)."""
+        from lakesink_reader import Lake, NotALakeError, TableNotFoundError
+
+        try:
+            found = (v.add_rows for v in reversed(Lake(self.lake, self.options).versions())
+                     if (v.writer, v.batch) == (self.query_id, epoch))  # fmt: skip
+            return next(found, 0)
+        except (TableNotFoundError, NotALakeError):
+            return 0
+        except Exception as exc:  # noqa: BLE001 - a log line must not kill the job
+            return f"? ({type(exc).__name__})"
+
     def log(self, progress: Any) -> None:
         # A Connect client's progress object has the row count as an attribute only.
         rows = getattr(progress, "numInputRows", None)
-        log.info(
-            "epoch %s: rows=%s files=%s seconds=%.2f",
-            progress["batchId"],
-            progress["numInputRows"] if rows is None else rows,
-            self.files_of(progress["batchId"]),
-            progress["durationMs"].get("triggerExecution", 0) / 1000,
-        )
+        rows = progress["numInputRows"] if rows is None else rows
+        epoch = progress["batchId"]
+        seconds = progress["durationMs"].get("triggerExecution", 0) / 1000
+        if self.follow:
+            log.info(
+                "epoch %s: rows=%s files=%s seconds=%.2f (read %s upstream files)",
+                epoch, self.rows_of(epoch), self.files_of(epoch), seconds, rows,
+            )  # fmt: skip
+            return
+        log.info("epoch %s: rows=%s files=%s seconds=%.2f", epoch, rows, self.files_of(epoch), seconds)
 
 
 class FirstEpochWait:
@@ -606,6 +691,9 @@ def run(args: argparse.Namespace, start: Callable[..., Any] | None = None) -> in
     tests/cluster_job.py can replace it): bench/parquet_job.py passes Spark's parquet sink, to
     time Spark's own sink in this same job (launch to exit, like with like).
     """
+    # --lake-read spark's query is follow_lake's, not a sink over build_stream's stream: only where
+    # the sink is this job's own (a caller's start, such as the bench's Spark sink, keeps its stream).
+    follow = start is None and lake_read(args) == "spark"
     start = start or start_query
     options = args.storage_options
     if args.source == "kafka" and args.starting_offsets == "lake":
@@ -625,13 +713,15 @@ def run(args: argparse.Namespace, start: Callable[..., Any] | None = None) -> in
         # are the data source door's). Under Spark Connect the default door is the data
         # source's, and write_stream registers by itself.
         lakesink.register(spark, warm_up=data_source_door)
-    query = start(build_stream(spark, args), args, options)
+    query = follow_query(spark, args, options) if follow else start(build_stream(spark, args), args, options)
+    if args.source == "lake":
+        log.info("--source lake: read %s", "with Spark's Parquet scan" if follow else "by the Python source")
     log.info(
         "query %s started; its first epoch takes longer than the next ones (Spark starts its Python "
         "workers and plans the query: seconds on an idle machine, up to a minute on a busy one)",
         query.id,
     )
-    epochs = EpochLogger(args.lake, options)
+    epochs = EpochLogger(args.lake, options, follow=follow)
     waiting = FirstEpochWait()
     deadline = time.monotonic() + args.duration if args.duration else None
     try:

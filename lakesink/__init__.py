@@ -37,6 +37,7 @@ from lakesink_reader.errors import (
 
 if TYPE_CHECKING:
     from lakesink.commit.files import WriteOptions
+    from lakesink.spark.follow import follow_lake
     from lakesink.spark.foreach import LakeForeachWriter
     from lakesink.spark.start import register, write_stream
     from lakesink_reader.names import FORMAT_VERSION
@@ -48,6 +49,7 @@ _LAZY = {
     "FORMAT_VERSION": "lakesink_reader.names",
     "WriteOptions": "lakesink.commit.files",
     "LakeForeachWriter": "lakesink.spark.foreach",
+    "follow_lake": "lakesink.spark.follow",
     "register": "lakesink.spark.start",
     "write_stream": "lakesink.spark.start",
 }
@@ -67,6 +69,7 @@ __all__ = [
     "TableNotFoundError",
     "WorkerPythonError",
     "WriteOptions",
+    "follow_lake",
     "register",
     "write_stream",
 ]

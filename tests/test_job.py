@@ -29,6 +29,14 @@ def run_job(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str
         (["--duration", "5", "--available-now"], "not allowed with argument"),
         (["--storage-option", "novalue"], "--storage-option number 1 is not KEY=VALUE"),
         (["--via", "foreach_batch"], "--via chooses the door of epoch mode (--mode epoch)"),
+        (
+            ["--source", "lake", "--input", "s3://b/raw", "--mode", "epoch", "--lake-read", "spark"],
+            "--lake-read spark: Spark's Hadoop client reaches local disk and HDFS by itself, not s3://b/raw",
+        ),
+        (
+            ["--source", "lake", "--input", "raw", "--lake-read", "spark"],
+            "--lake-read spark: it writes in epoch mode",
+        ),
     ],
 )
 def test_bad_arguments_are_named(tmp_path: Path, args: list[str], complaint: str) -> None:
@@ -102,7 +110,8 @@ def test_json_files_through_an_injected_failure_then_a_failing_query_ends_in_one
 @pytest.mark.spark
 def test_a_lake_is_the_source_of_the_next_job(tmp_path: Path) -> None:
     """``--source lake``: an epoch-mode lake's appends (3 of 2 files, written as a writer
-    commits), every row once, 4 files a micro-batch."""
+    commits), every row once, 4 files a micro-batch, read by Spark's Parquet scan (``--lake-read
+    auto`` on local disk: ``lakesink.follow_lake``, test_follow_lake.py)."""
     from lakes import v3_table
     from test_reader_v3 import W1, Writer
 
@@ -122,7 +131,11 @@ def test_a_lake_is_the_source_of_the_next_job(tmp_path: Path) -> None:
     assert sorted(read_committed(cleaned).column("id").to_pylist()) == sorted(
         read_committed(raw).column("id").to_pylist()
     )
-    assert len(re.findall(r"epoch \d+: rows=", out.stdout)) == 2, out.stdout  # 6 files, 4 a micro-batch
+    assert "--source lake: read with Spark's Parquet scan" in out.stdout
+    logged = re.findall(
+        r"epoch \d+: rows=(\d+) files=\d+ seconds=[\d.]+ \(read (\d+) upstream files\)", out.stdout
+    )
+    assert [(int(r), int(f)) for r, f in logged] == [(40, 4), (20, 2)], out.stdout  # 6 files, 4 a micro-batch
     # While the first epoch is awaited (issue 53, item 9): a line at start, then Spark's status.
     lines = out.stdout.splitlines()
     first_epoch = next(i for i, line in enumerate(lines) if re.search(r"epoch 0: rows=", line))

@@ -95,11 +95,33 @@ class LakeBatchWrite:
 
     def write_batch(self, df: Any, batch_id: int) -> None:
         """The batch's files written (on the driver or in tasks) and committed."""
+        self.start_run(df.schema)
+        self.write_and_commit(df, batch_id)
+
+    def start_run(self, schema: Any) -> None:
+        """The run's start, at its first batch: the lake checked or created (for ``schema``, a
+        StructType), the replays' bound read."""
         if self.writer is None:
-            # The lake checked or created, the replays' bound read: once per run, at its first batch.
-            self.writer = self.source.streamWriter(df.schema, False)
+            self.writer = self.source.streamWriter(schema, False)
             self.query_id = self.writer.writer_id()
-        messages = self.write_on_driver(df, batch_id)
+
+    def is_replay(self, batch_id: int) -> bool:
+        """Whether the lake holds batch ``batch_id`` of this query already (after :meth:`start_run`)."""
+        assert self.writer is not None
+        through = self.writer.plan.committed_through
+        return through is not None and batch_id <= through
+
+    def commit_replay(self, batch_id: int) -> None:
+        """A replay committed as what it is, without reading the batch: one empty report, which
+        the run's commit skips (as a replay's tasks would report nothing)."""
+        assert self.writer is not None
+        self.writer.commit_batch([self.writer.write_on_driver(iter(()), batch_id, self.query_id)], batch_id)
+
+    def write_and_commit(self, df: Any, batch_id: int, rows: int | None = None) -> None:
+        """``df``'s rows written as batch ``batch_id`` and committed (after :meth:`start_run`);
+        ``rows``: at most this many, when known before ``df`` is read (:meth:`write_on_driver`)."""
+        assert self.writer is not None
+        messages = self.write_on_driver(df, batch_id, rows)
         if messages is None:
             messages = self.write_in_tasks(df, batch_id)
         self.last_rows = sum(f.rows for m in messages for f in m.files)
@@ -107,13 +129,17 @@ class LakeBatchWrite:
         # them, and an abort would delete nothing more (``WriterRun.abort``).
         self.writer.commit_batch(messages, batch_id)
 
-    def write_on_driver(self, df: Any, batch_id: int) -> list[EpochCommitMessage] | None:
+    def write_on_driver(
+        self, df: Any, batch_id: int, rows: int | None = None
+    ) -> list[EpochCommitMessage] | None:
         """The batch written as one task on the driver (``driver_write``), or None: in tasks.
 
         ``auto``: when the run's last batch had at most ``driver_write_max_rows`` rows (or there
         was none), this one is collected with a limit of one row more; within the bound it is
-        written here, else its rows are dropped and it goes to the tasks. A replay the log holds
-        is not collected at all (its task would write nothing)."""
+        written here, else its rows are dropped and it goes to the tasks. ``rows``, the batch's
+        rows at most when known before it is read (``lakesink.spark.follow``: the log's count of
+        its files'), decides instead of the last batch: over the bound, nothing is collected. A
+        replay the log holds is not collected at all (its task would write nothing)."""
         writer, sink = self.writer, self.config.sink
         assert writer is not None
         if sink.driver_write == "never":
@@ -125,7 +151,8 @@ class LakeBatchWrite:
             table = df.toArrow()
         else:
             bound = sink.driver_write_max_rows
-            if self.last_rows is not None and self.last_rows > bound:
+            guide = self.last_rows if rows is None else rows
+            if guide is not None and guide > bound:
                 return None
             table = df.limit(bound + 1).toArrow()
             if table.num_rows > bound:

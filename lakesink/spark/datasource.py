@@ -139,17 +139,23 @@ class LakeSinkDataSource(DataSource):
         """A read's schema: the lake's (Spark asks for it when the read names none)."""
         # The read doors, here: a write's workers (every task of every epoch) never load them.
         from lakesink.spark.reading import READ_OPTIONS
-        from lakesink.spark.streaming import STREAM_ONLY, STREAM_OPTIONS
+        from lakesink.spark.streaming import FILES_SCHEMA, STREAM_ONLY, STREAM_OPTIONS
 
         given = {k.lower() for k in self.options}
         if given & set(STREAM_ONLY):  # a stream's options
-            return from_arrow_schema(self.stream_table[0])
+            lake_schema = from_arrow_schema(self.stream_table[0])  # pinned here, at load(), for both
+            if self.stream_options.files_only:  # its rows are the files (lakesink.spark.follow)
+                # The lake's schema is still the stream's, pinned with the instance Spark pickles:
+                # follow_lake reads its own after load(), so it is never older than this one.
+                return FILES_SCHEMA
+            return lake_schema
         unknown = sorted(given - set(READ_OPTIONS) - set(STREAM_OPTIONS))
         if unknown:  # Spark does not say which read asks: name both doors' options
             raise ValueError(
                 f'unknown option(s) {unknown} for reading format("lakesink"): spark.read takes path, '
                 "storage_options, versionAsOf, timestampAsOf, scan; spark.readStream takes path, "
-                "storage_options, startingVersion, startingTimestamp, maxFilesPerTrigger, maxBytesPerTrigger"
+                "storage_options, startingVersion, startingTimestamp, maxFilesPerTrigger, "
+                "maxBytesPerTrigger, filesOnly"
             )
         return from_arrow_schema(self.read_plan.schema)
 

@@ -29,7 +29,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from lakesink.config import SinkConfig, parse_columns
@@ -332,10 +332,20 @@ def _start_checked(spark: Any, start: Callable[[], Any], config: SinkConfig) -> 
 
 
 def start_foreach_batch(
-    df: DataFrame, config: SinkConfig, *, trigger: Mapping[str, Any] | None, query_name: str | None
+    df: DataFrame,
+    config: SinkConfig,
+    *,
+    trigger: Mapping[str, Any] | None,
+    query_name: str | None,
+    batch_write: Any = None,
+    schema: Any = None,
 ) -> StreamingQuery:
     """``write_stream(..., via="foreach_batch")``: the checks a ``format("lakesink")`` start
-    makes, then the query through ``foreachBatch`` (``lakesink.spark.batches``)."""
+    makes, then the query through ``foreachBatch`` (``lakesink.spark.batches``).
+
+    ``batch_write``: the ``foreachBatch`` function (default: a ``LakeBatchWrite`` of ``config``),
+    and ``schema`` what it writes when that is not ``df``'s (``lakesink.spark.follow``: ``df``'s
+    rows are files, its batches write what they hold)."""
     # Here, not at the top: the door's module is write_stream's alone.
     from lakesink.spark.batches import LakeBatchWrite, import_commit_modules
 
@@ -345,7 +355,7 @@ def start_foreach_batch(
             "server runs foreachBatch's function; use via='data_source' there (what the default, "
             "via='auto', picks under Spark Connect)"
         )
-    writer = df.writeStream.foreachBatch(LakeBatchWrite(config))
+    writer = df.writeStream.foreachBatch(batch_write or LakeBatchWrite(config))
     writer = writer.option("checkpointLocation", config.checkpoint_location)
     if trigger:
         writer = writer.trigger(**trigger)
@@ -353,6 +363,8 @@ def start_foreach_batch(
         writer = writer.queryName(query_name)
     pending = _classic_pending(writer)
     if pending is not None:
+        if schema is not None:
+            pending = replace(pending, schema=lambda: schema)
         check_stream(pending, config.path, config, batch_door=True)
     # While Spark plans the first batch, not after its tasks: what its commit imports here.
     threading.Thread(target=import_commit_modules, name="lakesink-commit-imports", daemon=True).start()

@@ -19,7 +19,7 @@ where lakesink's checks are not installed (``lakesink.register``), or ``.option(
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -82,8 +82,15 @@ def scan_of(spark: SparkSession, plan: ReadPlan, root: str) -> DataFrame:
     schema = from_arrow_schema(plan.schema)
     if not plan.files:
         return spark.createDataFrame([], schema)
-    files = [f"{root}/{name}" for name, _ in plan.files]
-    frame = spark.read.schema(schema).option("basePath", root).parquet(*files)
+    return files_scan(spark, schema, root, [name for name, _ in plan.files])
+
+
+def files_scan(spark: SparkSession, schema: Any, root: str, names: Sequence[str]) -> DataFrame:
+    """Spark's Parquet scan of the lake files ``names`` (relative to ``root``, :func:`file_root`'s)
+    as the lake's ``schema`` (a StructType): the partition columns from the folders, columns a
+    file lacks as nulls, in the lake's column order. No names: no rows, the same columns (Spark
+    makes every column of a file scan nullable, with files or without)."""
+    frame = spark.read.schema(schema).option("basePath", root).parquet(*[f"{root}/{name}" for name in names])
     # Spark puts the partition columns last; the lake's order is the read's.
     return frame.select(*[f"`{name}`" for name in schema.names]) if frame.columns != schema.names else frame
 

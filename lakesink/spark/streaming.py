@@ -22,6 +22,9 @@ the two ways back (every row once into a new lake, or the vacuumed versions' row
 
 The driver decides which files a micro-batch reads; its tasks read them with pyarrow
 (``lakesink_reader.lake.dataset_of``, as the batch read's tasks do) and hand Spark Arrow batches.
+With ``filesOnly`` the stream's rows are those files instead, one row each (:data:`FILES_SCHEMA`):
+the same offsets, the same files per micro-batch, for a ``foreachBatch`` that reads them with
+Spark's own Parquet scan (``lakesink.spark.follow``).
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ STREAM_OPTIONS = (
     "startingtimestamp",
     "maxfilespertrigger",
     "maxbytespertrigger",
+    "filesonly",
 )
 #: Options only a streaming read takes: their presence tells a stream's ``schema()`` call apart.
 STREAM_ONLY = STREAM_OPTIONS[2:]
@@ -63,6 +67,9 @@ STREAM_ONLY = STREAM_OPTIONS[2:]
 DEFAULT_MAX_FILES = 1000
 #: Versions whose commits one look at the log reads (a limit usually stops it earlier).
 VERSIONS_PER_LOOK = 100
+#: A ``filesOnly`` stream's rows: one per file, in the order the stream reads them -- its name
+#: (relative to the lake's root), the version that added it, its bytes and rows (-1: unknown).
+FILES_SCHEMA = "name string, version long, size long, rows long"
 
 
 @dataclass(frozen=True)
@@ -75,6 +82,7 @@ class StreamOptions:
     starting_timestamp: str | None
     max_files: int
     max_bytes: int | None
+    files_only: bool = False
 
 
 def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
@@ -91,7 +99,7 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
         raise ValueError(
             f'unknown option(s) {unknown} for spark.readStream.format("lakesink"); its options: '
             "['path', 'storage_options', 'startingVersion', 'startingTimestamp', 'maxFilesPerTrigger', "
-            "'maxBytesPerTrigger']"
+            "'maxBytesPerTrigger', 'filesOnly']"
         )
     path, storage_options = lake_location(opts, 'spark.readStream.format("lakesink")')
     if "startingversion" in opts and "startingtimestamp" in opts:
@@ -106,7 +114,18 @@ def parse_stream_options(options: Mapping[str, str]) -> StreamOptions:
     max_bytes = None
     if "maxbytespertrigger" in opts:
         max_bytes = _count("maxBytesPerTrigger", opts["maxbytespertrigger"], 1)
-    return StreamOptions(path, storage_options, starting, opts.get("startingtimestamp"), max_files, max_bytes)
+    files_only = opts.get("filesonly", "false").strip().lower()
+    if files_only not in ("true", "false"):
+        raise ValueError(f"filesOnly must be true or false, got {opts['filesonly']!r}")
+    return StreamOptions(
+        path,
+        storage_options,
+        starting,
+        opts.get("startingtimestamp"),
+        max_files,
+        max_bytes,
+        files_only == "true",
+    )
 
 
 def _count(name: str, text: str, least: int) -> int:
@@ -253,12 +272,27 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
         if (last.version, last.index) <= (first.version, first.index):
             return []
         _, files = self._walk(lake, first, last.version, None, None, stop=last)
+        if self.options.files_only:
+            # One task hands the list back: reading them is the caller's (Spark's scan).
+            listed = tuple(
+                (
+                    f.name,
+                    -1 if f.version is None else f.version,
+                    f.size or 0,
+                    -1 if f.rows is None else f.rows,
+                )
+                for f in files
+            )
+            return [FileListPartition(listed)] if listed else []
         return task_partitions([(f.name, f.size or 0) for f in files])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Here, not at the top: pyarrow, as in _opened.
         from lakesink_reader.lake import dataset_of
 
+        if isinstance(partition, FileListPartition):
+            yield _file_rows(partition.files)
+            return
         assert isinstance(partition, FilesPartition)
         storage = open_storage(self.options.path, self.options.storage_options)
         yield from dataset_of(storage, self.schema, self.partition_columns, partition.names).to_batches()
@@ -359,6 +393,33 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
             if (position.snapshot and v <= first) or (f.batch is not None and first <= v <= last):
                 found[max(v, first)].append(f)
         return found
+
+
+@dataclass(frozen=True)
+class FileListPartition(InputPartition):  # type: ignore[misc]
+    """A ``filesOnly`` micro-batch's files: (name, version, size, rows) each, in the stream's order."""
+
+    files: tuple[tuple[str, int, int, int], ...]
+
+
+def _file_rows(files: Sequence[tuple[str, int, int, int]]) -> pa.RecordBatch:
+    """:data:`FILES_SCHEMA`'s rows of ``files``."""
+    # Here, not at the top: pyarrow, as in _opened. Built from buffers: pa.array of a list
+    # imports pandas in the worker (lakesink_reader.arrays).
+    import pyarrow as pa
+
+    from lakesink_reader.arrays import array
+
+    names, versions, sizes, rows = zip(*files, strict=True) if files else ((), (), (), ())
+    return pa.record_batch(
+        [
+            array(names, pa.string()),
+            array(versions, pa.int64()),
+            array(sizes, pa.int64()),
+            array(rows, pa.int64()),
+        ],
+        names=["name", "version", "size", "rows"],
+    )
 
 
 def _version_from(lake: Lake, text: str) -> int:
