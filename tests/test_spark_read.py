@@ -99,6 +99,21 @@ def test_a_lake_with_no_commit_yet_reads_empty(lake: str) -> None:
 
 
 @pytest.mark.spark
+@pytest.mark.spark
+def test_spark_s_scan_refuses_a_committed_file_that_is_a_link(spark: Any, lake: str, tmp_path: Any) -> None:
+    """Spark's Parquet scan follows links: a committed name swapped for one, pointing at another
+    tenant's file, is refused by name before Spark opens it (docs/FORMAT.md, "Trust")."""
+    lakesink.register(spark)
+    storage, table_id = v3_table(lake)
+    Writer(VersionedLogWriter(storage, table_id), W1).append(0)
+    name = Lake(lake).files()[0].path
+    outside = tmp_path / "other-tenant.parquet"
+    os.replace(os.path.join(lake, name), outside)
+    os.symlink(outside, os.path.join(lake, name))
+    with pytest.raises(Exception, match=f"{name}.*link"):
+        spark.read.format("lakesink").option("scan", "spark").load(lake).collect()
+
+
 def test_a_refused_read_reaches_the_spark_user_naming_the_option(spark: Any, lake: str) -> None:
     lakesink.register(spark)
     storage, table_id = v3_table(lake)

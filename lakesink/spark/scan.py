@@ -79,10 +79,19 @@ def scan_of(spark: SparkSession, plan: ReadPlan, root: str) -> DataFrame:
     # Here, not at the top: pyspark's Arrow type mapping loads pyarrow (the guard imports this module).
     from pyspark.sql.pandas.types import from_arrow_schema
 
+    # Here, not at the top: the storage backends load pyarrow too.
+    from lakesink_reader.storage import open_storage
+
     schema = from_arrow_schema(plan.schema)
     if not plan.files:
         return spark.createDataFrame([], schema)
-    return files_scan(spark, schema, root, [name for name, _ in plan.files])
+    names = [name for name, _ in plan.files]
+    storage = open_storage(plan.path, plan.storage_options)
+    for name in names:
+        # Spark's scan follows links, which could lead out of the lake: a committed name that
+        # is one is refused, as every lakesink read refuses it (docs/FORMAT.md, "Trust").
+        storage.refuse_link(name)
+    return files_scan(spark, schema, root, names)
 
 
 def files_scan(spark: SparkSession, schema: Any, root: str, names: Sequence[str]) -> DataFrame:
