@@ -309,6 +309,8 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
         retain = rng.choice([0.0, 60.0, 600.0, 3600.0, 86400.0])
         if any(a.data.get("parked") == "truncation" for a in env.world.live()):
             retain = 0.0  # ``aim_gap``: a writer waits at its create for a truncation past it
+        elif actor.name == "vacuum.window":
+            retain = 600.0 if retain < 600.0 else min(retain, 3600.0)  # ``aim_window``
         report = vacuum(
             storage,
             retain=retain,

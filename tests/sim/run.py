@@ -373,6 +373,17 @@ def _setup(env: Env) -> None:
     env.aim_gap = aim_gap
     if aim_gap:
         world.note("aim_gap: writers park at their log creates until a vacuum truncates past them")
+    # ``aim_window``: a vacuum that runs close behind the writers' commits, its retention
+    # window holding the newest of them (a clock in step with theirs): what it may give up
+    # is decided by the window, not by "now" (the ``retention`` invariant). Its own generator.
+    aimed_window = random.Random(world.seed ^ 0xA1F0)
+    if not aim_gap and "vacuum" in cfg.actors and env.upgrade is None and aimed_window.random() < 0.3:
+        world.note("aim_window: a vacuum runs close behind the commits, retaining 600 or 3600 s")
+        world.spawn(
+            "vacuum.window",
+            actors.repeat(env, 10, [1.0, 10.0, 60.0], "vacuum", actors.vacuum_job(env)),
+            delay=aimed_window.choice([10.0, 60.0]),
+        )
     if aim_gap and env.upgrade is None:
         # A vacuum that runs often while the writers commit (``aim_gap``): truncations to meet.
         # Its clock an hour ahead where clocks may differ (every commit is old to it); a kill
