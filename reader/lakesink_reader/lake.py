@@ -39,7 +39,7 @@ from lakesink_reader.format.partitions import partition_folders, partition_texts
 from lakesink_reader.format.schemas import fit_problems
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.state import WriterState
-from lakesink_reader.names import DATA_SUFFIX, TABLE_FILE, parse_data_file
+from lakesink_reader.names import DATA_SUFFIX, TABLE_FILE, DataFileName, parse_data_file
 from lakesink_reader.names import FileState as FileState
 from lakesink_reader.storage import StagedEntry, Storage, StoredFile, open_storage
 from lakesink_reader.v3 import LogView, VersionInfo, vacuumed_while_read
@@ -383,15 +383,19 @@ class Lake:
             # Everything else: files published by an epoch with no record (epoch mode), and
             # staged data (a selection by epoch is refused above, so ``found`` is complete).
             committed = {f.name for f in found}
+            listed_names = {n for n, _, _ in listed}
             found += [
                 LakeFile(n, self._path(n), p.partition, p.epoch, p.state, size)
                 for n, size, p in listed
-                if n not in committed
+                if n not in committed and not (p.state == "staged" and _final_of(n, p) in listed_names)
             ]
-            listed_names = {n for n, _, _ in listed}
             for staged in self._staged():
                 parsed = parse_data_file(staged.name.rpartition("/")[2])
-                if parsed is not None and staged.handle not in listed_names:
+                # A staged file whose final name the listing shows too is the same attempt's file
+                # mid-publish (a local publish is a link, then the unlink of the staged name):
+                # read once, as published.
+                published = staged.handle in listed_names or staged.name in listed_names
+                if parsed is not None and not published:
                     found.append(
                         LakeFile(staged.name, self._path(staged.handle or staged.name), parsed.partition,
                                  parsed.epoch, "staged", staged.size)
@@ -467,7 +471,8 @@ class Lake:
                 )  # fmt: skip
             listed = {f.name for f in found}
             for staged in self._staged():
-                if staged.handle in listed or not staged.name.endswith(DATA_SUFFIX):
+                # Mid-publish (its final name listed too): the same attempt's file, read once.
+                if staged.handle in listed or staged.name in listed or not staged.name.endswith(DATA_SUFFIX):
                     continue
                 parsed = parse_data_file(staged.name.rpartition("/")[2])
                 found.append(
@@ -782,6 +787,14 @@ def read_committed(
     """
     lake = Lake(path, storage_options, version=version, epoch=epoch)
     return lake.to_table(columns, filter, on_error=on_error)
+
+
+def _final_of(name: str, parsed: DataFileName) -> str:
+    """The published name (folder included) of the staged file ``name``: a listing that shows
+    both is of the same attempt's file mid-publish (a local publish is a link, then the unlink
+    of the staged name), read once, as published."""
+    folder = name.rpartition("/")[0]
+    return f"{folder}/{parsed.final_name}" if folder else parsed.final_name
 
 
 def read_all(
