@@ -878,7 +878,13 @@ def _final(env: Env) -> None:
             if not view.ok:
                 raise Violation("views", f"the {name} view does not sync: {view.summary()}")
         if random.Random(world.seed ^ 0x4EB1).random() < 0.5:
-            _rebuild_delta_view(env)
+            from lakesink.views.delta_view import delta_sync
+
+            _rebuild_view(env, "Delta", "_delta_log", "_lakesink/delta_view_stopped.json", delta_sync)
+        if any(p.iceberg for p in env.writers) and random.Random(world.seed ^ 0x1CEC).random() < 0.5:
+            from lakesink.views.iceberg_view import iceberg_sync
+
+            _rebuild_view(env, "Iceberg", "metadata", "_lakesink/iceberg_view_stopped.json", iceberg_sync)
     left = [x for x in env.checker.leftovers() if not _never_committed(env, x.rpartition(" ")[2])]
     if env.cfg.store == "s3":
         from tests.sim import s3store
@@ -944,28 +950,28 @@ def _pin_and_compact(env: Env) -> Callable[[], None]:
     return read
 
 
-def _rebuild_delta_view(env: Env) -> None:
-    """The documented way back for a view (docs/guide/maintenance.md): remove `_delta_log/`, run
-    `lakesink sync-views`. Run as an actor, fault-free, so that the view is checked after each of
-    its writes: a Delta reader reads the view while it is rebuilt (issue 50, item 3)."""
-    from lakesink.views.delta_view import delta_sync
-
+def _rebuild_view(env: Env, name: str, folder: str, stop_file: str, sync: Callable[[Any], Any]) -> None:
+    """The documented way back for a view (docs/guide/maintenance.md): remove its folder
+    (`_delta_log/`, `metadata/`), run `lakesink sync-views`. Run as an actor, fault-free, so
+    that the view is checked after each of its writes: a reader reads the view while it is
+    rebuilt (issue 50, item 3; the Iceberg view, issue 54)."""
     world, storage = env.world, env.client(None)
-    for entry in storage.list("_delta_log"):
+    for entry in storage.list(folder):
         storage.delete(entry.name)
-    storage.delete("_lakesink/delta_view_stopped.json")
+    storage.delete(stop_file)
     env.checker.forget_views()
-    world.note("final: the Delta view removed; sync-views rebuilds it")
-    rebuild = world.spawn("rebuild-view", lambda actor: delta_sync(env.client(actor)).summary())
+    world.note(f"final: the {name} view removed; sync-views rebuilds it")
+    # A name of its own: an actor is found by its name (its thread's).
+    rebuild = world.spawn(f"rebuild-{name.lower()}-view", lambda actor: sync(env.client(actor)).summary())
     for _ in range(SETTLE_STEPS):
         if rebuild.done or not _step(env, faults=False):
             break
     else:
-        raise Violation("converges", f"the rebuild of the Delta view took over {SETTLE_STEPS:,} steps")
+        raise Violation("converges", f"the rebuild of the {name} view took over {SETTLE_STEPS:,} steps")
     if rebuild.error is not None:
-        raise Violation("views", f"the rebuild of the Delta view raised {rebuild.error!r}")
+        raise Violation("views", f"the rebuild of the {name} view raised {rebuild.error!r}")
     if rebuild.result is None or "ok" not in str(rebuild.result):
-        world.note(f"final: the rebuilt Delta view: {rebuild.result}")
+        world.note(f"final: the rebuilt {name} view: {rebuild.result}")
 
 
 def _damage_and_verify(env: Env) -> None:
