@@ -123,7 +123,7 @@ class Env:
         self.root = root
         self.cfg = cfg
         self.shared = Shared(LocalStorage(root), world)
-        self.clients: dict[str, SimStore] = {}
+        self.clients: dict[int, SimStore] = {}  # by actor (identity: two may share a name)
         self.table_id = ""
         self.interval = 4
         self.writers: list[actors.WriterPlan] = []
@@ -177,7 +177,7 @@ class Env:
         return plan
 
     def client(self, actor: Actor | None) -> SimStore:
-        key = actor.name if actor is not None else ""
+        key = id(actor) if actor is not None else 0
         if key not in self.clients:
             self.clients[key] = SimStore(self.shared, actor)
         return self.clients[key]
@@ -389,7 +389,7 @@ def _setup(env: Env) -> None:
         # Its clock an hour ahead where clocks may differ (every commit is old to it); a kill
         # ends a run, and cron starts it again (up to three times).
         def vacuum_often(starts: int, delay: float) -> None:
-            actor = world.spawn(  # a name of its own: an actor is found by its name (its thread's)
+            actor = world.spawn(
                 f"vacuum.often{starts}",
                 actors.repeat(env, 30, [60.0, 600.0, 3600.0], "vacuum", actors.vacuum_job(env)),
                 offset=3600.0 if "skew" in faults else 0.0,
@@ -961,7 +961,6 @@ def _rebuild_view(env: Env, name: str, folder: str, stop_file: str, sync: Callab
     storage.delete(stop_file)
     env.checker.forget_views()
     world.note(f"final: the {name} view removed; sync-views rebuilds it")
-    # A name of its own: an actor is found by its name (its thread's).
     rebuild = world.spawn(f"rebuild-{name.lower()}-view", lambda actor: sync(env.client(actor)).summary())
     for _ in range(SETTLE_STEPS):
         if rebuild.done or not _step(env, faults=False):

@@ -206,12 +206,12 @@ class S3Shared:
         self.deferred: list[Deferred] = []
         self.dirty = False
         self.faults: frozenset[str] = frozenset()
-        self.clients: dict[str, SimS3Store] = {}
+        self.clients: dict[int, SimS3Store] = {}  # by actor (identity: two may share a name)
         self.raw = self.client(None)
         self.raw.client.create_bucket(Bucket=BUCKET)
 
     def client(self, actor: Actor | None) -> SimS3Store:
-        key = actor.name if actor is not None else ""
+        key = id(actor) if actor is not None else 0
         if key not in self.clients:
             self.clients[key] = SimS3Store(self, actor)
         return self.clients[key]
