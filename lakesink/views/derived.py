@@ -127,13 +127,15 @@ def _iceberg_view(
     return IcebergView(storage, table_id, create=create, metadata=metadata)
 
 
-def _iceberg_listed(storage: Storage) -> tuple[int, dict[str, int]] | None:
+def _iceberg_listed(
+    storage: Storage, keep: Callable[[str], bool] | None = None
+) -> tuple[int, dict[str, int]] | None:
     if iceberg_layout.reader_number(storage) == 0:
         return None  # no view: nothing to load pyiceberg for
     # Here, not at the top: pyiceberg loads only for lakes that have an Iceberg view.
     from lakesink.views.iceberg_view import listed_files
 
-    return listed_files(storage)
+    return listed_files(storage, keep)
 
 
 def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int | None:

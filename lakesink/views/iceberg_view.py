@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -667,12 +668,19 @@ class _Reads(FileIO):
         raise PermissionError(f"{location}: the view is read here, never written through a FileIO")
 
 
-def listed_files(storage: Storage) -> tuple[int, dict[str, int]] | None:
+def listed_files(
+    storage: Storage, keep: Callable[[str], bool] | None = None
+) -> tuple[int, dict[str, int]] | None:
     """What every Iceberg reader reads of the view at least: the lake version of the snapshot
-    the hint names and the files it lists; None when the lake has no view (for ``verify`` and
-    ``vacuum``'s protection of a view that is behind)."""
+    the hint names and the files it lists (only those ``keep`` says, when given, as the other
+    views' ``listed_files``); None when the lake has no view (for ``verify`` and ``vacuum``'s
+    protection of a view that is behind)."""
     number = reader_number(storage)
     if number == 0:
         return None
     table_id = read_table_metadata(storage).table_id or ""
-    return snapshot_listing(storage, read_metadata(storage, table_id, number))
+    found = snapshot_listing(storage, read_metadata(storage, table_id, number))
+    if found is None or keep is None:
+        return found
+    version, files = found
+    return version, {name: size for name, size in files.items() if keep(name)}
