@@ -24,6 +24,7 @@ from lakesink_reader.errors import FormatVersionError, LakeSinkError
 from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage import Storage, open_storage
+from lakesink_reader.storage.base import sealed_copy
 
 #: The defaults a lake can keep, and what each accepts (None removes it).
 LAKE_DEFAULTS: dict[str, type] = {"auto_compact": bool, "iceberg_view": bool}
@@ -83,13 +84,7 @@ def set_lake_defaults(
         else:
             doc[name] = value
     written = json.dumps(doc, indent=2).encode()
-    staged = storage.stage(TABLE_FILE)
-    try:
-        staged.write(written)
-        sealed = staged.seal()
-    except BaseException:
-        staged.discard()
-        raise
+    sealed = sealed_copy(storage, TABLE_FILE, written)
     if not storage.supersede(sealed, seen):
         storage.discard(sealed)
         raise DefaultsChangedError(

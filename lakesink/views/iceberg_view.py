@@ -77,7 +77,7 @@ from lakesink_reader.format.table import TableMetadata, probe_store, read_table_
 from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
-from lakesink_reader.storage.base import Storage
+from lakesink_reader.storage.base import Storage, sealed_copy
 
 log = logging.getLogger(__name__)
 
@@ -489,13 +489,7 @@ def advance_hint(storage: Storage, number: int) -> None:
         current = read_hint(storage)
         if current is not None and current >= number:
             return
-        staged = storage.stage(VERSION_HINT)
-        try:
-            staged.write(data)
-            sealed = staged.seal()
-        except BaseException:
-            staged.discard()
-            raise
+        sealed = sealed_copy(storage, VERSION_HINT, data)
         try:
             swapped = storage.supersede(sealed, seen)
         except BaseException:
