@@ -405,17 +405,24 @@ def read_job(env: Env) -> Callable[[Any], str]:
     return job
 
 
-def sync_views_job(env: Env) -> Callable[[Any], str]:
-    """``lakesink sync-views``: brings the Delta and Spark views (and the Iceberg view, when a
-    writer keeps it) up to the lake, beside writers that update them too."""
+def view_syncs(env: Env) -> list[tuple[str, Callable[[Any], Any]]]:
+    """What ``lakesink sync-views`` brings up in this world, by name: the Delta and Spark views,
+    and the Iceberg view when a writer keeps it (pyiceberg loads only then)."""
     from lakesink.views.delta_view import delta_sync
     from lakesink.views.spark_metadata_view import spark_sync
 
-    syncs: list[tuple[str, Callable[[Any], Any]]] = [("delta", delta_sync), ("spark", spark_sync)]
+    syncs: list[tuple[str, Callable[[Any], Any]]] = [("Delta", delta_sync), ("Spark", spark_sync)]
     if any(p.iceberg for p in env.writers):
         from lakesink.views.iceberg_view import iceberg_sync
 
-        syncs.append(("iceberg", iceberg_sync))
+        syncs.append(("Iceberg", iceberg_sync))
+    return syncs
+
+
+def sync_views_job(env: Env) -> Callable[[Any], str]:
+    """``lakesink sync-views``: brings the views up to the lake, beside writers that update
+    them too."""
+    syncs = [(name.lower(), sync) for name, sync in view_syncs(env)]
 
     def job(storage: Any) -> str:
         return "; ".join(f"{name}: {sync(storage).summary()}" for name, sync in syncs)

@@ -860,14 +860,7 @@ def _final(env: Env) -> None:
         if orphan not in kept:  # known gaps (docs/design/simulation.md): noted, not failed
             world.note(f"final: kept {orphan.name}: {orphan.reason}")
     if any(p.views for p in env.writers):
-        from lakesink.views.delta_view import delta_sync
-        from lakesink.views.spark_metadata_view import spark_sync
-
-        syncs: list[tuple[str, Callable[[Any], Any]]] = [("Delta", delta_sync), ("Spark", spark_sync)]
-        if any(p.iceberg for p in env.writers):
-            from lakesink.views.iceberg_view import iceberg_sync
-
-            syncs.append(("Iceberg", iceberg_sync))
+        syncs = actors.view_syncs(env)
         for name, sync in syncs:
             try:
                 view = sync(storage)
@@ -877,14 +870,13 @@ def _final(env: Env) -> None:
                 ) from exc
             if not view.ok:
                 raise Violation("views", f"the {name} view does not sync: {view.summary()}")
+        by_name = dict(syncs)
         if random.Random(world.seed ^ 0x4EB1).random() < 0.5:
-            from lakesink.views.delta_view import delta_sync
-
-            _rebuild_view(env, "Delta", "_delta_log", "_lakesink/delta_view_stopped.json", delta_sync)
-        if any(p.iceberg for p in env.writers) and random.Random(world.seed ^ 0x1CEC).random() < 0.5:
-            from lakesink.views.iceberg_view import iceberg_sync
-
-            _rebuild_view(env, "Iceberg", "metadata", "_lakesink/iceberg_view_stopped.json", iceberg_sync)
+            _rebuild_view(env, "Delta", "_delta_log", "_lakesink/delta_view_stopped.json", by_name["Delta"])
+        if "Iceberg" in by_name and random.Random(world.seed ^ 0x1CEC).random() < 0.5:
+            _rebuild_view(
+                env, "Iceberg", "metadata", "_lakesink/iceberg_view_stopped.json", by_name["Iceberg"]
+            )
     left = [x for x in env.checker.leftovers() if not _never_committed(env, x.rpartition(" ")[2])]
     if env.cfg.store == "s3":
         from tests.sim import s3store
