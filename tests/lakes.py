@@ -116,9 +116,11 @@ def format2_query(dest: Path) -> Format2Query:
 # epoch writer writes them (its landing step 5).
 
 
-def v3_table(path: str, *, checkpoint_interval: int = 100, mode: str = "epoch") -> tuple[Storage, str]:
-    """An empty format-3 lake: its table.json (with ``checkpoint_interval``); returns the storage
-    and the table id (what a ``VersionedLog`` of it needs)."""
+def v3_table(
+    path: str, *, checkpoint_interval: int = 100, mode: str = "epoch", table_id: str | None = None
+) -> tuple[Storage, str]:
+    """An empty format-3 lake: its table.json (with ``checkpoint_interval``, and ``table_id``, a
+    new one when None); returns the storage and the table id (what a ``VersionedLog`` of it needs)."""
     import json
     import time
     import uuid
@@ -127,7 +129,7 @@ def v3_table(path: str, *, checkpoint_interval: int = 100, mode: str = "epoch") 
     from lakesink_reader.names import TABLE_FILE
 
     storage = open_storage(path)
-    metadata = TableMetadata(3, mode, SCHEMA, time.time(), uuid.uuid4().hex)  # type: ignore[arg-type]
+    metadata = TableMetadata(3, mode, SCHEMA, time.time(), table_id or uuid.uuid4().hex)  # type: ignore[arg-type]
     doc = json.loads(metadata.to_json())
     doc["checkpoint_interval"] = checkpoint_interval
     assert storage.put_if_absent(TABLE_FILE, json.dumps(doc, indent=2).encode())

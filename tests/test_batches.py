@@ -15,8 +15,17 @@ from lakesink.views.derived import derived_views
 from lakesink_reader.errors import CommitRefusedError, CorruptFileError
 from lakesink_reader.format.v3.commits import AddFile
 from lakesink_reader.storage.local import LocalStorage
+from tests.lakes import v3_table
 
 TABLE = "7ab1e000000000000000000000000001"
+
+
+@pytest.fixture(autouse=True)
+def _table_json(tmp_path: Path) -> None:
+    """The lake's table.json naming TABLE: a writer checks it before it creates version 0."""
+    v3_table(str(tmp_path), table_id=TABLE)
+
+
 W1 = "11111111-1111-4111-8111-111111111111"
 W2 = "22222222-2222-4222-8222-222222222222"
 
@@ -49,11 +58,13 @@ def published(storage: LocalStorage, name: str) -> AddFile:
     return AddFile(name, 1, 10, partition=0)
 
 
-def committer(storage: LocalStorage, writer: str = W1, **kw: object) -> BatchCommitter:
+def committer(
+    storage: LocalStorage, writer: str = W1, *, table_id: str = TABLE, **kw: object
+) -> BatchCommitter:
     """A committer of ``writer``; its hook the Spark view alone unless ``after_commit`` says."""
-    kw.setdefault("after_commit", derived_views(storage, TABLE, delta_log=False))
+    kw.setdefault("after_commit", derived_views(storage, table_id, delta_log=False))
     return BatchCommitter(
-        storage, table_id=TABLE, writer_id=writer, run="run-00000001", checkpoint_interval=10, **kw
+        storage, table_id=table_id, writer_id=writer, run="run-00000001", checkpoint_interval=10, **kw
     )  # type: ignore[arg-type]
 
 
@@ -97,12 +108,32 @@ def test_a_cursor_of_a_replaced_lake_is_refused_and_nothing_is_committed(tmp_pat
     # The lake is deleted and written again (same table id, as a copy would have): the commit at
     # the cursor's version is another one now.
     shutil.rmtree(tmp_path / "_lakesink")
+    v3_table(str(tmp_path), table_id=TABLE)
     committer(storage, W2).commit(0, [published(storage, "b0.parquet")])
     late = published(storage, "a1.parquet")
     with pytest.raises(CorruptFileError, match=r"not .* that this writer's state was folded from"):
         ours.commit(1, [late], state=result.state)
     assert ours.log.open().writers.keys() == {W2}
     assert not (tmp_path / "a1.parquet").exists()  # nothing of it committed: its file went
+
+
+def test_a_first_commit_into_a_recreated_lake_is_refused_and_the_new_lake_stays_readable(
+    tmp_path: Path,
+) -> None:
+    storage = LocalStorage(str(tmp_path))
+    ours = committer(storage)  # it read table.json (TABLE) when its run began
+    # The lake is deleted and created again by someone else: a new table id, an empty log.
+    shutil.rmtree(tmp_path / "_lakesink")
+    _, new_id = v3_table(str(tmp_path))
+    written = published(storage, "a0.parquet")
+    with pytest.raises(CommitRefusedError, match=f"table.json names table {new_id}.*read table {TABLE}"):
+        ours.commit(0, [written])
+    assert not (tmp_path / "_lakesink" / "log").exists() or not list(
+        (tmp_path / "_lakesink" / "log").iterdir()
+    )
+    assert not (tmp_path / "a0.parquet").exists()  # its file went with the refusal
+    # The new lake's own writers commit version 0 and read it back.
+    assert committer(storage, W2, table_id=new_id).commit(0, []).version == 0
 
 
 def test_a_batch_whose_tasks_skipped_it_is_committed_only_as_a_replay(tmp_path: Path) -> None:

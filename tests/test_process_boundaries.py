@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 import subprocess
 import sys
 import uuid
@@ -210,6 +211,29 @@ def test_data_source_abort_after_a_commit_that_stood_is_quiet(tmp_path: Path) ->
     assert aborted.returncode == 0 and aborted.stderr == "", aborted.stdout + aborted.stderr
     assert all(target.exists(f) for f in files_of(run.messages(1)))
     assert target.versions() == [0, 1] and target.ids() == sorted(batch_ids(0) + batch_ids(1))
+
+
+def test_data_source_commit_into_a_recreated_lake_refuses_what_its_tasks_wrote_for_the_old_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """FORMAT.md's fault 12: the lake is deleted and created again between a batch's tasks and
+    its commit (another query makes the new one). The commit, in a fresh worker, reads the new
+    table.json: the tasks' files were written for the old table (and deleted with it), so the
+    batch is refused with the way out; the new lake holds the other query's rows alone."""
+    target = Target(str(tmp_path / "lake"))
+    ours = Query(tmp_path, target.lake, tmp_path / "ours", str(uuid.uuid4()), 0)
+    assert ours.call("write", 0).returncode == 0
+    shutil.rmtree(target.lake)
+    theirs = Query(tmp_path, target.lake, tmp_path / "theirs", str(uuid.uuid4()), 1)
+    assert theirs.call("write", 0).returncode == 0  # the new lake: its table.json, an empty log
+    committed = ours.call("commit", 0)
+    assert committed.returncode == 3, committed.stdout + committed.stderr
+    assert "deleted and recreated while the batch ran" in committed.stdout
+    assert "new checkpoint location" in committed.stdout
+    assert target.versions() == []
+    assert theirs.call("commit", 0).returncode == 0
+    assert target.versions() == [0] and target.ids() == batch_ids(0)
+    assert target.verify_exit(capsys) == 0
 
 
 @pytest.mark.parametrize("lands", ["before the restart", "after the replay"])

@@ -46,10 +46,20 @@ from lakesink_reader.format.v3.state import (
     removed_paths,
 )
 from lakesink_reader.format.v3.vlog import HEADER_READ_BYTES
+from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage.local import LocalStorage
+from tests.lakes import v3_table
 
 TABLE = "7ab1e000000000000000000000000001"
 OTHER_TABLE = "7ab1e000000000000000000000000002"
+
+
+@pytest.fixture(autouse=True)
+def _table_json(tmp_path: Path) -> None:
+    """The lake's table.json naming TABLE: a writer checks it before it creates version 0."""
+    v3_table(str(tmp_path), table_id=TABLE)
+
+
 RUN = "run-0000000000000001"
 W1 = "11111111-1111-4111-8111-111111111111"
 W2 = "22222222-2222-4222-8222-222222222222"
@@ -705,6 +715,8 @@ def test_a_commit_of_another_table_is_corrupt(tmp_path: Path) -> None:
     kept = ours.commit(append(W1, 0)).state
     # The lake is deleted and recreated (another table id) under the writer.
     storage.delete(commit_name(0))
+    storage.delete(TABLE_FILE)
+    v3_table(str(tmp_path), table_id=OTHER_TABLE)
     VersionedLogWriter(storage, OTHER_TABLE).commit(append(W2, 0))
     VersionedLogWriter(storage, OTHER_TABLE).commit(append(W2, 1))
     for read in (ours.open, lambda: ours.read_header(1), lambda: ours.commit(append(W1, 1), state=kept)):

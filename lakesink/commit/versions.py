@@ -40,9 +40,12 @@ from lakesink.commit.checkpoints import write_checkpoint
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitError,
+    CommitRefusedError,
     CommitStateUnknownError,
     CorruptFileError,
+    NotALakeError,
     StorageError,
+    TableNotFoundError,
 )
 from lakesink_reader.format.v3.checkpoint import Checkpoint, checkpoint_name, due_checkpoint, read_hint
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, PendingCommit, encode_commit
@@ -179,6 +182,7 @@ class VersionedLogWriter(VersionedLog):
         removed = self._removed_after_base(pending, current)
         seen: list[CommitHeader] = []  # the commits that won versions this call tried
         lost = 0
+        first_checked = False
         while True:
             decision: Decision = check_commit(current, pending, removed)
             if decision == "replay":
@@ -190,6 +194,9 @@ class VersionedLogWriter(VersionedLog):
                     "Retry it: fewer writers at once, or a larger RetryPolicy.max_lost_races"
                 )
             commit = pending.at(current.version + 1, self.table_id)
+            if commit.version == 0 and not first_checked:
+                self._check_first_commit_table()
+                first_checked = True
             after = self._fold(
                 current, [commit.header]
             )  # before the create: a commit that cannot fold is never made
@@ -314,6 +321,34 @@ class VersionedLogWriter(VersionedLog):
         except Exception:
             log.warning("could not remove the stray %s (vacuum will)", self._where(v), exc_info=True)
         return None
+
+    def _check_first_commit_table(self) -> None:
+        """Before the create of version 0: table.json must still name this writer's table.
+
+        Every later version is checked against the log itself (a commit of another table id is
+        CorruptFileError, ``_check_identity``), but an empty log proves nothing: a lake deleted
+        and recreated since this writer read its table.json has a new ``table_id`` and no
+        commit yet, and a version 0 of the old id would make it unreadable to everyone. One
+        read, once per lake. (A recreation *during* this call, between the read and the create,
+        is outside the fault model: FORMAT.md, fault 12.)
+        """
+        # Here, not at the top: table.json's module loads pyarrow.
+        from lakesink_reader.format.table import read_table_metadata
+
+        try:
+            found = read_table_metadata(self.storage).table_id
+        except (TableNotFoundError, NotALakeError) as exc:
+            raise CommitRefusedError(
+                f"{self.storage.url}: the lake's table.json is gone ({exc}); the lake was deleted "
+                "since this writer read it. Nothing is committed: restart the writer"
+            ) from exc
+        if found != self.table_id:
+            raise CommitRefusedError(
+                f"{self.storage.url}: table.json names table {found}, but this writer read table "
+                f"{self.table_id}: the lake was deleted and recreated since. Nothing is committed: "
+                "restart the writer (a streaming query with a new checkpoint location, unless its "
+                "next batch is its first)"
+            )
 
     def _create(self, commit: Commit) -> bool:
         """Create ``commit`` at its version: True when it is there, False when another commit is.

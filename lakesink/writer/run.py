@@ -85,6 +85,9 @@ class TaskReport:
 
     ``skipped`` is True when the task saw that its batch was already committed (a replay) and
     wrote nothing. ``stats``: per file of ``files``, its Delta stats (``lakesink.commit.stats``).
+    ``table_id``: the table the task's plan was made for (table.json's id when the run read the
+    lake): files written for one table are never committed into another (a lake deleted and
+    recreated while the batch ran).
     """
 
     partition: int
@@ -93,6 +96,7 @@ class TaskReport:
     files: tuple[CommittedFile, ...]
     skipped: bool = False
     stats: tuple[Any, ...] = ()
+    table_id: str | None = None
 
     @classmethod
     def of(cls: type[R], report: TaskReport) -> R:
@@ -111,6 +115,8 @@ class TaskPlan:
     committed_through: int | None
     #: table.json's: files go under their folders
     partition_columns: tuple[str, ...]
+    #: table.json's ``table_id`` when the run read the lake (carried by the tasks' reports)
+    table_id: str | None = None
 
     def write(
         self,
@@ -131,7 +137,7 @@ class TaskPlan:
         if self.committed_through is not None and batch <= self.committed_through:
             for _ in batches:
                 pass
-            return TaskReport(partition, batch, query_id, (), skipped=True)
+            return TaskReport(partition, batch, query_id, (), skipped=True, table_id=self.table_id)
         files = write_task(
             storage if storage is not None else self.config.storage(),
             self.schema,
@@ -149,6 +155,7 @@ class TaskPlan:
             query_id,
             tuple(CommittedFile(f.name, partition, batch, f.rows, f.size) for f in files),
             stats=tuple(f.stats for f in files),
+            table_id=self.table_id,
         )
 
 
@@ -225,6 +232,7 @@ class WriterRun:
             self.memo.file_schema or stream,
             None if writer is None else start.last_batch(writer),
             start.table.partition_columns,
+            start.table.table_id,
         )
 
     def lake_at_start(self, stream: pa.Schema) -> LakeAtStart:
@@ -311,6 +319,7 @@ class WriterRun:
         memo = self.memo
         try:
             committer = self.committer(reports)
+            self.check_reports_table(reports, committer.log.table_id)
             continues = None
             if batch == 0:
                 # Here, not at the top: the commit protocol loads pyarrow.
@@ -343,6 +352,21 @@ class WriterRun:
         memo.cursor = result.state
         self.after_commit(result)
         return result
+
+    def check_reports_table(self, reports: Sequence[TaskReport], table_id: str) -> None:
+        """CommitRefusedError when a task wrote its files for another table than the one this
+        commit goes to: the lake was deleted and recreated while the batch ran, so those files
+        were deleted with the old lake (or sit in the new one, unknown to it). A skipped task's
+        report holds no file: nothing of it can be lost (the committer judges the skip)."""
+        stale = {r.table_id for r in reports if r.files and r.table_id is not None and r.table_id != table_id}
+        if stale:
+            raise CommitRefusedError(
+                f"{self.config.path}: tasks of this batch wrote their files for table "
+                f"{', '.join(sorted(stale))}, but the lake's table is now {table_id}: the lake was "
+                "deleted and recreated while the batch ran, and nothing of the batch is committed. "
+                "Restart the query with a new checkpoint location (the new lake has none of its "
+                "earlier batches)"
+            )
 
     def after_commit(self, result: CommitResult) -> None:
         """The post-commit pipeline of a driver (the views ran inside the commit): the run's

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -122,6 +123,12 @@ class SimCheckpoint:
         return self.plan.end_offsets(-1)
 
 
+def acting(env: Env) -> contextlib.AbstractContextManager[None]:
+    """A call that acts on one version of the lake: in a recreate world, the lake is not reset
+    while it runs (``tests.sim.recreate``)."""
+    return env.recreate.busy() if env.recreate is not None else contextlib.nullcontext()
+
+
 def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Actor], Any]:
     """One run of ``plan``'s query, through the writer's run (``lakesink.writer.run``) as a Spark
     door drives it: per batch, the planning call (``WriterRun.start``), the tasks
@@ -189,6 +196,8 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             rows = plan.rows(b)
             try:
                 tasks = call().start(SCHEMA)  # Spark plans the batch: streamWriter
+                if env.recreate is not None and env.recreate.planned(plan, b, tasks.committed_through):
+                    env.recreate.drain()  # the tasks drain the replayed input slowly, until the reset
                 if plan.door == "foreach_batch" and world.rng.random() < plan.p_driver:
                     rows = [[i for task in rows for i in task]]  # ``driver_write``: one task, on the driver
                 for task, ids in enumerate(rows):
@@ -206,9 +215,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     if report is None:
                         raise TaskFailed(f"task {task} of batch {b} failed 3 times")
                 committing = True
-                driver = call()
-                driver.start(SCHEMA)  # the commit worker asks for the writer first
-                result = driver.commit(b, [r for r in reports if r is not None])
+                with acting(env):
+                    driver = call()
+                    driver.start(SCHEMA)  # the commit worker asks for the writer first
+                    result = driver.commit(b, [r for r in reports if r is not None])
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
                 world.note(f"{actor.name}: batch {b} failed: {type(exc).__name__}: {exc!s:.160}")
                 refused = isinstance(exc, CommitRefusedError) and plan.continues is not None and b == 0
@@ -216,9 +226,10 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     # Spark's abort, in a fresh worker after a failed commit; a task's slot empty.
                     slots = reports + [None] * (len(rows) - len(reports))
                     try:
-                        aborter = call(fresh=committing)
-                        aborter.start(SCHEMA)
-                        aborter.abort(b, slots)
+                        with acting(env):
+                            aborter = call(fresh=committing)
+                            aborter.start(SCHEMA)
+                            aborter.abort(b, slots)
                         world.note(f"{actor.name}: batch {b} aborted")
                     except Exception as abort_exc:  # noqa: BLE001 - Spark logs a failed abort
                         world.note(f"{actor.name}: abort of batch {b} failed: {abort_exc!r:.120}")
@@ -289,7 +300,8 @@ def repeat(
         for _ in range(runs):
             time.sleep(env.world.rng.choice(pause))
             try:
-                outcome = job(storage)
+                with acting(env):
+                    outcome = job(storage)
             except Violation:  # what a reader found wrong fails the seed (not an outcome to note)
                 raise
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted

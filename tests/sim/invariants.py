@@ -376,6 +376,15 @@ class Checker:
             )
         return rows
 
+    def forget_lake(self) -> None:
+        """Start the model again: the lake was deleted and created anew (``tests.sim.recreate``),
+        its versions counted from 0 again."""
+        self._state = self._latest = None
+        self._versions.clear()
+        self.commit_times.clear()
+        self.model.clear()
+        self.forget_views()
+
     def forget_views(self) -> None:
         """Check the views again from scratch (a view removed and rebuilt)."""
         self._delta = self._spark = self._iceberg = None

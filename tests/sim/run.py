@@ -22,13 +22,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.sim import actors, foreach
+from tests.sim import actors, foreach, recreate
 from tests.sim.determinism import install
 from tests.sim.invariants import Checker, Violation
 from tests.sim.store import OP_FAULTS, READ_FAULTS, Shared, SimStore, store_fault
 from tests.sim.world import START, Actor, World
 
 if TYPE_CHECKING:
+    from tests.sim.recreate import RecreateWorld
     from tests.sim.upgrade import UpgradeWorld
 
 FAULTS = ("lost", "late", "fail", "delete", "list", "kill", "stall", "skew", "dup", "clockstep", "lease")
@@ -48,6 +49,7 @@ ACTORS = (
     "autocompact",
     "threads",
     "iceberg",
+    "recreate",
 )
 #: Fault-free steps the settle phase gives the writers to finish their batches.
 SETTLE_STEPS = 6000
@@ -140,6 +142,8 @@ class Env:
 
         #: The upgrade world (``tests.sim.upgrade``; switch ``upgrade``), or None: a fresh lake.
         self.upgrade: UpgradeWorld | None = None
+        #: The recreate world (``tests.sim.recreate``; switch ``recreate``), or None.
+        self.recreate: RecreateWorld | None = None
         self.aim_gap = False  # an aimed order that needs a longer busy phase (``_setup``)
 
     def add_writer(
@@ -338,8 +342,16 @@ def _setup(env: Env) -> None:
         world.note(f"writer {i} writes through the {plan.door} door (new worker {plan.p_new_worker:.0%})")
         env.writers.append(plan)
         _start_writer(env, plan, offset=skew(), idle=idle)
+    # The recreate world (``tests.sim.recreate``): the lake deleted and created again while its
+    # queries run. Not with a continued query (its continuation would be refused for good) or
+    # an aimed truncation (its parked writer holds a commit in flight: the reset waits for none).
+    recreating = recreate.picks_recreate(world.seed) if "recreate" in cfg.actors else None
+    if recreating is not None and env.upgrade is None and not aim_gap and cfg.store == "local":
+        env.recreate = recreate.RecreateWorld(env, recreating)
+        aimed = " (aimed at a replay of batch 0)" if env.recreate.aimed else ""
+        world.note(f"recreate: the lake is deleted and created again while the queries run{aimed}")
     later = world.later
-    if "continue" in cfg.actors and later.random() < 0.5:
+    if "continue" in cfg.actors and later.random() < 0.5 and env.recreate is None:
         # A query loses its checkpoint; its user continues it from the lake's offsets, having
         # stopped it or not (a zombie driver still committing).
         _continue(
@@ -371,6 +383,8 @@ def _setup(env: Env) -> None:
             )
 
     env.aim_gap = aim_gap
+    if env.recreate is not None:
+        env.recreate.spawn()
     if aim_gap:
         world.note("aim_gap: writers park at their log creates until a vacuum truncates past them")
     # ``aim_window``: a vacuum that runs close behind the writers' commits, its retention
@@ -547,6 +561,10 @@ def _setup(env: Env) -> None:
         if held and not resuming and p_lease_pause and more.random() < p_lease_pause:
             world.note(f"{actor.name}: pauses holding the lease {last[1]}")
             return "stall"
+        if env.recreate is not None and env.recreate.kill_after_first_create(
+            actor, next((p for p in env.writers if p.actor is actor), None), last
+        ):
+            return "kill"
         # Kills weigh on a view's update: between a lake commit and it is where views lag.
         view_write = actor.op == "put_if_absent" and actor.target.startswith(
             ("_delta_log/", "_spark_metadata/")
@@ -713,6 +731,8 @@ def _restart(env: Env, *, final: bool) -> None:
         env.foreach.restart(final=final)
         return
     rng = env.world.rng
+    if env.recreate is not None:
+        env.recreate.restart()  # a user's reset is no fault: it may come in the settle phase too
     for plan in list(env.writers):
         if plan.refused and plan.actor is not None and plan.actor.done and not plan.replaced:
             plan.replaced = True

@@ -1,0 +1,179 @@
+"""The recreate world: the lake deleted and created again while its queries run (fault 12 of
+docs/FORMAT.md).
+
+A user resets a lake: everything under its root is deleted and a new table is made there (a
+new ``table_id``), while the streaming queries that wrote the old one go on. What lakesink must
+keep, from then on, is the new lake: readable, each of its batches whole and once. A query
+whose checkpoint is past its first batch can never write into the new lake (it "is new to this
+lake but commits batch b"): its user starts it again with a new checkpoint, which re-reads the
+stream from the start. A query still at its first batch goes on, and must not commit into the
+new lake what it wrote for the old one -- or a batch its tasks skipped as "committed" on the
+strength of the old lake's log (``commit-skips-tasks-skipped-check``, issue 50's mutant).
+
+The fault model allows the reset *between* the calls that act on one lake version: no commit
+call, maintenance run or read in flight, no request of the old lake still queued (fault 12 says
+why: a create that lands in a new lake cannot be told from the new lake's own). The world keeps
+that rule with a count of those calls (:meth:`RecreateWorld.busy`), and the recreate actor
+waits for the count to be zero.
+
+In half of the recreate seeds the reset is aimed: a writer is killed right after the create of
+its first batch's commit (before Spark records the batch), and the reset waits for its restart
+to plan the replay of that batch: the tasks take batch 0 for a replay (the old lake's log holds
+it) while the new lake holds nothing of it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import re
+import shutil
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from tests.sim.world import START, Actor
+
+if TYPE_CHECKING:
+    from tests.sim.actors import WriterPlan
+    from tests.sim.run import Env
+
+LOG_ENTRY = re.compile(r"_lakesink/log/\d{20}\.json$")
+#: How often the recreate actor looks for its moment (simulated seconds): a step each time.
+POLL = 30.0
+#: How long the tasks of a replayed batch take at most to drain their input (simulated seconds),
+#: in an aimed seed: the moment the reset is aimed at.
+REPLAY_DRAIN = 3600.0
+#: How long an aimed reset waits for a replay before it resets the lake anyway.
+AIM_DEADLINE = 4 * 3600.0
+
+
+def picks_recreate(seed: int) -> random.Random | None:
+    """The world's own generator when ``seed`` is a recreate world (its draws apart, so that
+    other seeds keep their schedules), else None."""
+    rng = random.Random(seed ^ 0x2EC8)
+    return rng if rng.random() < 0.15 else None
+
+
+class RecreateWorld:
+    def __init__(self, env: Env, rng: random.Random) -> None:
+        self.env = env
+        self.rng = rng
+        #: Aimed: kill a writer after its first create, and reset at its replay's planning.
+        self.aimed = rng.random() < 0.5
+        self.in_flight = 0
+        self.replay_planned = False
+        self.killed_after_create = False
+        self.done = False
+        self.actor: Actor | None = None
+        #: A reset not aimed comes this long after the seed starts (simulated seconds).
+        self.after = rng.choice([10.0, 60.0, 300.0])
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        """A call that acts on one lake version (a commit, an abort, a maintenance run, a
+        read): the lake is not reset while it runs."""
+        self.in_flight += 1
+        try:
+            yield
+        finally:
+            self.in_flight -= 1
+
+    def quiet(self) -> bool:
+        return self.in_flight == 0 and not self.env.shared.deferred
+
+    # The aimed order ----------------------------------------------------------------------------
+
+    def kill_after_first_create(
+        self, actor: Actor, plan: WriterPlan | None, last: tuple[str, str] | None
+    ) -> bool:
+        """In an aimed seed: kill the writer at the step right after (``last``, its previous
+        call) the create of its batch 0's commit (the batch in the log, not in Spark's commit
+        log), once."""
+        if not self.aimed or self.killed_after_create or self.done or plan is None or plan.next_batch != 0:
+            return False
+        if last is None or last[0] != "put_if_absent" or not LOG_ENTRY.search(last[1]):
+            return False
+        self.killed_after_create = True
+        self.env.world.note(f"{actor.name}: killed right after its first batch's create (aim_recreate)")
+        return True
+
+    def planned(self, plan: WriterPlan, batch: int, committed_through: int | None) -> bool:
+        """The planning call of ``batch`` took it for a replay (the log at the run's start held
+        it): in an aimed seed, the tasks drain their input slowly enough for the reset to come
+        (True: the writer then calls :meth:`drain` before its tasks)."""
+        if not self.aimed or self.done or committed_through is None or batch > committed_through:
+            return False
+        self.replay_planned = True
+        self.env.world.note(f"writer {plan.index}: batch {batch} planned as a replay: the reset is due")
+        return True
+
+    def drain(self) -> None:
+        """The replayed batch's tasks drain their input slowly: until the reset came, or
+        ``REPLAY_DRAIN`` passed (the others' calls in flight may keep it away)."""
+        import time
+
+        waited = 0.0
+        while not self.done and waited < REPLAY_DRAIN:
+            time.sleep(POLL)
+            waited += POLL
+
+    # The actor ----------------------------------------------------------------------------------
+
+    def spawn(self) -> None:
+        self.actor = self.env.world.spawn("recreate", self.actor_body)
+
+    def restart(self) -> None:
+        """The reset still to come when its actor was killed (the busy phase's end)."""
+        if not self.done and self.actor is not None and self.actor.done:
+            self.spawn()
+
+    def actor_body(self, actor: Actor) -> str:
+        import time
+
+        world = self.env.world
+        deadline = START + (AIM_DEADLINE if self.aimed else self.after)
+        while True:
+            time.sleep(POLL if self.aimed and not self.replay_planned else 1.0)
+            due = self.replay_planned or world.now >= deadline
+            if due and self.quiet():
+                self.recreate()
+                return "recreated the lake"
+
+    def recreate(self) -> None:
+        """Delete everything under the lake's root and create a new table there, in one step
+        (nobody else runs meanwhile); then the model starts again from the new lake."""
+        from lakesink_reader.format.table import ensure_table
+        from tests.sim import actors
+
+        env = self.env
+        root = env.root
+        for name in os.listdir(root):
+            path = os.path.join(root, name)
+            if os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+            else:
+                os.unlink(path)
+        env.shared.times.clear()
+        env.shared.dirty = True
+        meta = ensure_table(env.client(None), actors.SCHEMA, "epoch", checkpoint_interval=env.interval)
+        assert meta.table_id is not None
+        old, env.table_id = env.table_id, meta.table_id
+        self.done = True
+        env.world.note(f"recreate: the lake deleted and created anew (table {old[:8]} -> {env.table_id[:8]})")
+        env.checker.forget_lake()
+        for plan in list(env.writers):
+            plan.acked.clear()  # the old lake's acknowledgements: gone with it, by the user's hand
+            if plan.abandoned or plan.next_batch == 0:
+                continue  # a query at its first batch goes on into the new lake
+            # Its checkpoint is past batch 0: the new lake refuses it for good. Its user starts
+            # it again with a new checkpoint location, which re-reads the stream from the start.
+            plan.abandoned = True
+            fresh = env.add_writer(
+                batches=plan.base + plan.batches,
+                stream=plan.stream,
+                allow_other_queries=True,
+                offset=plan.actor.offset if plan.actor is not None else 0.0,
+            )
+            fresh.iceberg = plan.iceberg
+            env.world.note(f"recreate: writer {plan.index}'s query starts again as writer {fresh.index}")
