@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars iceberg-jars install run run-s3 run-hdfs run-cluster test chaos cluster simulate fuzz bench lint typecheck docs clean
+.PHONY: help java hdfs-jars iceberg-jars install run run-s3 run-hdfs run-cluster test chaos long cluster simulate fuzz bench lint typecheck docs clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -114,6 +114,9 @@ chaos: java $(STAMP) hdfs-jars kafka-jars ## the long kill -9 / lost-answer runs
 	LAKESINK_CHAOS_KILLS=20 $(PY) -m pytest -m chaos --durations=12 $(PYTEST_ARGS)
 	@# The epoch writer's cursor only saves time: its suite passes unchanged without it.
 	LAKESINK_NO_CURSOR=1 $(PY) -m pytest -m "not long" tests/test_epoch_v3.py $(PYTEST_ARGS)
+
+long: java $(STAMP) hdfs-jars kafka-jars iceberg-jars ## the long cases neither make test nor chaos/cluster run (the Iceberg view on HDFS read by Java, a 10M-row backfill, ...)
+	$(PY) -m pytest -m "long and not chaos and not cluster" --durations=12 $(PYTEST_ARGS)
 
 cluster: java $(STAMP) hdfs-jars ## every standalone-cluster case: 2 modes x local/S3/HDFS x executor/worker kill (~12 min)
 	$(PY) -m pytest -m cluster --durations=12 $(PYTEST_ARGS)

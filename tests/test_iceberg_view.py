@@ -514,15 +514,46 @@ def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> N
 
 
 @pytest.mark.hdfs
-@pytest.mark.long  # ~14 s beside the cluster's start: outside make test's budget (run it by hand)
+def test_pyiceberg_and_polars_read_the_view_of_a_lake_on_hdfs_without_libhdfs(hdfs: str) -> None:
+    """On HDFS (a MiniDFSCluster): pyiceberg, given the lake's hdfs:// path and lakesink's FileIO
+    over hdfs-native (``lakesink.views.iceberg_fileio``: no libhdfs, no JVM), reads exactly the
+    committed rows at the latest version and an older one, and polars through pyiceberg's
+    reader the same. Two one-file commits: each costs ~2.5 s on one DataNode (a close waits)."""
+    import pickle
+
+    import polars as pl
+    from pyiceberg.table import StaticTable
+
+    lake = f"{hdfs}/lake"
+    storage = open_storage(lake)
+    table_id = uuid.uuid4().hex
+    assert storage.put_if_absent(
+        TABLE_FILE, TableMetadata(3, "epoch", SCHEMA, time.time(), table_id).to_json()
+    )
+    writer = Writer(viewed_log(storage, table_id), W1)
+    writer.append(0, files=1)
+    writer.append(100, files=1)
+    io = {"py-io-impl": "lakesink.views.iceberg_fileio.HdfsNativeFileIO"}
+    table = StaticTable.from_metadata(lake, properties=io)  # the hint, through hdfs-native
+    assert table.current_snapshot().snapshot_id == 2
+    latest = sorted(table.scan().to_arrow().column("id").to_pylist())
+    assert latest == ids(read_committed(lake)) == list(range(10)) + list(range(100, 110))
+    assert sorted(table.scan(snapshot_id=1).to_arrow().column("id").to_pylist()) == list(range(10))
+    frame = pl.scan_iceberg(table, reader_override="pyiceberg").collect()
+    assert sorted(frame["id"].to_list()) == latest
+    again = pickle.loads(pickle.dumps(table.io))  # as pyiceberg ships it to its worker threads
+    assert again.new_input(f"{lake}/{TABLE_FILE}").open().read() == storage.read_bytes(TABLE_FILE)
+
+
+@pytest.mark.hdfs
+@pytest.mark.long  # ~14 s beside the cluster's start: outside make test's budget (`make long`)
 def test_the_view_of_a_lake_on_hdfs_is_read_by_icebergs_java_library(hdfs: str) -> None:
     """On HDFS (a MiniDFSCluster): the view's files go through lakesink's HDFS storage, and
     Iceberg's Java library, given the lake's hdfs:// path, reads exactly the committed rows.
     Kept to two small commits: a file's close costs up to 0.5 s on one DataNode (FACTS), so
     the view adds ~2 s a commit there, and the Java reader's HDFS client ~4 s more than on
-    local disk (measured: 2.4-2.9 s a commit, 7.8 s the read). Not in make test:
-    ``pytest -m "hdfs and long" tests/test_iceberg_view.py``. (pyiceberg reads hdfs:// through
-    PyArrow's HDFS, which needs libhdfs: not here.)"""
+    local disk (measured: 2.4-2.9 s a commit, 7.8 s the read). Not in make test: ``make long``.
+    (pyiceberg and polars read it through lakesink's hdfs-native FileIO: the test above.)"""
     from devtools import iceberg_java
 
     lake = f"{hdfs}/lake"
