@@ -72,7 +72,7 @@ hdfs-jars: $(HDFS_MAIN) ## fetch and build the MiniDFSCluster the HDFS tests sta
 ICEBERG_JARS := java/iceberg/jars/.filled
 ICEBERG_MAIN := java/iceberg/classes/lakesink/devtools/IcebergRead.class
 $(ICEBERG_JARS): java/iceberg/pom.xml
-	@echo "fetching Iceberg's Java jars (~90 MB) into java/iceberg/jars"
+	@echo "fetching Iceberg's Java jars (~105 MB, S3FileIO's AWS SDK among them) into java/iceberg/jars"
 	rm -rf java/iceberg/jars && cd java/iceberg && mvn -q -B -Dstyle.color=never dependency:copy-dependencies
 	touch $@
 $(ICEBERG_MAIN): $(ICEBERG_JARS) java/iceberg/src/main/java/lakesink/devtools/IcebergRead.java

@@ -37,13 +37,18 @@ def classpath() -> str:
     return os.pathsep.join([str(CLASSES), *(str(j) for j in jars)])
 
 
-def read(lake: str, *requests: str, timeout: float = 120) -> dict[str, tuple[int, list[str]]]:
-    """What Iceberg's Java library reads of the view of the lake at ``lake`` (a local path), per
-    request (``rows``, ``rows:<snapshot>``, ``column:<name>``, ``appended:<from>:<to>``; see the
-    reader): the snapshot it read and the values, sorted. RuntimeError with the JVM's output
-    when the reader fails (Iceberg refused the view)."""
+def read(
+    lake: str, *requests: str, properties: dict[str, str] | None = None, timeout: float = 120
+) -> dict[str, tuple[int, list[str]]]:
+    """What Iceberg's Java library reads of the view of the lake at ``lake`` (a local path, an
+    ``hdfs://`` or ``s3://`` URL), per request (``rows``, ``rows:<snapshot>``, ``column:<name>``,
+    ``appended:<from>:<to>``; see the reader): the snapshot it read and the values, sorted.
+    ``properties``: an ``s3://`` lake's S3FileIO properties (``s3.endpoint``,
+    ``s3.access-key-id``, ...). RuntimeError with the JVM's output when the reader fails
+    (Iceberg refused the view)."""
+    given = [f"-Diceberg.{k}={v}" for k, v in (properties or {}).items()]
     done = subprocess.run(
-        ["java", "-Xmx512m", "-cp", classpath(), MAIN, lake, *requests],
+        ["java", "-Xmx512m", *given, "-cp", classpath(), MAIN, lake, *requests],
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -511,6 +511,14 @@ def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> N
     ).collect()
     assert sorted(frame["id"].to_list()) == expected
     assert iceberg_sync(storage, write=False).state == "ok"
+    # Iceberg's Java library, through its own S3FileIO (iceberg-aws, AWS SDK v2).
+    from devtools import iceberg_java
+
+    java = {**properties, "s3.path-style-access": "true", "client.region": "us-east-1"}
+    java["http-client.type"] = "urlconnection"
+    seen = iceberg_java.read(lake, "rows", "rows:2", properties=java)
+    assert seen["rows"] == (4, [str(i) for i in expected])
+    assert seen["rows:2"][1] == [str(i) for i in list(range(20)) + list(range(100, 120))]
 
 
 @pytest.mark.hdfs

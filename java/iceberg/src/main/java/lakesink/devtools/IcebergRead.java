@@ -1,15 +1,21 @@
 package lakesink.devtools;
 
+import java.io.InputStream;
+import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.hadoop.conf.Configuration;
+import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.FileScanTask;
 import org.apache.iceberg.Schema;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.TableProperties;
+import org.apache.iceberg.StaticTableOperations;
 import org.apache.iceberg.TableScan;
+import org.apache.iceberg.aws.s3.S3FileIO;
 import org.apache.iceberg.data.IdentityPartitionConverters;
 import org.apache.iceberg.data.Record;
 import org.apache.iceberg.data.parquet.GenericParquetReaders;
@@ -35,10 +41,15 @@ import org.apache.iceberg.util.PartitionUtil;
  * the current snapshot), {@code appended:<from>:<to>} (the data files an incremental append scan
  * between two snapshots plans). One line per argument on stdout: {@code <arg> <snapshot id>
  * <values, sorted, comma-separated>}.
+ *
+ * <p>An {@code s3://} lake is read through iceberg-aws's {@code S3FileIO}, given the system
+ * properties named {@code iceberg.<property>} as its properties ({@code s3.endpoint},
+ * {@code s3.access-key-id}, ...): the metadata file the lake's version hint names, as a
+ * file-system catalog finds it (HadoopTables reads {@code s3a://} only through Hadoop's S3A).
  */
 public final class IcebergRead {
   public static void main(String[] args) throws Exception {
-    Table table = new HadoopTables(new Configuration()).load(args[0]);
+    Table table = args[0].startsWith("s3://") ? loadS3(args[0]) : new HadoopTables(new Configuration()).load(args[0]);
     String mappingJson = table.properties().get(TableProperties.DEFAULT_NAME_MAPPING);
     NameMapping mapping = mappingJson == null ? null : NameMappingParser.fromJson(mappingJson);
     for (int i = 1; i < args.length; i++) {
@@ -75,6 +86,23 @@ public final class IcebergRead {
       }
       System.out.println(args[i] + " " + snapshot + " " + String.join(",", out));
     }
+  }
+
+  private static Table loadS3(String lake) throws Exception {
+    Map<String, String> properties = new HashMap<>();
+    for (String name : System.getProperties().stringPropertyNames()) {
+      if (name.startsWith("iceberg.")) {
+        properties.put(name.substring("iceberg.".length()), System.getProperty(name));
+      }
+    }
+    S3FileIO io = new S3FileIO();
+    io.initialize(properties);
+    String hint;
+    try (InputStream in = io.newInputFile(lake + "/metadata/version-hint.text").newStream()) {
+      hint = new String(in.readAllBytes(), StandardCharsets.UTF_8).trim();
+    }
+    String metadata = lake + "/metadata/v" + Long.parseLong(hint) + ".metadata.json";
+    return new BaseTable(new StaticTableOperations(metadata, io), lake);
   }
 
   private static List<Record> read(Table table, TableScan scan, NameMapping mapping) throws Exception {
