@@ -453,6 +453,9 @@ def test_vacuum_keeps_what_the_view_it_cannot_bring_up_still_lists(lake: str, ca
     done = vacuum(refused, retain=0, delete=True, force=True, check_store=False)
     assert done.ok and {o.name for o in done.kept if "Iceberg view" in o.reason} == inputs
     assert iceberg_ids(lake) == at_three  # every file of the snapshot readers find is there
+    from devtools import iceberg_java
+
+    assert iceberg_java.read(lake, "rows")["rows"] == (4, [str(i) for i in at_three])  # Java's too
     report = verify(lake)
     assert not report.ok and "sync-views" in (report.iceberg_view or "")
     capsys.readouterr()
