@@ -196,8 +196,6 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
             rows = plan.rows(b)
             try:
                 tasks = call().start(SCHEMA)  # Spark plans the batch: streamWriter
-                if env.recreate is not None and env.recreate.planned(plan, b, tasks.committed_through):
-                    env.recreate.drain()  # the tasks drain the replayed input slowly, until the reset
                 if plan.door == "foreach_batch" and world.rng.random() < plan.p_driver:
                     rows = [[i for task in rows for i in task]]  # ``driver_write``: one task, on the driver
                 for task, ids in enumerate(rows):
@@ -214,6 +212,8 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     reports.append(report)
                     if report is None:
                         raise TaskFailed(f"task {task} of batch {b} failed 3 times")
+                if env.recreate is not None and env.recreate.planned(plan, b, tasks.committed_through):
+                    env.recreate.drain()  # the tasks end slowly, until the lake is reset under them
                 committing = True
                 with acting(env):
                     driver = call()

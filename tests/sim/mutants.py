@@ -240,6 +240,20 @@ MUTANTS = (
         "            tasks_skipped=False,",
         "a batch whose tasks took it for a replay is committed without their rows",
     ),
+    Mutant(
+        "first-commit-trusts-an-empty-log",
+        "lakesink/commit/versions.py",
+        "                self._check_first_commit_table()\n",
+        "                pass\n",
+        "a writer of a deleted lake creates version 0 of the new one with the old table id",
+    ),
+    Mutant(
+        "commit-takes-files-written-for-another-table",
+        "lakesink/writer/run.py",
+        "            self.check_reports_table(reports, committer.log.table_id)\n",
+        "",
+        "files written into a lake since deleted are committed into the new one",
+    ),
 )
 
 

@@ -16,10 +16,12 @@ why: a create that lands in a new lake cannot be told from the new lake's own). 
 that rule with a count of those calls (:meth:`RecreateWorld.busy`), and the recreate actor
 waits for the count to be zero.
 
-In half of the recreate seeds the reset is aimed: a writer is killed right after the create of
-its first batch's commit (before Spark records the batch), and the reset waits for its restart
-to plan the replay of that batch: the tasks take batch 0 for a replay (the old lake's log holds
-it) while the new lake holds nothing of it.
+In half of the recreate seeds the reset is aimed at a writer's batch 0, between its tasks and
+its commit call, in one of two ways. ``replay``: the writer is killed right after the create of
+its batch 0's commit (before Spark records the batch), and the reset waits for its restart's
+tasks, which take batch 0 for a replay (the old lake's log holds it) while the new lake holds
+nothing of it. ``first``: the reset comes after the tasks of a writer's first batch 0 wrote
+their files into the old lake (deleted with it).
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ if TYPE_CHECKING:
 LOG_ENTRY = re.compile(r"_lakesink/log/\d{20}\.json$")
 #: How often the recreate actor looks for its moment (simulated seconds): a step each time.
 POLL = 30.0
-#: How long the tasks of a replayed batch take at most to drain their input (simulated seconds),
-#: in an aimed seed: the moment the reset is aimed at.
+#: How long the tasks of batch 0 take at most to end (simulated seconds), in an aimed seed: the
+#: moment the reset is aimed at.
 REPLAY_DRAIN = 3600.0
 #: How long an aimed reset waits for a replay before it resets the lake anyway.
 AIM_DEADLINE = 4 * 3600.0
@@ -68,6 +70,8 @@ class RecreateWorld:
         self.actor: Actor | None = None
         #: A reset not aimed comes this long after the seed starts (simulated seconds).
         self.after = rng.choice([10.0, 60.0, 300.0])
+        #: What an aimed reset waits for (the module docstring): "replay" or "first".
+        self.aim = ("replay" if rng.random() < 0.5 else "first") if self.aimed else None
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -90,7 +94,9 @@ class RecreateWorld:
         """In an aimed seed: kill the writer at the step right after (``last``, its previous
         call) the create of its batch 0's commit (the batch in the log, not in Spark's commit
         log), once."""
-        if not self.aimed or self.killed_after_create or self.done or plan is None or plan.next_batch != 0:
+        if self.aim != "replay" or self.killed_after_create or self.done:
+            return False
+        if plan is None or plan.next_batch != 0:
             return False
         if last is None or last[0] != "put_if_absent" or not LOG_ENTRY.search(last[1]):
             return False
@@ -99,18 +105,23 @@ class RecreateWorld:
         return True
 
     def planned(self, plan: WriterPlan, batch: int, committed_through: int | None) -> bool:
-        """The planning call of ``batch`` took it for a replay (the log at the run's start held
-        it): in an aimed seed, the tasks drain their input slowly enough for the reset to come
-        (True: the writer then calls :meth:`drain` before its tasks)."""
-        if not self.aimed or self.done or committed_through is None or batch > committed_through:
+        """The tasks of ``batch`` ran (``committed_through``: the run's plan's): True when the
+        aimed reset is due now, before the commit call (the writer then calls :meth:`drain`).
+        ``replay``: batch 0 that the plan took for a replay (the log at the run's start held
+        it); ``first``: batch 0 written (its files in the lake)."""
+        if self.aim is None or self.done or batch != 0:
+            return False
+        replay = committed_through is not None and batch <= committed_through
+        if replay != (self.aim == "replay"):
             return False
         self.replay_planned = True
-        self.env.world.note(f"writer {plan.index}: batch {batch} planned as a replay: the reset is due")
+        what = "planned as a replay" if replay else "written"
+        self.env.world.note(f"writer {plan.index}: batch {batch} {what}: the reset is due")
         return True
 
     def drain(self) -> None:
-        """The replayed batch's tasks drain their input slowly: until the reset came, or
-        ``REPLAY_DRAIN`` passed (the others' calls in flight may keep it away)."""
+        """The batch's tasks end slowly: until the reset came, or ``REPLAY_DRAIN`` passed (the
+        others' calls in flight may keep it away)."""
         import time
 
         waited = 0.0

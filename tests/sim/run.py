@@ -348,7 +348,7 @@ def _setup(env: Env) -> None:
     recreating = recreate.picks_recreate(world.seed) if "recreate" in cfg.actors else None
     if recreating is not None and env.upgrade is None and not aim_gap and cfg.store == "local":
         env.recreate = recreate.RecreateWorld(env, recreating)
-        aimed = " (aimed at a replay of batch 0)" if env.recreate.aimed else ""
+        aimed = f" (aimed: {env.recreate.aim} of batch 0)" if env.recreate.aim else ""
         world.note(f"recreate: the lake is deleted and created again while the queries run{aimed}")
     later = world.later
     if "continue" in cfg.actors and later.random() < 0.5 and env.recreate is None:
