@@ -38,6 +38,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
 from lakesink.views.delta_view import live_at
+from lakesink.views.hook import ViewHook
 from lakesink.views.iceberg import (
     DERIVED_PROPERTY,
     METADATA_LOG_MAX,
@@ -98,7 +99,6 @@ class _Known(ViewMemo):
     number: int = 0  # the newest metadata version this process wrote or read (0: none)
     metadata: TableMetadataV2 | None = None  # its content
     unsupported: str | None = None
-    table: TableMetadata | None = None
 
 
 _MEMOS = ViewMemos(_Known)
@@ -113,39 +113,16 @@ def root_uri(storage: Storage) -> str:
     return storage.url.rstrip("/")
 
 
-class IcebergView:
+class IcebergView(ViewHook[_Known]):
     """The ``after_commit`` hook that keeps a lake's Iceberg view.
 
     ``create``: a writer with ``iceberg_view`` on may start the view; else (compaction, vacuum,
     through ``lakesink.views.derived.maintenance_views``) only a view that is there is updated.
     """
 
-    def __init__(
-        self, storage: Storage, table_id: str, *, create: bool, metadata: TableMetadata | None = None
-    ) -> None:
-        self.storage = storage
-        self.table_id = table_id
-        self.create = create
-        self._given = metadata
-
-    @property
-    def known(self) -> _Known:
-        known = _MEMOS.get(self.storage, self.table_id)
-        if known.table is None and self._given is not None:
-            known.table = self._given
-        return known
-
-    def __call__(self, commit: Commit, state: TableState) -> None:
-        try:
-            self._after(commit, state)
-        except Exception:
-            log.warning(
-                "updating the Iceberg view of %s at version %d failed; the lake commit stands, and the "
-                "next commit or `lakesink sync-views` writes it",
-                self.storage.url,
-                commit.version,
-                exc_info=True,
-            )
+    view = "Iceberg view"
+    memos = _MEMOS
+    log = log
 
     def _after(self, commit: Commit, state: TableState) -> None:
         k = self.known
@@ -188,11 +165,6 @@ class IcebergView:
         view stays at the last version it could hold; ``sync-views`` reports it)."""
         self.known.unsupported = str(exc)
         self.known.warn_once(log, "unsupported", "%s has no Iceberg view: %s", self.storage.url, exc)
-
-    def _table(self) -> TableMetadata:
-        if self.known.table is None:
-            self.known.table = read_table_metadata(self.storage)
-        return self.known.table
 
     def _stop(self, version: int, reason: str) -> None:
         k = self.known
