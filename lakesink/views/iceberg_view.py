@@ -43,13 +43,13 @@ from lakesink.views.iceberg import (
     DERIVED_PROPERTY,
     METADATA_LOG_MAX,
     PARTITION_FIELD_BASE,
+    SNAPSHOT_MAX,
     TABLE_ID_PROPERTY,
     BytesInputFile,
     IcebergViewUnsupported,
     LiveFile,
     check_metadata,
     field_paths,
-    file_stem,
     iceberg_schema,
     live_files,
     manifest,
@@ -63,8 +63,10 @@ from lakesink.views.iceberg_layout import (
     METADATA_DIR,
     STOP_FILE,
     VERSION_HINT,
+    file_stem,
     has_view,
     metadata_name,
+    metadata_number,
     newest_number,
     read_hint,
     reader_number,
@@ -284,8 +286,9 @@ def write_snapshot(
     }
     if parent is not None:
         snap["parent-snapshot-id"] = parent.snapshot_id
-    # Expiry follows vacuum: the snapshots of versions below the retention floor go.
-    floor = snapshot_id(max(state.retained_from, 0))
+    # Expiry follows vacuum: the snapshots of versions below the retention floor go, and those
+    # beyond the newest SNAPSHOT_MAX (the file's size and cost per commit stay bounded).
+    floor = max(snapshot_id(max(state.retained_from, 0)), n - SNAPSHOT_MAX + 1)
     old = _dumped(previous) if previous is not None else {}
     metadata_log = old.get("metadata-log", [])
     if previous is not None:
@@ -293,7 +296,11 @@ def write_snapshot(
             "metadata-file": f"{root}/{metadata_name(previous_number)}",
             "timestamp-ms": previous.last_updated_ms,
         }
-        metadata_log = [*metadata_log, entry][-METADATA_LOG_MAX:]
+        metadata_log = [*metadata_log, entry]
+    # The metadata files of expired snapshots leave the log too: vacuum deletes them
+    # (iceberg_cleanup), and the log should not name what is gone.
+    metadata_log = [e for e in metadata_log if (metadata_number(e["metadata-file"]) or 0) >= floor]
+    metadata_log = metadata_log[-METADATA_LOG_MAX:]
     doc = {
         "format-version": 2,
         "table-uuid": str(table_uuid(table.table_id or "")),
@@ -414,7 +421,7 @@ def _reusable(
         return None
     prefix = f"{root}/{METADATA_DIR}/"
     try:
-        manifests = list(read_manifest_list(_input(storage, root + "/", parent.manifest_list)))
+        manifests = list(read_manifest_list(bounded_input(storage, root + "/", parent.manifest_list)))
     except Exception as exc:  # noqa: BLE001 -- any list it cannot read is written anew, from the lake
         log.info(
             "%s: the Iceberg view's snapshot %d is not kept as it is: %s",
@@ -601,7 +608,7 @@ def snapshot_listing(storage: Storage, metadata: TableMetadataV2) -> tuple[int, 
         return None
     root = root_uri(storage) + "/"
     files: dict[str, int] = {}
-    for listed in read_manifest_list(_input(storage, root, snap.manifest_list)):
+    for listed in read_manifest_list(bounded_input(storage, root, snap.manifest_list)):
         for entry in listed.fetch_manifest_entry(_Reads(storage, root), discard_deleted=True):
             path = entry.data_file.file_path
             if not path.startswith(root):
@@ -610,7 +617,10 @@ def snapshot_listing(storage: Storage, metadata: TableMetadataV2) -> tuple[int, 
     return snap.snapshot_id - 1, files
 
 
-def _input(storage: Storage, root: str, location: str) -> BytesInputFile:
+def bounded_input(storage: Storage, root: str, location: str) -> BytesInputFile:
+    """The view's file at ``location`` (a URI under ``root``, the lake's root URI with its
+    slash), read whole through a bounded read of the lake's Storage; ForeignView when it is
+    outside the lake."""
     if not location.startswith(root):
         raise ForeignView(f"names {location}, outside the lake")
     return BytesInputFile(location, limits.read(storage, location[len(root) :], limits.VIEW_FILE))
@@ -625,7 +635,7 @@ class _Reads(FileIO):
         self.storage, self.root = storage, root
 
     def new_input(self, location: str) -> InputFile:
-        return _input(self.storage, self.root, location)
+        return bounded_input(self.storage, self.root, location)
 
     def new_output(self, location: str) -> OutputFile:
         raise PermissionError(f"{location}: the view is read here, never written through a FileIO")

@@ -337,6 +337,20 @@ class Checker:
         gone = sorted(p for p in paths if not os.path.exists(p))
         if gone:
             raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        # Time travel: every snapshot of a version the lake retains keeps its manifest list and
+        # manifests (vacuum deletes only those of snapshots the view no longer holds).
+        for older in table.metadata.snapshots:
+            held = int(older.summary["lakesink.version"]) if older.summary is not None else -1
+            if held < retained_from:
+                continue
+            avro = [older.manifest_list]
+            if os.path.exists(older.manifest_list):
+                avro += [m.manifest_path for m in older.manifests(table.io)]
+            lost = [p for p in avro if not os.path.exists(p)]
+            if lost:
+                raise Violation(
+                    "views", f"{where}: snapshot {older.snapshot_id} (lake version {held}) lost {lost[:2]}"
+                )
         rows = [r for p in paths for r in self._file_ids(p)]
         present = self.check_rows(rows, where)
         if version >= retained_from and present != self._lake_at(version):
