@@ -576,6 +576,46 @@ def test_a_metadata_file_keeps_the_newest_snapshots_beyond_the_floor_and_vacuum_
         assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v))
 
 
+def test_what_a_writer_holds_of_the_view_is_what_readers_parse(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook carries a metadata version on to the next as the models and JSON texts it holds
+    (not read, parsed and serialized again at each commit): each file it writes parses to
+    exactly the metadata it holds -- through kept manifests, a roll-up, a compaction, vacuum's
+    expiry and the cap -- and to what a process that reads it back would make the next from."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    from lakesink.views import iceberg_view
+
+    monkeypatch.setattr(iceberg_view, "SNAPSHOT_MAX", 4)
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    log = viewed_log(storage, table_id, interval=3)
+    hook = log.after_commit
+    assert isinstance(hook, IcebergView)
+    a = Writer(log, W1)
+
+    def same() -> None:
+        held = hook.known.held
+        assert held is not None
+        data = storage.read_bytes(iceberg_layout.metadata_name(held.number))
+        assert TableMetadataUtil.parse_raw(data) == held.metadata
+        again = iceberg_view.held_version(storage, table_id, held.number)
+        for mine, read in ((held.snapshot_texts, again.snapshot_texts), (held.log_texts, again.log_texts)):
+            assert [json.loads(t) for t in mine] == [json.loads(t) for t in read]
+
+    for i in range(6):
+        a.append(i * 100)  # v0..v5
+        same()
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 6
+    a.append(700)  # v7: on top of the compaction's metadata, which this process's memo holds
+    same()
+    assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).version == 8
+    a.append(900)  # v9
+    same()
+    assert [s.snapshot_id for s in static(lake).metadata.snapshots] == [8, 9, 10]  # (floor: 7)
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+
+
 def log_floor(storage: Storage, table_id: str) -> int:
     return VersionedLogWriter(storage, table_id, checkpoint_interval=100).open().retained_from
 
