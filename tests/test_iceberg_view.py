@@ -697,6 +697,14 @@ def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> N
     ).collect()
     assert sorted(frame["id"].to_list()) == expected
     assert iceberg_sync(storage, write=False).state == "ok"
+    # Vacuum's cleanup through the same storage: the metadata files of the expired snapshots go,
+    # and the view reads as before.
+    forget(storage, table_id)
+    done = vacuum(storage, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 4 and done.ok
+    assert view_files(storage)[0] == {4, 5}
+    table = StaticTable.from_metadata(lake, properties=properties)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == expected
 
 
 @pytest.mark.hdfs
