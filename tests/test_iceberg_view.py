@@ -620,7 +620,10 @@ def log_floor(storage: Storage, table_id: str) -> int:
     return VersionedLogWriter(storage, table_id, checkpoint_interval=100).open().retained_from
 
 
-def test_view_files_are_kept_when_what_kept_metadata_names_cannot_be_trusted(lake: str) -> None:
+@pytest.mark.parametrize("elsewhere", ["/etc/passwd", "{lake}/metadata/../../outside-list.avro"])
+def test_view_files_are_kept_when_what_kept_metadata_names_cannot_be_trusted(
+    lake: str, elsewhere: str
+) -> None:
     """A kept metadata file naming a manifest list outside the view (a hostile hand): nothing is
     read there, and no Avro file is deleted; the metadata files below the view's oldest snapshot
     still go (that needs nothing read from a list)."""
@@ -633,7 +636,12 @@ def test_view_files_are_kept_when_what_kept_metadata_names_cannot_be_trusted(lak
     a.append(300)  # v4: snapshot 5, in v5.metadata.json with snapshots 3..5
     doc = json.loads(storage.read_bytes("metadata/v5.metadata.json"))
     assert [s["snapshot-id"] for s in doc["snapshots"]] == [3, 4, 5]
-    doc["snapshots"][0]["manifest-list"] = "/etc/passwd"
+    # Outside the lake, a copy of the list it replaces: were it read, the lists of snapshots 1
+    # and 2 would be found unnamed and deleted.
+    Path(lake).parent.joinpath("outside-list.avro").write_bytes(
+        Path(doc["snapshots"][0]["manifest-list"]).read_bytes()
+    )
+    doc["snapshots"][0]["manifest-list"] = elsewhere.format(lake=lake)
     storage.put("metadata/v5.metadata.json", json.dumps(doc).encode())
     avro = view_files(storage)[1]
     forget(storage, table_id)
