@@ -332,6 +332,7 @@ VACUUM_KINDS = {
     "multipart_upload": "uploads never completed, of settled batches or older than the writers' age",
     "lease": "leases of finished maintenance ops",
     "probe": "leftovers of the store check",
+    "view_file": "the Iceberg view's metadata and Avro files of snapshots it no longer holds",
 }
 #: Files kept shown without ``--list``.
 KEPT_SHOWN = 20

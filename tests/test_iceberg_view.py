@@ -237,8 +237,9 @@ def test_schema_changes_keep_field_ids_and_partitions_are_identity(tmp_path: Pat
 
 def test_icebergs_java_library_reads_the_view_exactly(tmp_path: Path) -> None:
     """Iceberg's reference implementation (iceberg-core/iceberg-data 1.12, devtools/iceberg_java)
-    given the lake's path: a partitioned lake with a schema change, a compaction and a vacuum --
-    the rows at the latest snapshot and at an older retained one, the partition column filled
+    given the lake's path: a partitioned lake with a schema change, a compaction and two vacuums
+    (the second deletes expired snapshots' Avro files) -- the rows at the latest snapshot and at
+    an older retained one, the partition column filled
     from the partition values, the new column null in older files, and an incremental append
     scan planning exactly the appended files."""
     from devtools import iceberg_java
@@ -274,17 +275,24 @@ def test_icebergs_java_library_reads_the_view_exactly(tmp_path: Path) -> None:
     forget(storage, table_id)
     assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).version == 5
     append(4, 400)  # v6
+    append(5, 500)  # v7
+    forget(storage, table_id)
+    # The second vacuum deletes Avro files too (the first only metadata files: the oldest it
+    # kept still held the older snapshots).
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 8 and any(o.kind == "view_file" and o.name.endswith(".avro") for o in done.files)
+    append(6, 600)  # v9
     latest = read_committed(lake).sort_by("id")
-    seen = iceberg_java.read(lake, "rows", "rows:6", "column:bucket", "column:score", "appended:5:7")
-    assert seen["rows"] == (7, [str(i) for i in latest.column("id").to_pylist()])
-    assert seen["rows:6"][1] == [str(i) for i in ids(read_committed(lake, version=5))]
+    seen = iceberg_java.read(lake, "rows", "rows:9", "column:bucket", "column:score", "appended:8:10")
+    assert seen["rows"] == (10, [str(i) for i in latest.column("id").to_pylist()])
+    assert seen["rows:9"][1] == [str(i) for i in ids(read_committed(lake, version=8))]
     pairs = zip(latest.column("id").to_pylist(), latest.column("bucket").to_pylist(), strict=True)
     assert seen["column:bucket"][1] == [f"{i}={b}" for i, b in pairs]
     scores = [s.split("=")[1] for s in seen["column:score"][1]]
     assert scores == ["null" if v is None else str(v) for v in latest.column("score").to_pylist()]
     assert "null" in scores and "150.0" in scores  # files from before the change, and after it
-    appended = seen["appended:5:7"][1]
-    expected = {f.path for f in log.read_commit(6).adds}  # type: ignore[union-attr]
+    appended = seen["appended:8:10"][1]
+    expected = {f.path for f in log.read_commit(9).adds}  # type: ignore[union-attr]
     assert {p.removeprefix(lake + "/") for p in appended} == expected
 
 
@@ -467,6 +475,192 @@ def test_vacuum_keeps_what_the_view_it_cannot_bring_up_still_lists(lake: str, ca
     assert iceberg_ids(lake) == ids(read_committed(lake))
 
 
+def view_files(storage: Storage) -> tuple[set[int], set[str]]:
+    """The metadata versions in ``metadata/`` and its Avro files."""
+    names = {f.name for f in storage.list("metadata")}
+    numbers = {iceberg_layout.metadata_number(n) for n in names}
+    return {n for n in numbers if n is not None}, {n for n in names if n.endswith(".avro")}
+
+
+def named_by_metadata(lake: str, numbers: set[int]) -> set[str]:
+    """The Avro files that the snapshots of metadata files ``numbers`` name -- their manifest
+    lists and the manifests those list -- as pyiceberg reads them (not lakesink's code)."""
+    named = set()
+    for number in numbers:
+        table = static(lake, number)
+        for snap in table.metadata.snapshots:
+            named.add(snap.manifest_list)
+            named |= {m.manifest_path for m in snap.manifests(table.io)}
+    return {p.removeprefix(lake + "/") for p in named}
+
+
+def test_vacuum_deletes_the_view_files_of_expired_snapshots_only_when_no_kept_metadata_names_them(
+    lake: str,
+) -> None:
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    log = viewed_log(storage, table_id, interval=3)
+    a = Writer(log, W1)
+    for i in range(6):
+        a.append(i * 100)  # v0..v5: manifests kept by their children, rolled up every 3
+    forget(storage, table_id)
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 6
+    a.append(600)  # v7
+    # Not lakesink's names: never deleted, whatever they are.
+    odd_avro = {"metadata/notes.avro", "metadata/00000000000000000001-x.avro"}
+    for odd in (*odd_avro, "metadata/v1.metadata.json.bak"):
+        storage.put(odd, b"x")
+    first_avro = view_files(storage)[1]
+    forget(storage, table_id)
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 8 and log.open().retained_from == 7
+    # The view holds snapshots 8 and 9 (lake versions 7, 8): the metadata files of 1..7 went.
+    # v8.metadata.json stays (lake version 7's commit point) and still holds snapshots 1..8,
+    # written before the floor rose: their Avro files stay until it goes.
+    numbers, avro = view_files(storage)
+    assert numbers == {8, 9} and first_avro <= avro
+    assert {iceberg_layout.avro_snapshot(n) for n in avro - first_avro} == {9}  # the vacuum's own
+    gone = {o.name for o in done.files if o.kind == "view_file"}
+    assert gone == {f"metadata/v{n}.metadata.json" for n in range(1, 8)} and gone <= set(done.removed)
+    a.append(900)  # v9
+    a.append(1000)  # v10
+    forget(storage, table_id)
+    again = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert again.version == 11 and again.ok
+    numbers, avro = view_files(storage)
+    assert numbers == {11, 12}  # (v11 holds snapshots 8..11, v12 holds 11 and 12)
+    # Exactly what a remaining metadata file names is left (and the files lakesink did not name).
+    assert avro == named_by_metadata(lake, numbers) | odd_avro
+    went = first_avro - avro
+    assert went and all(iceberg_layout.avro_snapshot(n) < 8 for n in went)  # type: ignore[operator]
+    assert storage.exists("metadata/v1.metadata.json.bak")
+    # Readers given the lake's path read the latest and every retained version; each metadata
+    # file left reads its own snapshot.
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+    for v in (10, 11):
+        assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v))
+    for n in numbers:
+        assert sorted(static(lake, n).scan().to_arrow().column("id").to_pylist()) == ids(
+            read_committed(lake, version=n - 1)
+        )
+    assert iceberg_sync(storage, write=False).state == "ok" and verify(lake).ok
+
+
+def test_a_metadata_file_keeps_the_newest_snapshots_beyond_the_floor_and_vacuum_deletes_the_rest(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from lakesink.views import iceberg_view
+
+    monkeypatch.setattr(iceberg_view, "SNAPSHOT_MAX", 3)  # (1,000 in production: cheap here)
+    storage, table_id = v3_table(lake)
+    a = Writer(viewed_log(storage, table_id, interval=100), W1)
+    a.append(0)  # v0
+    a.append(100)  # v1
+    time.sleep(0.02)
+    cutoff = time.time()  # vacuum's floor: version 1, the newest committed before it
+    time.sleep(0.02)
+    for i in range(2, 6):
+        a.append(i * 100)  # v2..v5
+    metadata = static(lake).metadata
+    assert [s.snapshot_id for s in metadata.snapshots] == [4, 5, 6]
+    assert [e.snapshot_id for e in metadata.snapshot_log] == [4, 5, 6]
+    assert [iceberg_layout.metadata_number(e.metadata_file) for e in metadata.metadata_log] == [4, 5]
+    forget(storage, table_id)
+    done = vacuum(lake, retain=0, delete=True, force=True, now=cutoff, check_store=False)
+    assert done.version == 6 and log_floor(storage, table_id) == 1
+    # The view holds snapshots 5..7: the metadata files below go though the lake retains their
+    # versions (its reader still reads them); v5 (holding 3..5) keeps snapshot 3's Avro files.
+    numbers, avro = view_files(storage)
+    assert numbers == {5, 6, 7}
+    assert avro == named_by_metadata(lake, numbers)
+    # The lists of snapshots 1 and 2 went; their manifests stay, named by their children's lists.
+    assert {iceberg_layout.avro_snapshot(n) for n in avro if n.endswith("-list.avro")} == {3, 4, 5, 6, 7}
+    assert ids(read_committed(lake, version=1)) == list(range(20)) + list(range(100, 120))
+    for v in (4, 5, 6):
+        assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v))
+
+
+def test_what_a_writer_holds_of_the_view_is_what_readers_parse(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook carries a metadata version on to the next as the models and JSON texts it holds
+    (not read, parsed and serialized again at each commit): each file it writes parses to
+    exactly the metadata it holds -- through kept manifests, a roll-up, a compaction, vacuum's
+    expiry and the cap -- and to what a process that reads it back would make the next from."""
+    from pyiceberg.table.metadata import TableMetadataUtil
+
+    from lakesink.views import iceberg_view
+
+    monkeypatch.setattr(iceberg_view, "SNAPSHOT_MAX", 4)
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    log = viewed_log(storage, table_id, interval=3)
+    hook = log.after_commit
+    assert isinstance(hook, IcebergView)
+    a = Writer(log, W1)
+
+    def same() -> None:
+        held = hook.known.held
+        assert held is not None
+        data = storage.read_bytes(iceberg_layout.metadata_name(held.number))
+        assert TableMetadataUtil.parse_raw(data) == held.metadata
+        again = iceberg_view.held_version(storage, table_id, held.number)
+        for mine, read in ((held.snapshot_texts, again.snapshot_texts), (held.log_texts, again.log_texts)):
+            assert [json.loads(t) for t in mine] == [json.loads(t) for t in read]
+
+    for i in range(6):
+        a.append(i * 100)  # v0..v5
+        same()
+    assert compact(lake, target_file_size=1 << 30, min_files=2, check_store=False).version == 6
+    a.append(700)  # v7: on top of the compaction's metadata, which this process's memo holds
+    same()
+    assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).version == 8
+    a.append(900)  # v9
+    same()
+    assert [s.snapshot_id for s in static(lake).metadata.snapshots] == [8, 9, 10]  # (floor: 7)
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+
+
+def log_floor(storage: Storage, table_id: str) -> int:
+    return VersionedLogWriter(storage, table_id, checkpoint_interval=100).open().retained_from
+
+
+@pytest.mark.parametrize("elsewhere", ["/etc/passwd", "{lake}/metadata/../../outside-list.avro"])
+def test_view_files_are_kept_when_what_kept_metadata_names_cannot_be_trusted(
+    lake: str, elsewhere: str
+) -> None:
+    """A kept metadata file naming a manifest list outside the view (a hostile hand): nothing is
+    read there, and no Avro file is deleted; the metadata files below the view's oldest snapshot
+    still go (that needs nothing read from a list)."""
+    storage, table_id = v3_table(lake)
+    a = Writer(viewed_log(storage, table_id, interval=100), W1)
+    for i in range(3):
+        a.append(i * 100)  # v0..v2
+    forget(storage, table_id)
+    assert vacuum(lake, retain=0, delete=True, force=True, check_store=False).version == 3
+    a.append(300)  # v4: snapshot 5, in v5.metadata.json with snapshots 3..5
+    doc = json.loads(storage.read_bytes("metadata/v5.metadata.json"))
+    assert [s["snapshot-id"] for s in doc["snapshots"]] == [3, 4, 5]
+    # Outside the lake, a copy of the list it replaces: were it read, the lists of snapshots 1
+    # and 2 would be found unnamed and deleted.
+    Path(lake).parent.joinpath("outside-list.avro").write_bytes(
+        Path(doc["snapshots"][0]["manifest-list"]).read_bytes()
+    )
+    doc["snapshots"][0]["manifest-list"] = elsewhere.format(lake=lake)
+    storage.put("metadata/v5.metadata.json", json.dumps(doc).encode())
+    avro = view_files(storage)[1]
+    forget(storage, table_id)
+    done = vacuum(lake, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 5 and done.ok
+    # (Untampered, the lists of snapshots 1 and 2 would go: only v5's snapshot 3 names their
+    # manifests, and v5 holds the oldest snapshot.)
+    assert {o.name for o in done.files if o.kind == "view_file"} == {
+        "metadata/v3.metadata.json",
+        "metadata/v4.metadata.json",
+    }
+    numbers, after = view_files(storage)
+    assert numbers == {5, 6} and avro <= after
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+
+
 @pytest.mark.s3
 def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> None:
     """The same code path on an object store: every file of the view goes through lakesink's
@@ -522,6 +716,14 @@ def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> N
     seen = iceberg_java.read(lake, "rows", "rows:2", properties=java)
     assert seen["rows"] == (4, [str(i) for i in expected])
     assert seen["rows:2"][1] == [str(i) for i in list(range(20)) + list(range(100, 120))]
+    # Vacuum's cleanup through the same storage: the metadata files of the expired snapshots go,
+    # and the view reads as before.
+    forget(storage, table_id)
+    done = vacuum(storage, retain=0, delete=True, force=True, check_store=False)
+    assert done.version == 4 and done.ok
+    assert view_files(storage)[0] == {4, 5}
+    table = StaticTable.from_metadata(lake, properties=properties)
+    assert sorted(table.scan().to_arrow().column("id").to_pylist()) == expected
 
 
 @pytest.mark.hdfs

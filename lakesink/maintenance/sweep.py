@@ -64,7 +64,10 @@ TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
 #: ``removed_file``: a data file a retained commit removed (a compaction replaced it) before the
 #: retained range; ``unrecorded_file``: one no retained version lists for another reason.
-OrphanKind = Literal["staged_file", "multipart_upload", "unrecorded_file", "removed_file", "lease", "probe"]
+#: ``view_file``: a derived view's file of versions the view no longer holds (vacuum only).
+OrphanKind = Literal[
+    "staged_file", "multipart_upload", "unrecorded_file", "removed_file", "lease", "probe", "view_file"
+]
 
 
 @dataclass(frozen=True)
@@ -76,8 +79,9 @@ class Orphan:
     kind
         ``staged_file`` (local ``.uncommitted`` file), ``multipart_upload`` (S3 upload never
         completed), ``unrecorded_file`` (epoch mode: published, listed by no record; format 3:
-        by no retained version), ``lease`` (format 3: the lease of an op the log settled) or
-        ``probe`` (a store probe's object whose prober died before removing it).
+        by no retained version), ``lease`` (format 3: the lease of an op the log settled),
+        ``probe`` (a store probe's object whose prober died before removing it) or ``view_file``
+        (vacuum: a derived view's file of snapshots it no longer holds).
     name
         The name relative to the table root (for staged data: the name it would publish as).
     epoch
@@ -312,7 +316,7 @@ def _remove(storage: Storage, report: SweepReport, progress: Progress | None) ->
     total = len(report.findings)
     for done, orphan in enumerate(report.findings, 1):
         try:
-            if orphan.kind in ("unrecorded_file", "removed_file", "lease", "probe"):
+            if orphan.kind in ("unrecorded_file", "removed_file", "lease", "probe", "view_file"):
                 storage.delete(orphan.name)
             else:
                 storage.drop_staged(StagedEntry(orphan.name, orphan.kind, None, orphan.size, orphan.handle))

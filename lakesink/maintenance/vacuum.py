@@ -9,7 +9,9 @@ One run (docs/design/format-v3.md, section 11), with ``delete=True``:
    with ``retained_from = R`` is made: from then on readers refuse older versions;
 2. the data files no version ``>= R`` lists go -- those removed by compactions before R, and
    published files no commit ever listed whose producer is settled -- with the staged data of
-   settled producers (others when older than ``older_than``) and the leases of settled ops.
+   settled producers (others when older than ``older_than``) and the leases of settled ops;
+   then the derived views' files of versions they no longer hold (the Iceberg view's metadata
+   and Avro files of expired snapshots: ``lakesink.views.iceberg_cleanup``).
    This is the orphan sweep's engine (``lakesink.maintenance.sweep.plan_v3``): a file of a
    batch a live writer may still commit is never touched;
 3. C_R, the checkpoint at ``floor(R / N) * N`` (N = ``checkpoint_interval``), is written when
@@ -41,7 +43,7 @@ from lakesink.commit.checkpoints import advance_hint, write_checkpoint
 from lakesink.commit.files import DEFAULT_STAGED_AGE
 from lakesink.maintenance.compact import open_v3
 from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3
-from lakesink.views.derived import bring_up, files_lagging_views_list
+from lakesink.views.derived import bring_up, expired_view_files, files_lagging_views_list
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.opening import oldest_commit
 from lakesink_reader.format.table import TableMetadata, probe_store
@@ -188,6 +190,12 @@ def vacuum(
     )
     report.files, report.kept = _spare_what_views_list(storage, vlog, metadata, target, plan.findings, delete)
     report.kept += plan.kept
+    # After the views were brought up (their snapshot of this vacuum expires the older ones),
+    # and after the data files in the order of removal: a view's file goes once no reader of
+    # the view can reach it.
+    report.files += [
+        Orphan("view_file", e.name, None, None, e.size, True, e.reason) for e in expired_view_files(storage)
+    ]
     if delete:
         swept = SweepReport(storage.url, older_than, True, findings=list(report.files))
         _remove(storage, swept, progress)

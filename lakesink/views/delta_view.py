@@ -47,6 +47,7 @@ from lakesink.views.delta import (
     delta_schema,
     last_checkpoint_doc,
 )
+from lakesink.views.hook import ViewHook
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
@@ -80,7 +81,6 @@ class _Known(ViewMemo):
 
     version: int = -1  # the newest view version known to be this lake's bytes
     unsupported: str | None = None
-    metadata: TableMetadata | None = None
 
 
 _MEMOS = ViewMemos(_Known)
@@ -89,7 +89,7 @@ _MEMOS = ViewMemos(_Known)
 forget = _MEMOS.forget  # what this process knows of a lake's view goes: after a sync, in tests
 
 
-class DeltaView:
+class DeltaView(ViewHook[_Known]):
     """The ``after_commit`` hook that keeps a lake's Delta view up to date.
 
     ``create``: a writer with ``delta_log`` on may start the view; else (compaction, vacuum,
@@ -97,34 +97,10 @@ class DeltaView:
     Either way a view that is behind is brought up to the commit's version.
     """
 
-    def __init__(
-        self, storage: Storage, table_id: str, *, create: bool, metadata: TableMetadata | None = None
-    ) -> None:
-        self.storage = storage
-        self.table_id = table_id
-        self.create = create
-        self._given = metadata
-
-    @property
-    def known(self) -> _Known:
-        """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
-        known = _MEMOS.get(self.storage, self.table_id)
-        if known.metadata is None and self._given is not None:
-            known.metadata = self._given
-        return known
-
-    def __call__(self, commit: Commit, state: TableState) -> None:
-        remember_time(self.known.times, commit)
-        try:
-            self._after(commit, state)
-        except Exception:
-            log.warning(
-                "updating the Delta view of %s at version %d failed; the lake commit stands, and the "
-                "next commit or `lakesink sync-views` writes it",
-                self.storage.url,
-                commit.version,
-                exc_info=True,
-            )
+    view = "Delta view"
+    memos = _MEMOS
+    log = log
+    keeps_times = True
 
     def _after(self, commit: Commit, state: TableState) -> None:
         k, v = self.known, commit.version
@@ -175,7 +151,7 @@ class DeltaView:
         gap fails until ``sync-views`` writes what the lake still has of it."""
         v = commit.version
         try:
-            delta_commit(self._metadata(), commit)  # a schema Delta cannot take: no view, as in _write
+            delta_commit(self._table(), commit)  # a schema Delta cannot take: no view, as in _write
         except DeltaViewUnsupported:
             self._write(commit)
             return
@@ -183,7 +159,7 @@ class DeltaView:
         try:
             write_view_checkpoint(
                 self.storage,
-                self._metadata(),
+                self._table(),
                 VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval()),
                 v,
                 state=state,
@@ -215,7 +191,7 @@ class DeltaView:
         try:
             write_view_checkpoint(
                 self.storage,
-                self._metadata(),
+                self._table(),
                 vlog or VersionedLog(self.storage, self.table_id, checkpoint_interval=self._interval()),
                 version,
                 state=state,
@@ -240,15 +216,10 @@ class DeltaView:
                 return u + 1
         return 0 if v <= GAP_FILL else None
 
-    def _metadata(self) -> TableMetadata:
-        if self.known.metadata is None:
-            self.known.metadata = read_table_metadata(self.storage)
-        return self.known.metadata
-
     def _write(self, commit: Commit) -> bool:
         k = self.known
         try:
-            data = delta_commit(self._metadata(), commit)
+            data = delta_commit(self._table(), commit)
         except DeltaViewUnsupported as exc:
             k.unsupported = str(exc)
             self.known.warn_once(log, "unsupported", "%s has no Delta view: %s", self.storage.url, exc)
@@ -284,17 +255,6 @@ def table_interval(storage: Storage) -> int:
 
 def _ms(seconds: float) -> int:
     return round(seconds * 1000)
-
-
-#: Commit times a process keeps per lake (a cache: beyond it, headers or older snapshots say).
-MAX_TIMES = 100_000
-
-
-def remember_time(times: dict[int, int], commit: Commit) -> None:
-    """Keep ``commit``'s time (ms) for the snapshots that list its files, in a bounded cache."""
-    if len(times) >= MAX_TIMES:
-        times.clear()
-    times[commit.version] = _ms(commit.header.committed_at)
 
 
 def live_at(storage: Storage, vlog: VersionedLog, version: int, interval: int, files: int | None) -> pa.Table:

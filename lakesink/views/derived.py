@@ -19,6 +19,7 @@ import logging
 import threading
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from lakesink.commit.versions import AfterCommit
 from lakesink.views import delta_view, iceberg_layout, spark_metadata_view
@@ -31,6 +32,9 @@ from lakesink_reader.format.v3.commits import Commit
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.storage.base import Storage
+
+if TYPE_CHECKING:
+    from lakesink.views.iceberg_cleanup import ExpiredFile
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +140,23 @@ def _iceberg_listed(
     from lakesink.views.iceberg_view import listed_files
 
     return listed_files(storage, keep)
+
+
+def expired_view_files(storage: Storage) -> list[ExpiredFile]:
+    """The views' files ``vacuum`` may delete: the Iceberg view's of snapshots it no longer
+    holds (``lakesink.views.iceberg_cleanup``; the Delta and Spark views keep their history, as a
+    vacuumed Delta table does). Empty when there are none, or when they cannot be known (logged:
+    the view is derived, and what is not known to be unneeded stays)."""
+    if iceberg_layout.reader_number(storage) == 0:
+        return []  # no view: nothing to load pyiceberg for
+    try:
+        # Here, not at the top: pyiceberg loads only for lakes that have an Iceberg view.
+        from lakesink.views.iceberg_cleanup import expired_files
+
+        return expired_files(storage)
+    except Exception:
+        log.warning("the Iceberg view of %s: its expired files stay this time", storage.url, exc_info=True)
+        return []
 
 
 def bring_up(storage: Storage, vlog: VersionedLog, metadata: TableMetadata) -> int | None:

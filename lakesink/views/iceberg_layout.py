@@ -8,6 +8,8 @@ it is -- loads no pyiceberg: only lakes that keep the view need it installed.
 
 from __future__ import annotations
 
+import re
+
 from lakesink_reader import limits
 from lakesink_reader.names import META_DIR
 from lakesink_reader.storage.base import Storage
@@ -37,6 +39,36 @@ def metadata_name(number: int) -> str:
     return f"{METADATA_DIR}/v{number}.metadata.json"
 
 
+def metadata_number(name: str) -> int | None:
+    """The version of ``v<N>.metadata.json`` (the last part of a name or URI); None for any other
+    name."""
+    base = name.rsplit("/", 1)[-1]
+    digits = base[1 : -len(".metadata.json")]
+    if base.startswith("v") and base.endswith(".metadata.json") and digits.isdigit() and len(digits) <= 18:
+        return int(digits)
+    return None
+
+
+def file_stem(version: int, token: str, salt: str) -> str:
+    """The start of the names of snapshot ``version + 1``'s Avro files: the lake commit's token
+    and ``salt`` (one per write) in them, so two writers deriving the same snapshot at once
+    write files of their own and only the one whose metadata file is created is referenced
+    (Avro files begin with a random sync marker: equal content is not equal bytes)."""
+    return f"{METADATA_DIR}/{snapshot_id(version):020d}-{token[:16]}-{salt}"
+
+
+#: The last part of the name of an Avro file :func:`file_stem` begins: the snapshot id, the
+#: commit token's first 16 hex digits, the salt, then ``-list`` or ``-m<i>``.
+_AVRO_NAME = re.compile(r"(\d{20})-[0-9a-f]{16}-[0-9a-f]{1,32}-(?:list|m\d{1,6})\.avro")
+
+
+def avro_snapshot(name: str) -> int | None:
+    """The snapshot id in the name of an Avro file lakesink writes (a manifest list or
+    manifest, :func:`file_stem`); None for any other name (never lakesink's to delete)."""
+    found = _AVRO_NAME.fullmatch(name.rsplit("/", 1)[-1])
+    return int(found.group(1)) if found else None
+
+
 def read_hint(storage: Storage) -> int | None:
     """``version-hint.text`` as a number (None: absent, or not a number lakesink writes)."""
     try:
@@ -48,18 +80,8 @@ def read_hint(storage: Storage) -> int | None:
 
 def listed_numbers(storage: Storage) -> list[int]:
     """The metadata versions in ``metadata/``, sorted (a listing: for a hint lost or damaged)."""
-    out = []
-    for f in storage.list(METADATA_DIR):
-        name = f.name.rsplit("/", 1)[-1]
-        digits = name[1 : -len(".metadata.json")]
-        if (
-            name.startswith("v")
-            and name.endswith(".metadata.json")
-            and digits.isdigit()
-            and len(digits) <= 18
-        ):
-            out.append(int(digits))
-    return sorted(out)
+    numbers = (metadata_number(f.name) for f in storage.list(METADATA_DIR))
+    return sorted(n for n in numbers if n is not None)
 
 
 def newest_number(storage: Storage) -> int:

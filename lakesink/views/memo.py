@@ -1,5 +1,5 @@
-"""What the derived views (``_delta_log/``, ``_spark_metadata/``) share: what a process knows
-of one lake's view between the commits it writes, and the view's stop file.
+"""What the derived views (``_delta_log/``, ``_spark_metadata/``, ``metadata/``) share: what a
+process knows of one lake's view between the commits it writes, and the view's stop file.
 
 A writer's driver, compaction and vacuum continue a view after each lake commit; remembering
 where the view stands (its last version known to hold lakesink's bytes, whether a foreign
@@ -29,10 +29,14 @@ from lakesink_reader import jsondoc, limits
 from lakesink_reader.lru import LruMemo
 
 if TYPE_CHECKING:
+    from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.format.v3.commits import Commit
     from lakesink_reader.storage.base import Storage
 
 #: Lakes remembered per process and view kind: a driver writes a handful of lakes at a time.
 MAX_LAKES = 64
+#: Commit times a process keeps per lake (:meth:`ViewMemo.remember_time`).
+MAX_TIMES = 100_000
 
 
 @dataclass
@@ -42,9 +46,17 @@ class ViewMemo:
     stop_checked: bool = False  # the stop file was looked for
     stopped: str | None = None  # why the view is not updated (its stop file's reason)
     interval: int | None = None  # the lake's checkpoint interval
+    table: TableMetadata | None = None  # the lake's table.json, as given or read once
     #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
     times: dict[int, int] = field(default_factory=dict)
     warned: set[str] = field(default_factory=set)
+
+    def remember_time(self, commit: Commit) -> None:
+        """Keep ``commit``'s time (ms) for the view files that list its files, in a bounded
+        cache (beyond it, headers or older view files say)."""
+        if len(self.times) >= MAX_TIMES:
+            self.times.clear()
+        self.times[commit.version] = round(commit.header.committed_at * 1000)
 
     def warn_once(self, log: logging.Logger, key: str, message: str, *args: object) -> None:
         """Log ``message`` the first time ``key`` comes up for this lake's view."""

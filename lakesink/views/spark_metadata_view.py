@@ -72,7 +72,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 import pyarrow.parquet as pq
 
-from lakesink.views.delta_view import added_times, live_at, prior_table, remember_time, table_interval
+from lakesink.views.delta_view import added_times, live_at, prior_table, table_interval
+from lakesink.views.hook import ViewHook
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
@@ -421,7 +422,7 @@ class LostRace(Exception):
     """Another lakesink process placed another version where this one meant to write."""
 
 
-class SparkView:
+class SparkView(ViewHook[_Known]):
     """The ``after_commit`` hook that keeps a lake's ``_spark_metadata/`` up to date.
 
     ``create``: a writer with ``spark_metadata`` on may start the view; else (compaction,
@@ -430,28 +431,10 @@ class SparkView:
     a few versions behind, else a jump to a compact).
     """
 
-    def __init__(self, storage: Storage, table_id: str, *, create: bool) -> None:
-        self.storage = storage
-        self.table_id = table_id
-        self.create = create
-
-    @property
-    def known(self) -> _Known:
-        """What this process knows of the view (looked up each time: a sync's ``forget`` counts)."""
-        return _MEMOS.get(self.storage, self.table_id)
-
-    def __call__(self, commit: Commit, state: TableState) -> None:
-        remember_time(self.known.times, commit)
-        try:
-            self._after(commit, state)
-        except Exception:
-            log.warning(
-                "updating the Spark view (_spark_metadata/) of %s at version %d failed; the lake "
-                "commit stands, and the next commit or `lakesink sync-views` writes it",
-                self.storage.url,
-                commit.version,
-                exc_info=True,
-            )
+    view = "Spark view (_spark_metadata/)"
+    memos = _MEMOS
+    log = log
+    keeps_times = True
 
     def _after(self, commit: Commit, state: TableState) -> None:
         k, v = self.known, commit.version

@@ -345,6 +345,7 @@ def vacuum_job(env: Env) -> Callable[[Any], str]:
         return (
             f"retain {retain:g}: R={report.retained_from} commit={report.version} "
             f"checkpoint={report.checkpoint} removed {len(report.removed)} failed {len(report.failed)}"
+            f" views {sum(o.kind == 'view_file' for o in report.files)}"
         )
 
     return job

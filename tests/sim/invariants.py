@@ -68,6 +68,8 @@ class Checker:
         self._spark: tuple[object, int] | None = None
         self._iceberg: tuple[object, int] | None = None
         self._iceberg_hint = 0  # the highest version-hint.text seen: it never moves back
+        #: A snapshot's manifest list -> the manifests it names (a list is never rewritten).
+        self._iceberg_lists: dict[str, tuple[str, ...]] = {}
         self._ids: dict[str, tuple[Any, list[int]]] = {}
         self._versions: dict[int, set[tuple[int, int]]] = {}
         #: Every commit seen in the log: version -> (its committer's ``committed_at``, the store's
@@ -337,6 +339,23 @@ class Checker:
         gone = sorted(p for p in paths if not os.path.exists(p))
         if gone:
             raise Violation("views", f"{where} lists {len(gone)} file(s) that are gone: {gone[:3]}")
+        # Time travel: every snapshot of a version the lake retains keeps its manifest list and
+        # manifests (vacuum deletes only those of snapshots the view no longer holds).
+        for older in table.metadata.snapshots:
+            held = int(older.summary["lakesink.version"]) if older.summary is not None else -1
+            if held < retained_from:
+                continue
+            named = self._iceberg_lists.get(older.manifest_list)
+            if named is None and os.path.exists(older.manifest_list):
+                if len(self._iceberg_lists) > 10_000:
+                    self._iceberg_lists.clear()
+                named = tuple(m.manifest_path for m in older.manifests(table.io))
+                self._iceberg_lists[older.manifest_list] = named
+            lost = [p for p in (older.manifest_list, *(named or ())) if not os.path.exists(p)]
+            if lost:
+                raise Violation(
+                    "views", f"{where}: snapshot {older.snapshot_id} (lake version {held}) lost {lost[:2]}"
+                )
         rows = [r for p in paths for r in self._file_ids(p)]
         present = self.check_rows(rows, where)
         if version >= retained_from and present != self._lake_at(version):
@@ -389,6 +408,7 @@ class Checker:
         """Check the views again from scratch (a view removed and rebuilt)."""
         self._delta = self._spark = self._iceberg = None
         self._iceberg_hint = 0
+        self._iceberg_lists.clear()
 
     def check_rows(self, rows: list[int], where: str) -> set[tuple[int, int]]:
         """Whole batches, each once; returns the (writer, batch) pairs present."""
