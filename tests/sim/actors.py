@@ -212,11 +212,15 @@ def writer_run(env: Env, plan: WriterPlan, *, idle: list[float]) -> Callable[[Ac
                     reports.append(report)
                     if report is None:
                         raise TaskFailed(f"task {task} of batch {b} failed 3 times")
-                if env.recreate is not None and env.recreate.planned(plan, b, tasks.committed_through):
-                    env.recreate.drain()  # the tasks end slowly, until the lake is reset under them
+                # An aimed reset of the lake (``tests.sim.recreate``): the tasks end slowly, until
+                # the lake is reset under them; the data source door's commit call then runs in
+                # another driver worker (Spark's choice: any), which reads the new lake afresh.
+                reset = env.recreate is not None and env.recreate.planned(plan, b, tasks.committed_through)
+                if reset:
+                    env.recreate.drain()
                 committing = True
                 with acting(env):
-                    driver = call()
+                    driver = call(fresh=reset and plan.door == "data_source")
                     driver.start(SCHEMA)  # the commit worker asks for the writer first
                     result = driver.commit(b, [r for r in reports if r is not None])
             except Exception as exc:  # noqa: BLE001 - any failure is the outcome noted
