@@ -34,8 +34,17 @@ from lakesink_reader.format.v3.logfiles import LOG_DIR, commit_name
 from lakesink_reader.format.v3.state import LiveFiles, TableState
 from lakesink_reader.storage.base import StoredFile
 from lakesink_reader.storage.local import LocalStorage
+from tests.lakes import v3_table
 
 TABLE = "7ab1e000000000000000000000000001"
+
+
+@pytest.fixture(autouse=True)
+def _table_json(tmp_path: Path) -> None:
+    """The lake's table.json naming TABLE: a writer checks it before it creates version 0."""
+    v3_table(str(tmp_path), table_id=TABLE)
+
+
 RUN = "run-0000000000000001"
 W1 = "11111111-1111-4111-8111-111111111111"
 W2 = "22222222-2222-4222-8222-222222222222"
@@ -214,6 +223,7 @@ def test_the_merge_refuses_a_remove_of_a_path_that_is_not_live(tmp_path: Path) -
 def big_log(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, LiveFiles]:
     """~10,000 live files in 349 versions, checkpoints at 100, 200 and 300."""
     root = tmp_path_factory.mktemp("big")
+    v3_table(str(root), table_id=TABLE)
     live = build(VersionedLogWriter(LocalStorage(str(root)), TABLE), 349, 30, compact_every=25)
     return root, live
 
