@@ -1002,3 +1002,38 @@ def test_a_metadata_file_whose_footer_is_huge_is_refused_before_it_is_decoded(
         with caplog.at_level(logging.WARNING):
             assert len(Lake(lake).files()) == 12 and ids(lake) == LAKE_IDS
         assert any("Parquet footer holds" in r.getMessage() for r in caplog.records), caplog.records
+
+
+def test_a_commit_whose_header_counts_more_actions_than_a_commit_may_hold_is_refused_unread(lake: str) -> None:
+    """The header's count of actions is the lake writer's too: 300,000 short distinct add lines
+    (31 MB) that it counts decoded to ~1 KB each (256 MiB of them: ~1.6 million, ~2 GB). A count
+    over ``limits.COMMIT_ACTIONS`` is refused from the header, before a line is decoded; and
+    lakesink's own writers refuse to commit more."""
+    from lakesink_reader import limits
+    from lakesink_reader.format.v3.commits import AddFile, RemoveFile
+
+    commit = log_dir(lake) / f"{5:020d}.json"
+    header, first = commit.read_text().splitlines()[:2]
+    doc = json.loads(header)
+    n = 300_000
+    counts = doc["commit"]["counts"]
+    counts.update(add_files=n, add_rows=n, add_bytes=n, add_histogram=[n] + [0] * 11)
+    add = json.loads(first)["add"]
+    add.update(rows=1, bytes=1, stats={"numRecords": 1})
+    line = json.dumps({"add": add}, separators=(",", ":"), sort_keys=True)
+    name = add["path"]
+    commit.write_text(
+        json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        + "\n"
+        + "".join(line.replace(name, f"f{i:07d}.parquet") + "\n" for i in range(n))
+    )
+    assert commit.stat().st_size > 30_000_000
+    seconds, grown, answer = measured(lake)
+    assert "300,000 file actions, more than the 200,000" in answer and commit.name in answer, answer
+    # the commit's bytes are read (31 MB), nothing is decoded: before, 300,000 actions ~ 350 MB
+    assert grown < 150 << 20, (seconds, grown >> 20, answer)
+    with pytest.raises(CorruptFileError, match="more than the 200,000 a commit may hold"):
+        read_committed(lake)
+    inputs = [RemoveFile(f"f{i:07d}.parquet", 1, 1) for i in range(limits.COMMIT_ACTIONS)]
+    with pytest.raises(ValueError, match="a commit holds at most 200,000 file actions"):
+        PendingCommit.compact(op_token="0" * 16, base_version=5, removes=inputs, adds=[AddFile("out.parquet", 1, 1)])
