@@ -18,7 +18,6 @@ import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError
 
-
 #: The most bytes the footer of a Parquet file of a lake's metadata (a checkpoint's file list, a
 #: Delta-view checkpoint) may hold. pyarrow decodes the whole footer when the file is opened, to
 #: ~10 times its size (a column chunk's metadata per column per row group): a 200 MB view

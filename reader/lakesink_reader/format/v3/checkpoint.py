@@ -478,7 +478,10 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
     try:
         handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
         size = handle.size()
-        check_footer(handle.read_at(8, size - 8) if size >= 8 else b"", size, f"checkpoint file list {where}")
+        if size >= 8:
+            handle.seek(size - 8)
+        check_footer(handle.read(8) if size >= 8 else b"", size, f"checkpoint file list {where}")
+        handle.seek(0)
         listed = pq.ParquetFile(handle, read_dictionary=_DICTIONARY_COLUMNS)
     except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
         said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
