@@ -1004,7 +1004,9 @@ def test_a_metadata_file_whose_footer_is_huge_is_refused_before_it_is_decoded(
         assert any("Parquet footer holds" in r.getMessage() for r in caplog.records), caplog.records
 
 
-def test_a_commit_whose_header_counts_more_actions_than_a_commit_may_hold_is_refused_unread(lake: str) -> None:
+def test_a_commit_whose_header_counts_more_actions_than_a_commit_may_hold_is_refused_unread(
+    lake: str,
+) -> None:
     """The header's count of actions is the lake writer's too: 300,000 short distinct add lines
     (31 MB) that it counts decoded to ~1 KB each (256 MiB of them: ~1.6 million, ~2 GB). A count
     over ``limits.COMMIT_ACTIONS`` is refused from the header, before a line is decoded; and
@@ -1036,4 +1038,6 @@ def test_a_commit_whose_header_counts_more_actions_than_a_commit_may_hold_is_ref
         read_committed(lake)
     inputs = [RemoveFile(f"f{i:07d}.parquet", 1, 1) for i in range(limits.COMMIT_ACTIONS)]
     with pytest.raises(ValueError, match="a commit holds at most 200,000 file actions"):
-        PendingCommit.compact(op_token="0" * 16, base_version=5, removes=inputs, adds=[AddFile("out.parquet", 1, 1)])
+        PendingCommit.compact(
+            op_token="0" * 16, base_version=5, removes=inputs, adds=[AddFile("out.parquet", 1, 1)]
+        )

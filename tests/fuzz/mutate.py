@@ -354,7 +354,9 @@ def _edit_table(rng: random.Random, table: Any) -> tuple[Any, str]:
                     cast = pc.cast(table.column(at), target, safe=False)
                 except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
                     continue
-                return table.set_column(at, pa.field(field.name, target), cast), f"column {field.name} as {target}"
+                return table.set_column(
+                    at, pa.field(field.name, target), cast
+                ), f"column {field.name} as {target}"
         return table.remove_column(at), f"column {field.name} removed"
     if not n:
         return table, "rewritten as it was"
@@ -424,7 +426,9 @@ def _agree(path: Path, root: Path, rows: int) -> str:
                     for e in entries:
                         if e.get("path") == rel:
                             e["rows"], e["bytes"] = rows, size
-                    pq.write_table(pa.Table.from_pylist(entries, schema=listed.schema), meta, compression="zstd")
+                    pq.write_table(
+                        pa.Table.from_pylist(entries, schema=listed.schema), meta, compression="zstd"
+                    )
                     changed.append(meta.name)
                     _agree(meta, root, len(entries))
     return ", ".join(changed) or "nothing to agree"
@@ -474,9 +478,10 @@ def spark_metadata(rng: random.Random, path: Path, root: Path) -> str:
         what = f"header := {header!r}"
     elif kind == "path" and entries:
         at = rng.randrange(len(entries))
-        entries[at]["path"] = rng.choice([outside, base + "/../victim/secret.parquet",
-                                          base + "/%2E%2E/victim/secret.parquet", base + "/_lakesink/table.json",
-                                          "/etc/passwd", "victim/secret.parquet", base + "/", base + "//x"])  # fmt: skip
+        entries[at]["path"] = rng.choice(
+            [outside, base + "/../victim/secret.parquet", base + "/%2E%2E/victim/secret.parquet",
+             base + "/_lakesink/table.json", "/etc/passwd", "victim/secret.parquet", base + "/", base + "//x"]
+        )  # fmt: skip
         if rng.random() < 0.5:
             entries[at]["size"] = (root.parent / "victim" / "secret.parquet").stat().st_size
         what = f"entry {at} path := {entries[at]['path'][-60:]}"
@@ -490,13 +495,18 @@ def spark_metadata(rng: random.Random, path: Path, root: Path) -> str:
             raw = rng.choice(VALUES)
             entries[at][key] = PLACEHOLDER
             what = f"entry {at} {key} := {raw[:40]}"
-            lines = [json.dumps(e, separators=(",", ":")).replace(json.dumps(PLACEHOLDER), raw) for e in entries]
+            lines = [
+                json.dumps(e, separators=(",", ":")).replace(json.dumps(PLACEHOLDER), raw) for e in entries
+            ]
             path.write_text(header + "".join("\n" + line for line in lines))
             return what
     elif kind == "repeat" and entries:
         times = rng.choice([1000, 100_000, 400_000])
         distinct = rng.random() < 0.5
-        more = [dict(entries[-1], path=f"{base}/f{i:07d}.parquet") if distinct else entries[-1] for i in range(times)]
+        more = [
+            dict(entries[-1], path=f"{base}/f{i:07d}.parquet") if distinct else entries[-1]
+            for i in range(times)
+        ]
         entries.extend(more)
         what = f"last entry repeated {times} times" + (" (distinct paths)" if distinct else "")
     elif kind == "rename":
