@@ -323,7 +323,8 @@ def _edit_table(rng: random.Random, table: Any) -> tuple[Any, str]:
     kind = rng.choice(["repeat", "repeat", "slice", "cell", "cell", "cell", "one_value", "nulls", "column"])
     if kind == "repeat" and n:
         times = rng.choice([2, 1000, 50_000])
-        indices = pa.array([i % n for i in range(min(n * times, 1_000_000))], pa.int64())
+        # at most 200,000 rows: a Delta-view checkpoint's nested rows take ~5 KB each here
+        indices = pa.array([i % n for i in range(min(n * times, 200_000))], pa.int64())
         return table.take(indices), f"rows repeated to {len(indices)}"
     if kind == "slice" and n:
         keep = rng.randrange(n)
@@ -339,9 +340,12 @@ def _edit_table(rng: random.Random, table: Any) -> tuple[Any, str]:
         times = rng.choice([1, 3000])
         indices = pa.array([i % n for i in range(n * times)], pa.int64())
         grown = table.take(indices)
-        column = pa.array([value] * len(grown), pa.string())
+        # Dictionary-encoded, in memory and on disk (parquet_rewrite keeps dictionaries on): the
+        # value once and an index a row. Built plain, 150,000 rows of a 300 KB value took this
+        # driver to 23 GB and the machine's OOM killer (session 18).
+        column = pa.DictionaryArray.from_arrays(pa.array([0] * len(grown), pa.int32()), pa.array([value]))
         at = grown.schema.get_field_index(name)
-        return (grown.set_column(at, pa.field(name, pa.string()), column),
+        return (grown.set_column(at, pa.field(name, column.type), column),
                 f"{len(grown)} rows, every {name} one {len(value)}-char value")  # fmt: skip
     if kind == "column" and table.num_columns:
         field = rng.choice(list(table.schema))
@@ -438,6 +442,7 @@ def parquet_rewrite(rng: random.Random, path: Path, root: Path) -> str:
     """A Parquet file read and written again by pyarrow -- a footer any reader accepts -- with
     other contents (rows, a cell, a column, a dictionary every row uses, null rows) and other
     encodings; half the time the lake's metadata is made to agree with it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     try:
@@ -446,6 +451,18 @@ def parquet_rewrite(rng: random.Random, path: Path, root: Path) -> str:
         return flip(rng, path)
     table, what = _edit_table(rng, table)
     options, how = _write_options(rng, table)
+    if "row_group_size" in options:
+        # at most 50,000 row groups: enough for a footer far past the readers' bound (8 MiB),
+        # and the writer's own metadata stays ~1 GB in this driver (a million: 5 GB)
+        options["row_group_size"] = max(options["row_group_size"], -(-table.num_rows // 50_000))
+    if any(pa.types.is_dictionary(f.type) for f in table.schema):
+        # a dictionary column written plain would be its decoded size on disk (GBs); and each
+        # row group repeats the dictionary page (and the value's statistics): one group only
+        options["use_dictionary"] = True
+        options["dictionary_pagesize_limit"] = 1 << 26
+        for key in ("column_encoding", "row_group_size"):
+            options.pop(key, None)
+        how += " (dictionaries kept)"
     try:
         pq.write_table(table, path, **options)
     except Exception:  # noqa: BLE001 -- an encoding pyarrow will not write for this type
