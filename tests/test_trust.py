@@ -943,3 +943,124 @@ def test_redaction_is_linear_and_cli_errors_are_bounded(
     start = time.monotonic()
     code, out = cli(["verify", path], capsys)
     assert code == 2 and len(out) < 10_000 and "characters left out" in out and time.monotonic() - start < 10
+
+
+@pytest.mark.parametrize("names", ["same", "distinct"])
+def test_a_table_json_of_400000_partition_columns_is_refused_in_linear_time(
+    lake: str, names: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fuzzer (template v3parts, `lengthen` of table.json's partition_columns to 400,001 names):
+    the duplicate check counted each name over the whole list (``cols.count``), ~10**11 steps:
+    the reader hung. Counted once now, and the message shows a few names, not the list."""
+    table = Path(lake) / TABLE_FILE
+    doc = json.loads(table.read_text())
+    doc["reader_features"] = ["partitions"]
+    doc["partition_columns"] = ["bucket"] * 400_001 if names == "same" else [f"c{i}" for i in range(400_001)]
+    table.write_text(json.dumps(doc))
+    start = time.monotonic()
+    with pytest.raises(CorruptFileError, match="partition_columns: partition_by names") as refused:
+        Lake(lake)
+    assert len(str(refused.value)) < 2000, len(str(refused.value))
+    code, out = cli(["status", lake], capsys)
+    assert code == 2 and out.count("error:") == 1 and "Traceback" not in out, out
+    assert time.monotonic() - start < 10  # ~0.2 s; before: hours
+
+
+def with_big_footer(table: pa.Table) -> pa.Table:
+    """``table`` with 9 MiB of key-value metadata, which Parquet keeps in the footer: a footer as
+    long as 9,000 one-row groups make, written in a fraction of the time."""
+    return table.replace_schema_metadata({**(table.schema.metadata or {}), b"pad": b"x" * (9 << 20)})
+
+
+@pytest.mark.parametrize("where", ["view checkpoint", "file list"])
+def test_a_metadata_file_whose_footer_is_huge_is_refused_before_it_is_decoded(
+    lake: str, where: str, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Fuzzer (template v3parts, case 105): a Delta-view checkpoint rewritten with one row per
+    row group (38,000 of them: a 122 MB footer, 200 MB in all, under the view-file limit) took
+    `verify` to 1.3 GB -- pyarrow decodes a footer whole when the file opens, to ~10x its size.
+    A footer longer than ``decoded.MAX_FOOTER`` (8 MiB; lakesink's own stay < 1 MB) is refused
+    from the file's last 8 bytes; a list refused so is skipped for the commits. (The footers here
+    are long by their key-value metadata: as long, and quicker to write than 9,000 row groups.)"""
+    from lakesink_reader.format.decoded import MAX_FOOTER
+
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    if where == "view checkpoint":
+        path = Path(lake) / VIEW_CHECKPOINT
+        pq.write_table(with_big_footer(pq.read_table(path)), path)
+        command: tuple[str, ...] = ("verify",)
+    else:
+        path = rewrite_list(lake, with_big_footer)
+        command = ()  # Lake(lake).files(): the list is skipped, the commits read instead
+    footer = int.from_bytes(path.read_bytes()[-8:-4], "little")
+    assert footer > MAX_FOOTER, footer
+    seconds, grown, answer = measured(lake, *command)
+    assert "Traceback" not in answer and grown < 100 << 20, (seconds, grown >> 20, answer)
+    if where == "view checkpoint":
+        assert "its Parquet footer holds" in answer and path.name in answer, answer
+    else:
+        with caplog.at_level(logging.WARNING):
+            assert len(Lake(lake).files()) == 12 and ids(lake) == LAKE_IDS
+        assert any("Parquet footer holds" in r.getMessage() for r in caplog.records), caplog.records
+
+
+def test_a_commit_whose_header_counts_more_actions_than_a_commit_may_hold_is_refused_unread(
+    lake: str,
+) -> None:
+    """The header's count of actions is the lake writer's too: 300,000 short distinct add lines
+    (31 MB) that it counts decoded to ~1 KB each (256 MiB of them: ~1.6 million, ~2 GB). A count
+    over ``limits.COMMIT_ACTIONS`` is refused from the header, before a line is decoded; and
+    lakesink's own writers refuse to commit more."""
+    from lakesink_reader import limits
+    from lakesink_reader.format.v3.commits import AddFile, RemoveFile
+
+    commit = log_dir(lake) / f"{5:020d}.json"
+    header, first = commit.read_text().splitlines()[:2]
+    doc = json.loads(header)
+    n = 300_000
+    counts = doc["commit"]["counts"]
+    counts.update(add_files=n, add_rows=n, add_bytes=n, add_histogram=[n] + [0] * 11)
+    add = json.loads(first)["add"]
+    add.update(rows=1, bytes=1, stats={"numRecords": 1})
+    line = json.dumps({"add": add}, separators=(",", ":"), sort_keys=True)
+    name = add["path"]
+    commit.write_text(
+        json.dumps(doc, separators=(",", ":"), sort_keys=True)
+        + "\n"
+        + "".join(line.replace(name, f"f{i:07d}.parquet") + "\n" for i in range(n))
+    )
+    assert commit.stat().st_size > 30_000_000
+    seconds, grown, answer = measured(lake)
+    assert "300,000 file actions, more than the 200,000" in answer and commit.name in answer, answer
+    # the commit's bytes are read (31 MB), nothing is decoded: before, 300,000 actions ~ 350 MB
+    assert grown < 150 << 20, (seconds, grown >> 20, answer)
+    with pytest.raises(CorruptFileError, match="more than the 200,000 a commit may hold"):
+        read_committed(lake)
+    inputs = [RemoveFile(f"f{i:07d}.parquet", 1, 1) for i in range(limits.COMMIT_ACTIONS)]
+    with pytest.raises(ValueError, match="a commit holds at most 200,000 file actions"):
+        PendingCommit.compact(
+            op_token="0" * 16, base_version=5, removes=inputs, adds=[AddFile("out.parquet", 1, 1)]
+        )
+
+
+def test_a_spark_view_batch_of_200000_names_costs_verify_little(
+    lake: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Fuzzer (v3views, `spark_metadata`, case 7): a Spark-view batch of 400,000 distinct entries
+    (76 MB, under the view-file limit) took `verify` to 656 MiB and 18 s: the batch decoded whole
+    (~1.5 KB an entry), then a `stat` of each listed name not in the lake. Entries are decoded
+    one at a time now, and `verify` looks for at most 1,000 gone files one by one."""
+    assert cli(["sync-views", lake], capsys)[0] == 0
+    folder = Path(lake) / "_spark_metadata"
+    newest = max((p for p in folder.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
+    text = newest.read_text()
+    entry = json.loads(text.splitlines()[-1])
+    base = entry["path"].rsplit("/", 1)[0]
+    lines = (
+        json.dumps({**entry, "path": f"{base}/f{i:07d}.parquet"}, separators=(",", ":"))
+        for i in range(200_000)
+    )
+    newest.write_text(text + "".join("\n" + line for line in lines))
+    seconds, grown, answer = measured(lake, "verify")
+    assert "1000 or more file(s) that are gone" in answer and "Traceback" not in answer, answer
+    assert grown < 150 << 20, (seconds, grown >> 20, answer)  # before: ~330 MiB at 200,000

@@ -91,6 +91,10 @@ MIB = 1 << 20
 DEFAULT_TARGET_FILE_SIZE = 128 * MIB
 DEFAULT_MIN_FILES = 5
 DEFAULT_MAX_INPUT = 16 << 30
+#: The most input files of one compaction: its commit removes them and adds fewer (bins of at
+#: least ``min_files`` >= 2), within the most actions a commit may hold
+#: (``limits.COMMIT_ACTIONS``, 200,000); a lake of more small files takes more runs.
+MAX_INPUT_FILES = 100_000
 #: An op the log does not know, idle this long (lease or newest file), is abandoned.
 DEFAULT_ABANDON_AGE = 3600.0
 #: How often a running compaction refreshes its lease.
@@ -357,7 +361,8 @@ def pick_files(
     storage: Storage, vlog: VersionedLog, snap: Snapshot, under: int, max_input: int
 ) -> tuple[list[InputFile], int]:
     """The live files smaller than ``under`` bytes, oldest ``added_version`` first, at most
-    ``max_input`` bytes of them (a heap keeps only those: memory grows with the picked files);
+    ``max_input`` bytes and :data:`MAX_INPUT_FILES` files of them (a heap keeps only those: memory
+    grows with the picked files);
     and the number of live files."""
     heap: list[tuple[int, int, InputFile]] = []  # (-added_version, -seq, file): the newest on top
     total = 0
@@ -374,7 +379,7 @@ def pick_files(
             seq += 1
             heapq.heappush(heap, (-added, -seq, InputFile(path, rows, size, added)))
             total += size
-            while total > max_input and heap:
+            while (total > max_input or len(heap) > MAX_INPUT_FILES) and heap:
                 total -= heapq.heappop(heap)[2].size
 
     live = stream_live_files(storage, vlog, snap, consider)

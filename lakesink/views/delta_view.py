@@ -52,7 +52,7 @@ from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
-from lakesink_reader.format.decoded import decoded_bytes, plain, string_leaves
+from lakesink_reader.format.decoded import check_footer, decoded_bytes, plain, string_leaves
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
@@ -386,6 +386,7 @@ def view_checkpoint_batches(
     where = f"view checkpoint {redacted(storage.url.rstrip('/'))}/{name}"
     data = limits.read(storage, name, limits.VIEW_FILE)
     most = MAX_LIST_EXPANSION * max(len(data), 1)
+    check_footer(data[-8:], len(data), where)
     try:
         opened = pq.ParquetFile(
             pa.BufferReader(data), read_dictionary=string_leaves(checkpoint_schema(), list(columns))
@@ -539,9 +540,9 @@ def write_view_checkpoint(
         hint_doc = last_checkpoint_doc(version, table.num_rows, live.num_rows, len(data))
     else:  # there already: the hint needs its row count (``size`` is required), from the footer
         try:  # read through the lake's storage (no link followed), as every view checkpoint is
-            rows = pq.ParquetFile(
-                pa.BufferReader(limits.read(storage, name, limits.VIEW_FILE))
-            ).metadata.num_rows
+            there = limits.read(storage, name, limits.VIEW_FILE)
+            check_footer(there[-8:], len(there), f"view checkpoint {storage.url}/{name}")
+            rows = pq.ParquetFile(pa.BufferReader(there)).metadata.num_rows
         except (OSError, pa.ArrowException) as exc:
             said = " ".join(str(exc).split())
             raise CorruptFileError(f"view checkpoint {storage.url}/{name} cannot be read: {said}") from exc

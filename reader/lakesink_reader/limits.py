@@ -50,6 +50,15 @@ OPS_LEASE = Kind("ops lease", 64 * KiB)
 VIEW_FILE = Kind("view file", 256 * MiB)
 VIEW_NOTE = Kind("view note", 64 * KiB)
 
+#: The most file actions (adds and removes) one format-3 commit may hold: its header's count is
+#: checked against it before a line is decoded, and lakesink's writers never commit more. A
+#: decoded action costs ~1 KB (an ``AddFile``, its path and its stats' objects): the commit's
+#: 256 MiB of short lines would be ~1.6 million of them, ~2 GB; 200,000 cost ~200 MB. What
+#: lakesink writes: an append, one file per task and partition folder (a batch of more fails,
+#: naming this bound); a compaction, at most ``compact.MAX_INPUT_FILES`` (100,000) inputs and
+#: fewer outputs; an upgrade, one commit per format-2 epoch record (a file per task).
+COMMIT_ACTIONS = 200_000
+
 KINDS = (TABLE, COMMIT, CHECKPOINT, HINT, EPOCH_RECORD, OPS_LEASE, VIEW_FILE, VIEW_NOTE)
 
 

@@ -143,7 +143,7 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
         lake = Lake(root)
         lake.files()
         table = read_committed(root)
-        if lake.metadata.format_version >= 3:
+        if lake.metadata.format_version >= 3 and lake.mode != "foreach":  # a foreach lake has no log
             lake.versions()
             lake.history()
     except LakeSinkError as exc:

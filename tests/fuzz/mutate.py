@@ -271,6 +271,280 @@ def delete(rng: random.Random, path: Path) -> str:
     return "deleted"
 
 
+# Parquet rewritten with pyarrow: a valid footer, other contents --------------------------------------
+
+#: Values a rewrite puts in a Parquet cell, by the cell's Python type.
+STRINGS = ["", "../victim/secret.parquet", "/etc/passwd", "file:///etc/passwd", "a/../../victim/x.parquet",
+           "%2E%2E/victim/secret.parquet", "s3://bucket/x", "x" * (1 << 20), "_lakesink/table.json", "\x00",
+           "{}", '{"numRecords": 1e999}', "[" * 100]  # fmt: skip
+INTS = [0, -1, 1, (1 << 31) - 1, 1 << 31, (1 << 63) - 1, -(1 << 63), 10**15]
+
+
+def _write_options(rng: random.Random, table: Any) -> tuple[dict[str, Any], str]:
+    """Encodings, dictionaries, compression, page and row-group sizes pyarrow can write."""
+    import pyarrow as pa
+
+    options: dict[str, Any] = {
+        "compression": rng.choice([None, "snappy", "zstd", "gzip", "lz4"]),
+        "data_page_version": rng.choice(["1.0", "2.0"]),
+        "write_statistics": rng.random() < 0.7,
+        "store_schema": rng.random() < 0.8,
+    }
+    if rng.random() < 0.3:
+        options["row_group_size"] = rng.choice([1, 3, 1000])
+    if rng.random() < 0.2:
+        options["data_page_size"] = rng.choice([1, 64, 4096])
+    if rng.random() < 0.5:
+        options["use_dictionary"] = True
+    else:
+        # Without dictionaries, other encodings for the top-level columns that take them.
+        options["use_dictionary"] = False
+        encodings = {}
+        for field in table.schema:
+            if pa.types.is_integer(field.type) and rng.random() < 0.6:
+                encodings[field.name] = rng.choice(["DELTA_BINARY_PACKED", "PLAIN"])
+            elif pa.types.is_string(field.type) and rng.random() < 0.6:
+                encodings[field.name] = rng.choice(["DELTA_BYTE_ARRAY", "DELTA_LENGTH_BYTE_ARRAY", "PLAIN"])
+        if encodings:
+            options["column_encoding"] = encodings
+    shown = ",".join(f"{k}={v}" for k, v in sorted(options.items()) if k != "column_encoding")
+    if "column_encoding" in options:
+        shown += "," + ",".join(f"{k}:{v}" for k, v in sorted(options["column_encoding"].items()))
+    return options, shown
+
+
+def _edit_table(rng: random.Random, table: Any) -> tuple[Any, str]:
+    """One change of a Parquet file's contents: its row count, a cell, a column, one large
+    value every row uses (its dictionary then decodes to rows x value), or many null rows."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    n = table.num_rows
+    kind = rng.choice(["repeat", "repeat", "slice", "cell", "cell", "cell", "one_value", "nulls", "column"])
+    if kind == "repeat" and n:
+        times = rng.choice([2, 1000, 50_000])
+        # at most 200,000 rows: a Delta-view checkpoint's nested rows take ~5 KB each here
+        indices = pa.array([i % n for i in range(min(n * times, 200_000))], pa.int64())
+        return table.take(indices), f"rows repeated to {len(indices)}"
+    if kind == "slice" and n:
+        keep = rng.randrange(n)
+        return table.slice(0, keep), f"rows cut to {keep} of {n}"
+    loose = pa.schema([f.with_nullable(True) for f in table.schema], metadata=table.schema.metadata)
+    if kind == "nulls":
+        count = rng.choice([1, 100_000, 1_000_000])
+        return pa.table([pa.nulls(count, f.type) for f in loose], schema=loose), f"{count} rows of nulls"
+    strings = [f.name for f in table.schema if pa.types.is_string(f.type)]
+    if kind == "one_value" and strings and n:
+        name = rng.choice(strings)
+        value = rng.choice(["x" * 300_000, "../victim/secret.parquet", table.column(name)[0].as_py() or "x"])
+        times = rng.choice([1, 3000])
+        indices = pa.array([i % n for i in range(n * times)], pa.int64())
+        grown = table.take(indices)
+        # Dictionary-encoded, in memory and on disk (parquet_rewrite keeps dictionaries on): the
+        # value once and an index a row. Built plain, 150,000 rows of a 300 KB value took this
+        # driver to 23 GB and the machine's OOM killer (session 18).
+        column = pa.DictionaryArray.from_arrays(pa.array([0] * len(grown), pa.int32()), pa.array([value]))
+        at = grown.schema.get_field_index(name)
+        return (grown.set_column(at, pa.field(name, column.type), column),
+                f"{len(grown)} rows, every {name} one {len(value)}-char value")  # fmt: skip
+    if kind == "column" and table.num_columns:
+        field = rng.choice(list(table.schema))
+        at = table.schema.get_field_index(field.name)
+        if rng.random() < 0.4:
+            return table.remove_column(at), f"column {field.name} removed"
+        for target in (pa.string(), pa.int32(), pa.binary(), pa.float64(), pa.large_string()):
+            if target != field.type:
+                try:
+                    cast = pc.cast(table.column(at), target, safe=False)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    continue
+                return table.set_column(
+                    at, pa.field(field.name, target), cast
+                ), f"column {field.name} as {target}"
+        return table.remove_column(at), f"column {field.name} removed"
+    if not n:
+        return table, "rewritten as it was"
+    # One cell, anywhere in the row's nested values (as the JSON mutations choose a slot).
+    rows = table.to_pylist()
+    row = rng.randrange(n)
+    slots = [t for t in _slots(rows[row]) if t and not isinstance(_get(rows[row], t), dict | list)]
+    if not slots:
+        return table, "rewritten as it was"
+    trail = rng.choice(slots)
+    old = _get(rows[row], trail)
+    if isinstance(old, bool):
+        value: Any = not old
+    elif isinstance(old, int):
+        value = rng.choice(INTS)
+    elif isinstance(old, str):
+        value = rng.choice(STRINGS)
+    else:
+        value = rng.choice([*STRINGS[:3], *INTS[:3]])
+    _replace_at(rows[row], trail, value)
+    try:
+        return pa.Table.from_pylist(rows, schema=loose), f"row {row} {list(trail)} := {str(value)[:40]!r}"
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError):
+        return table, f"rewritten as it was (row {row} {list(trail)} takes no {type(value).__name__})"
+
+
+def _agree(path: Path, root: Path, rows: int) -> str:
+    """Make the lake's metadata agree with a rewritten file, as its writer could: a checkpoint
+    list's summary (rows, bytes, as tests/test_trust.py's ``rewrite_list`` does); a Delta
+    checkpoint's hint; the commits', records' and checkpoint lists' rows and bytes of a data file."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    size = path.stat().st_size
+    rel = path.relative_to(root).as_posix()
+    changed = []
+    if path.suffix == ".files":
+        summary = path.with_name(path.name.split(".checkpoint.")[0] + ".checkpoint.json")
+        if summary.exists():
+            doc = json.loads(summary.read_text())
+            doc["files"]["bytes"], doc["files"]["rows"] = size, rows
+            doc["counts"]["files"] = rows
+            summary.write_text(json.dumps(doc))
+            changed.append(summary.name)
+    elif path.name.endswith(".checkpoint.parquet"):
+        hint = path.with_name("_last_checkpoint")
+        if hint.exists():
+            doc = json.loads(hint.read_text())
+            doc["size"] = rows
+            hint.write_text(json.dumps(doc))
+            changed.append(hint.name)
+    else:
+        for meta in files_of(root):
+            if meta.suffix == ".json" and "_lakesink" in meta.parts and rel in meta.read_text():
+                docs, how = json_lines(meta)
+                for doc in docs:
+                    for trail in _slots(doc):
+                        node = _get(doc, trail)
+                        if isinstance(node, dict) and node.get("path") == rel:
+                            node["rows"], node["bytes"] = rows, size
+                write_json(meta, docs, how)
+                changed.append(meta.name)
+            elif meta.suffix == ".files":
+                listed = pq.read_table(meta)
+                entries = listed.to_pylist()
+                if any(e.get("path") == rel for e in entries):
+                    for e in entries:
+                        if e.get("path") == rel:
+                            e["rows"], e["bytes"] = rows, size
+                    pq.write_table(
+                        pa.Table.from_pylist(entries, schema=listed.schema), meta, compression="zstd"
+                    )
+                    changed.append(meta.name)
+                    _agree(meta, root, len(entries))
+    return ", ".join(changed) or "nothing to agree"
+
+
+def parquet_rewrite(rng: random.Random, path: Path, root: Path) -> str:
+    """A Parquet file read and written again by pyarrow -- a footer any reader accepts -- with
+    other contents (rows, a cell, a column, a dictionary every row uses, null rows) and other
+    encodings; half the time the lake's metadata is made to agree with it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except Exception:  # noqa: BLE001 -- not a readable Parquet file (a list whose name says so)
+        return flip(rng, path)
+    table, what = _edit_table(rng, table)
+    options, how = _write_options(rng, table)
+    if not {"_lakesink", "_delta_log", "_spark_metadata"} & set(path.relative_to(root).parts):
+        # A data file's footer and pages are the user's data, which lakesink does not bound
+        # (docs/design/trust.md, "From issue 37", item 6): a data file of 100,000 one-row groups
+        # takes any Parquet reader past the memory cap (session 18: cases 30, 31, 54 and 74 of
+        # the first runs). Its contents change here, not its layout's size.
+        for key in ("row_group_size", "data_page_size"):
+            options.pop(key, None)
+    if "row_group_size" in options:
+        # at most 50,000 row groups: enough for a footer far past the readers' bound (8 MiB),
+        # and the writer's own metadata stays ~1 GB in this driver (a million: 5 GB)
+        options["row_group_size"] = max(options["row_group_size"], -(-table.num_rows // 50_000))
+    if any(pa.types.is_dictionary(f.type) for f in table.schema):
+        # a dictionary column written plain would be its decoded size on disk (GBs); and each
+        # row group repeats the dictionary page (and the value's statistics): one group only
+        options["use_dictionary"] = True
+        options["dictionary_pagesize_limit"] = 1 << 26
+        for key in ("column_encoding", "row_group_size"):
+            options.pop(key, None)
+        how += " (dictionaries kept)"
+    try:
+        pq.write_table(table, path, **options)
+    except Exception:  # noqa: BLE001 -- an encoding pyarrow will not write for this type
+        pq.write_table(table, path)
+        how = "default"
+    agreed = f"; agreed: {_agree(path, root, table.num_rows)}" if rng.random() < 0.5 else ""
+    return f"{what}; written {how}{agreed}"
+
+
+# The Spark view's batches: "v1", then one JSON entry a line -------------------------------------------
+
+
+def is_spark_batch(path: Path) -> bool:
+    return path.parent.name == "_spark_metadata" and re.fullmatch(r"\d+(\.compact)?", path.name) is not None
+
+
+def spark_metadata(rng: random.Random, path: Path, root: Path) -> str:
+    """A batch of the Spark view (``_spark_metadata/<n>``): its ``v1`` header, an entry's value
+    (paths out of the lake -- absolute, ``..`` and its percent-encoding, the file beside the
+    lake --, sizes, actions), a key, or its entries repeated; sometimes renamed to a far batch id."""
+    text = path.read_text()
+    header, _, body = text.partition("\n")
+    entries = [json.loads(line) for line in body.split("\n") if line]
+    base = entries[0]["path"].rsplit("/", 1)[0] if entries and isinstance(entries[0].get("path"), str) else ""
+    outside = base.rsplit("/", 1)[0] + "/victim/secret.parquet"
+    kind = rng.choice(["header", "value", "value", "path", "path", "key", "repeat", "rename"])
+    what = ""
+    if kind == "header":
+        header = rng.choice(["v2", "v0", "", "v1 ", "v99999999999999999999", "\ufeffv1"])
+        what = f"header := {header!r}"
+    elif kind == "path" and entries:
+        at = rng.randrange(len(entries))
+        entries[at]["path"] = rng.choice(
+            [outside, base + "/../victim/secret.parquet", base + "/%2E%2E/victim/secret.parquet",
+             base + "/_lakesink/table.json", "/etc/passwd", "victim/secret.parquet", base + "/", base + "//x"]
+        )  # fmt: skip
+        if rng.random() < 0.5:
+            entries[at]["size"] = (root.parent / "victim" / "secret.parquet").stat().st_size
+        what = f"entry {at} path := {entries[at]['path'][-60:]}"
+    elif kind in ("value", "key") and entries:
+        at = rng.randrange(len(entries))
+        key = rng.choice(sorted(entries[at]))
+        if kind == "key":
+            del entries[at][key]
+            what = f"entry {at}: deleted {key}"
+        else:
+            raw = rng.choice(VALUES)
+            entries[at][key] = PLACEHOLDER
+            what = f"entry {at} {key} := {raw[:40]}"
+            lines = [
+                json.dumps(e, separators=(",", ":")).replace(json.dumps(PLACEHOLDER), raw) for e in entries
+            ]
+            path.write_text(header + "".join("\n" + line for line in lines))
+            return what
+    elif kind == "repeat" and entries:
+        times = rng.choice([1000, 100_000, 400_000])
+        distinct = rng.random() < 0.5
+        more = [
+            dict(entries[-1], path=f"{base}/f{i:07d}.parquet") if distinct else entries[-1]
+            for i in range(times)
+        ]
+        entries.extend(more)
+        what = f"last entry repeated {times} times" + (" (distinct paths)" if distinct else "")
+    elif kind == "rename":
+        batch = rng.choice([10**6, 10**6 - 1, 9 * 10**18, (1 << 63) - 1, 10**20])
+        target = path.with_name(f"{batch}.compact" if (batch + 1) % 10 == 0 else str(batch))
+        path.rename(target)
+        return f"renamed to {target.name}"
+    else:
+        header += "\n{not json"
+        what = "a line that is not JSON"
+    path.write_text(header + "".join("\n" + json.dumps(e, separators=(",", ":")) for e in entries))
+    return what
+
+
 Mutation = Callable[..., str]
 #: name -> (mutation, takes the root, applies to JSON only, applies to Parquet only)
 MUTATIONS: dict[str, tuple[Mutation, bool, str]] = {
@@ -285,10 +559,13 @@ MUTATIONS: dict[str, tuple[Mutation, bool, str]] = {
     "link_out": (link_out, True, "any"),
     "rename": (rename, True, "any"),
     "delete": (delete, False, "any"),
+    "parquet_rewrite": (parquet_rewrite, True, "parquet"),
+    "spark_metadata": (spark_metadata, True, "spark"),
 }
 #: How often each is drawn: the structure-aware ones most.
 WEIGHTS = {"json_value": 6, "json_key": 2, "number_text": 4, "lengthen": 2, "truncate": 1, "flip": 1,
-           "sparse": 1, "parquet_footer": 3, "link_out": 2, "rename": 2, "delete": 1}  # fmt: skip
+           "sparse": 1, "parquet_footer": 3, "link_out": 2, "rename": 2, "delete": 1, "parquet_rewrite": 4,
+           "spark_metadata": 2}  # fmt: skip
 
 
 def is_parquet(path: Path) -> bool:
@@ -307,6 +584,11 @@ def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str
         candidates = [p for p in candidates if is_json(p) and _loads(p)]
     elif applies == "parquet":
         candidates = [p for p in candidates if is_parquet(p)]
+    elif applies == "spark":
+        candidates = [p for p in candidates if is_spark_batch(p)]
+    if not candidates:  # a lake without such a file (no view, no Parquet metadata): any file
+        kind, fn, takes_root = "flip", flip, False
+        candidates = files_of(root)
     # metadata more often than data: that is where the lake's writer speaks to the reader
     meta = [
         p

@@ -80,6 +80,7 @@ class Fuzzer:
             shutil.rmtree(place)
         shutil.copytree(self.templates[case.template].parent, place, symlinks=True)
         root = place / "lake"
+        _move_spark_view(self.templates[case.template], root)
         start = time.monotonic()
         victim = _files(place / "victim")
         try:
@@ -125,6 +126,19 @@ class Fuzzer:
             result = {"died": child.exitcode}
         receive.close()
         return result
+
+
+def _move_spark_view(template: Path, root: Path) -> None:
+    """The Spark view's entries are absolute URIs of the lake's files: a copy's view names the
+    template's, which makes it foreign to the copy (and every case's view "foreign" before its
+    mutation). Point them at the copy, as a view derived there would."""
+    folder = root / "_spark_metadata"
+    if not folder.is_dir():
+        return
+    old, new = template.resolve().as_uri().encode(), root.resolve().as_uri().encode()
+    for batch in folder.iterdir():
+        if batch.is_file():
+            batch.write_bytes(batch.read_bytes().replace(old + b"/", new + b"/"))
 
 
 def _files(folder: Path) -> dict[str, bytes]:

@@ -11,7 +11,7 @@ import io
 import shutil
 from pathlib import Path
 
-from tests.lakes import epoch_lake, v3_file, v3_name, v3_table
+from tests.lakes import SCHEMA, epoch_lake, rows, v3_file, v3_name, v3_table
 
 WRITER = "11111111-2222-3333-4444-555555555555"
 VICTIM_IDS = range(9000, 9050)
@@ -21,6 +21,8 @@ TEMPLATES = {
     "v3views": "the same with its Delta and Spark views (sync-views)",
     "v3compacted": "format 3, 4 appends then one compaction (removes in the log)",
     "v2": "a format-2 epoch lake (3 epochs of 2 files, its records)",
+    "v3parts": "format 3 partitioned by bucket (7 folders), 6 appends, a checkpoint at 4, both views",
+    "v3foreach": "format 3 in foreach mode (LakeForeachWriter's hooks, no Spark): 3 epochs of 2 tasks",
 }
 
 
@@ -39,6 +41,60 @@ def build_v3(path: str, *, batches: int = 6) -> None:
         vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=adds))
 
 
+def build_partitioned(path: str, *, batches: int = 6) -> None:
+    """A format-3 lake partitioned by ``bucket`` (ids % 7: a file per folder per append), its
+    table.json written as a ``partition_by`` writer's first commit would."""
+    import json
+    import time
+    import uuid
+
+    from lakesink.commit.files import WriteOptions
+    from lakesink.commit.partitioned import PartitionedWriter
+    from lakesink.commit.versions import VersionedLogWriter
+    from lakesink_reader.format.table import TableMetadata
+    from lakesink_reader.format.v3.commits import AddFile, PendingCommit
+    from lakesink_reader.names import TABLE_FILE
+    from lakesink_reader.storage import open_storage
+
+    storage = open_storage(path)
+    meta = TableMetadata(3, "epoch", SCHEMA, time.time(), uuid.uuid4().hex, partition_columns=("bucket",))
+    doc = json.loads(meta.to_json())
+    doc["checkpoint_interval"] = 4
+    assert storage.put_if_absent(TABLE_FILE, json.dumps(doc, indent=2).encode())
+    assert meta.table_id is not None
+    vlog = VersionedLogWriter(storage, meta.table_id, checkpoint_interval=4)
+    for batch in range(batches):
+        parts = iter(range(1000))
+        writer = PartitionedWriter(
+            storage, SCHEMA, ["bucket"], lambda b=batch, n=parts: v3_name(WRITER, b, next(n)), WriteOptions()
+        )
+        writer.write(rows(batch * 30, 30))
+        adds = [
+            AddFile(f.published.name, f.published.rows, f.published.size, 0, batch, f.published.stats)
+            for f in writer.publish()
+        ]
+        vlog.commit(PendingCommit.append(writer_id=WRITER, batch=batch, run="run00001", adds=adds))
+
+
+def build_foreach(path: str, *, epochs: int = 3, partitions: int = 2) -> None:
+    """A format-3 foreach lake, written through ``LakeForeachWriter``'s hooks the way pyspark's
+    foreach wrapper calls them (a pickled copy per task: open, process each row, close)."""
+    import pickle
+
+    from lakesink.spark.foreach import LakeForeachWriter
+
+    writer = LakeForeachWriter(path, schema=SCHEMA, batch_rows=20)
+    n = 0
+    for epoch in range(epochs):
+        for partition in range(partitions):
+            task = pickle.loads(pickle.dumps(writer))
+            assert task.open(partition, epoch)
+            for row in rows(n, 40).to_pylist():
+                task.process((row["id"], row["bucket"], row["label"]))
+            task.close(None)
+            n += 40
+
+
 def build(base: Path) -> dict[str, Path]:
     """Every template under ``base`` (``base/<name>/lake``, ``base/<name>/victim``)."""
     from lakesink.cli import main
@@ -53,9 +109,13 @@ def build(base: Path) -> dict[str, Path]:
         root.parent.mkdir(parents=True)
         if name == "v2":
             epoch_lake(str(root))
+        elif name == "v3parts":
+            build_partitioned(str(root))
+        elif name == "v3foreach":
+            build_foreach(str(root))
         else:
             build_v3(str(root), batches=4 if name == "v3compacted" else 6)
-        if name == "v3views":
+        if name in ("v3views", "v3parts"):
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 assert main(["sync-views", str(root)]) == 0
         if name == "v3compacted":

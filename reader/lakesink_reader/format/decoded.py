@@ -18,6 +18,27 @@ import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError
 
+#: The most bytes the footer of a Parquet file of a lake's metadata (a checkpoint's file list, a
+#: Delta-view checkpoint) may hold. pyarrow decodes the whole footer when the file is opened, to
+#: ~10 times its size (a column chunk's metadata per column per row group): a 200 MB view
+#: checkpoint of 38,000 one-row groups took 1.15 GB to open (fuzzer, template v3parts, case 105).
+#: lakesink writes row groups of 65,536 rows or more: 10 million files' footers hold < 1 MB.
+MAX_FOOTER = 8 << 20
+
+
+def check_footer(tail: bytes, size: int, where: str) -> None:
+    """CorruptFileError naming ``where`` unless ``tail``, the last 8 bytes of a Parquet file of
+    ``size`` bytes, end in ``PAR1`` after a footer length of at most :data:`MAX_FOOTER` that fits
+    the file -- read before pyarrow decodes the footer."""
+    if len(tail) != 8 or tail[4:] != b"PAR1" or size < 12:
+        raise CorruptFileError(f"{where}: not a Parquet file (no PAR1 at its end)")
+    length = int.from_bytes(tail[:4], "little")
+    if length > MAX_FOOTER or length > size - 12:
+        raise CorruptFileError(
+            f"{where}: its Parquet footer holds {length:,} bytes, more than the {MAX_FOOTER:,} a lake's "
+            f"metadata file may have (or than the file's {size:,}): not a file lakesink wrote"
+        )
+
 
 def string_leaves(schema: pa.Schema, columns: list[str] | None = None) -> list[str]:
     """The dotted names (``add.stats``) of the string and binary leaves of ``schema`` reached

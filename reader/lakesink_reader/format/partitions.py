@@ -16,6 +16,8 @@ an empty string (and the literal text of the null) rather than change the value.
 from __future__ import annotations
 
 import re
+import reprlib
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -54,15 +56,20 @@ def is_partitionable(dtype: pa.DataType) -> bool:
 def check_partition_columns(schema: pa.Schema, columns: Sequence[str], where: str) -> tuple[str, ...]:
     """``columns`` as the lake's partition columns, or ValueError naming what is wrong."""
     if isinstance(columns, str) or not all(isinstance(c, str) for c in columns):
-        raise TypeError(f"partition_by must be a list of column names, got {columns!r}")
+        raise TypeError(f"partition_by must be a list of column names, got {shown(columns)}")
     cols = tuple(columns)
-    dupes = sorted({c for c in cols if cols.count(c) > 1})
+    # Linear in the list, and its messages cut: a lake's table.json holds this list, and its
+    # writer may make it 400,000 names long (the fuzzer's case: `cols.count` per name hung).
+    dupes = sorted(c for c, n in Counter(cols).items() if n > 1)
     if dupes:
-        raise ValueError(f"partition_by names {dupes} more than once")
+        raise ValueError(f"partition_by names {shown(dupes)} more than once")
     names = schema.names
-    unknown = [c for c in cols if c not in names]
+    known = set(names)
+    unknown = [c for c in cols if c not in known]
     if unknown:
-        raise ValueError(f"partition_by names {unknown}, which {where} does not have; its columns: {names}")
+        raise ValueError(
+            f"partition_by names {shown(unknown)}, which {where} does not have; its columns: {shown(names)}"
+        )
     if cols and len(cols) == len(names):
         raise ValueError(
             f"partition_by {list(cols)} takes every column of {where}: a file needs at least one column "
@@ -77,6 +84,17 @@ def check_partition_columns(schema: pa.Schema, columns: Sequence[str], where: st
                 f"derived column instead, e.g. to_date({c}) or date_format({c}, 'yyyy-MM-dd-HH')"
             )
     return cols
+
+
+#: A value from a lake in a message: a few of its items, each cut (the lake's writer chooses its size).
+_SHOWN = reprlib.Repr()  # (keyword arguments from Python 3.12 only)
+_SHOWN.maxlist = _SHOWN.maxtuple = _SHOWN.maxdict = _SHOWN.maxset = 20
+_SHOWN.maxstring = _SHOWN.maxother = 200
+
+
+def shown(value: Any) -> str:
+    """``value`` for a message: its first 20 items, each cut to 200 characters."""
+    return _SHOWN.repr(value)
 
 
 def escape(text: str) -> str:

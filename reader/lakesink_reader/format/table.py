@@ -26,7 +26,7 @@ from lakesink_reader.errors import (
     SchemaMismatchError,
     TableNotFoundError,
 )
-from lakesink_reader.format.partitions import check_partition_columns
+from lakesink_reader.format.partitions import check_partition_columns, shown
 from lakesink_reader.format.v3.logfiles import DEFAULT_CHECKPOINT_INTERVAL
 from lakesink_reader.names import (
     FORMAT_VERSION,
@@ -172,7 +172,7 @@ class TableMetadata:
                 raise CorruptFileError(f"{where}: {exc}") from None
         features = doc.get("reader_features", [])
         if not isinstance(features, list) or not all(isinstance(f, str) for f in features):
-            raise CorruptFileError(f"{where}: reader_features must be a list of names, got {features!r}")
+            raise CorruptFileError(f"{where}: reader_features must be a list of names, got {shown(features)}")
         unknown = [f for f in features if f not in READER_FEATURES]
         if unknown:
             raise FormatVersionError(
@@ -181,7 +181,7 @@ class TableMetadata:
             )
         columns = doc.get("partition_columns", [])
         if not isinstance(columns, list):
-            raise CorruptFileError(f"{where}: partition_columns must be a list, got {columns!r}")
+            raise CorruptFileError(f"{where}: partition_columns must be a list, got {shown(columns)}")
         if columns and "partitions" not in features:
             raise CorruptFileError(f"{where}: partition_columns without the reader feature 'partitions'")
         try:

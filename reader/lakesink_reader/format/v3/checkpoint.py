@@ -40,7 +40,7 @@ import pyarrow as pa
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
-from lakesink_reader.format.decoded import check_decoded, plain, string_leaves
+from lakesink_reader.format.decoded import check_decoded, check_footer, plain, string_leaves
 from lakesink_reader.format.v3.commits import (
     HISTOGRAM_BUCKETS,
     LOG_FORMAT_VERSION,
@@ -478,6 +478,10 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
     try:
         handle = fs.open_input_file(f"{base.rstrip('/')}/{checkpoint.files_name}")
         size = handle.size()
+        if size >= 8:
+            handle.seek(size - 8)
+        check_footer(handle.read(8) if size >= 8 else b"", size, f"checkpoint file list {where}")
+        handle.seek(0)
         listed = pq.ParquetFile(handle, read_dictionary=_DICTIONARY_COLUMNS)
     except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
         said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one

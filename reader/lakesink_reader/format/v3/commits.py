@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast, get_args
 
-from lakesink_reader import jsondoc
+from lakesink_reader import jsondoc, limits
 from lakesink_reader.errors import CorruptFileError, FormatVersionError
 from lakesink_reader.names import NAME_RULE, unsafe_name
 
@@ -463,6 +463,12 @@ def _check_header_fields(
 def _check_actions(
     kind: str, writer: WriterRef | None, removes: Sequence[RemoveFile], adds: Sequence[AddFile]
 ) -> None:
+    if len(removes) + len(adds) > limits.COMMIT_ACTIONS:
+        raise ValueError(
+            f"a commit holds at most {limits.COMMIT_ACTIONS:,} file actions (docs/FORMAT.md, Trust), "
+            f"this one {len(removes) + len(adds):,}: write fewer files per batch (fewer tasks or "
+            "partition folders)"
+        )
     seen: set[str] = set()
     actions: list[AddFile | RemoveFile] = [*removes, *adds]
     for action in actions:
@@ -616,6 +622,13 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
         raise CorruptFileError(f"{where}: the commit is truncated (its last line has no newline)")
     header = _parse_header(_json_line(data[: data.index(b"\n")], where, 1), where)
     declared = header.counts.add_files + header.counts.remove_files
+    if declared > limits.COMMIT_ACTIONS:
+        # The header's count is the lake writer's too: 256 MiB of short distinct action lines
+        # that it counts would be ~1.6 million actions decoded (~2 GB). Refused before a line is.
+        raise CorruptFileError(
+            f"{where}: its header counts {declared:,} file actions, more than the {limits.COMMIT_ACTIONS:,} "
+            "a commit may hold: not a commit lakesink wrote"
+        )
     actions = data.count(b"\n") - 1
     if actions != declared:
         # Before the lines are split or decoded: each costs ~2 KB built (its stats), and a commit
