@@ -1,4 +1,4 @@
-"""The trust-boundary fuzzer (tests/fuzz, issue 51), bounded: ~100 cases in well under a minute,
+"""The trust-boundary fuzzer (tests/fuzz, issue 51), bounded: 60 cases in well under a minute,
 and the oracle itself checked -- a case that reads outside the lake, hangs, or raises something
 other than a clear error is reported, so a clean run means something."""
 
@@ -16,7 +16,7 @@ from tests.fuzz import child
 from tests.fuzz.run import Fuzzer, judge
 
 #: Cases of the bounded run: ~0.5 s each on this 2-core machine.
-BOUNDED_CASES = int(os.environ.get("LAKESINK_FUZZ_CASES", "100"))
+BOUNDED_CASES = int(os.environ.get("LAKESINK_FUZZ_CASES", "60"))
 #: Where the bounded run starts (the ledger's runs start at 0; another start here finds others).
 BOUNDED_START = int(os.environ.get("LAKESINK_FUZZ_START", "1000000"))
 

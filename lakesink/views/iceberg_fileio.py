@@ -60,6 +60,8 @@ class HdfsNativeFileIO(FsspecFileIO):  # type: ignore[misc]
 
 def _hdfs_native(scheme: str, host: str | None, port: int | None) -> AbstractFileSystem:
     """hdfs-native's file system of one NameNode (or the default one: ``hdfs:///path``)."""
+    # Here, not at the top: hdfs-native is the hdfs extra's, and this FileIO serves s3:// and
+    # local lakes without it.
     from hdfs_native.fsspec import HdfsFileSystem, ViewfsFileSystem
 
     kind = HdfsFileSystem if scheme == "hdfs" else ViewfsFileSystem
