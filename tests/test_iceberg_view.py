@@ -726,6 +726,17 @@ def test_the_view_of_a_lake_on_s3_reads_exactly_the_committed_rows(s3: Any) -> N
     assert sorted(table.scan().to_arrow().column("id").to_pylist()) == expected
 
 
+def two_commits_on_hdfs(hdfs: str) -> tuple[str, Storage]:
+    """A lake on HDFS with the view and two one-file commits (a file's close costs up to 0.5 s
+    on one DataNode: kept small); the second keeps the first's manifest."""
+    lake = f"{hdfs}/lake"
+    storage, table_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    writer.append(0, files=1)
+    writer.append(100, files=1)
+    return lake, storage
+
+
 @pytest.mark.hdfs
 def test_pyiceberg_and_polars_read_the_view_of_a_lake_on_hdfs_without_libhdfs(hdfs: str) -> None:
     """On HDFS (a MiniDFSCluster): pyiceberg, given the lake's hdfs:// path and lakesink's FileIO
@@ -737,15 +748,7 @@ def test_pyiceberg_and_polars_read_the_view_of_a_lake_on_hdfs_without_libhdfs(hd
     import polars as pl
     from pyiceberg.table import StaticTable
 
-    lake = f"{hdfs}/lake"
-    storage = open_storage(lake)
-    table_id = uuid.uuid4().hex
-    assert storage.put_if_absent(
-        TABLE_FILE, TableMetadata(3, "epoch", SCHEMA, time.time(), table_id).to_json()
-    )
-    writer = Writer(viewed_log(storage, table_id), W1)
-    writer.append(0, files=1)
-    writer.append(100, files=1)
+    lake, storage = two_commits_on_hdfs(hdfs)
     io = {"py-io-impl": "lakesink.views.iceberg_fileio.HdfsNativeFileIO"}
     table = StaticTable.from_metadata(lake, properties=io)  # the hint, through hdfs-native
     assert table.current_snapshot().snapshot_id == 2
@@ -769,15 +772,7 @@ def test_the_view_of_a_lake_on_hdfs_is_read_by_icebergs_java_library(hdfs: str) 
     (pyiceberg and polars read it through lakesink's hdfs-native FileIO: the test above.)"""
     from devtools import iceberg_java
 
-    lake = f"{hdfs}/lake"
-    storage = open_storage(lake)
-    table_id = uuid.uuid4().hex
-    assert storage.put_if_absent(
-        TABLE_FILE, TableMetadata(3, "epoch", SCHEMA, time.time(), table_id).to_json()
-    )
-    writer = Writer(viewed_log(storage, table_id), W1)
-    writer.append(0, files=1)
-    writer.append(100, files=1)  # the second keeps the first's manifest
+    lake, _ = two_commits_on_hdfs(hdfs)
     seen = iceberg_java.read(lake, "rows", "rows:1")
     assert seen["rows"] == (2, [str(i) for i in ids(read_committed(lake))])
     assert seen["rows:1"][1] == [str(i) for i in range(10)]

@@ -61,17 +61,17 @@ class RecreateWorld:
     def __init__(self, env: Env, rng: random.Random) -> None:
         self.env = env
         self.rng = rng
-        #: Aimed: kill a writer after its first create, and reset at its replay's planning.
-        self.aimed = rng.random() < 0.5
+        aimed = rng.random() < 0.5  # drawn first: the draws' order keeps the seeds' schedules
         self.in_flight = 0
-        self.replay_planned = False
+        #: The aimed reset's moment came (:meth:`planned`): it waits only for quiet now.
+        self.due = False
         self.killed_after_create = False
         self.done = False
         self.actor: Actor | None = None
         #: A reset not aimed comes this long after the seed starts (simulated seconds).
         self.after = rng.choice([10.0, 60.0, 300.0])
-        #: What an aimed reset waits for (the module docstring): "replay" or "first".
-        self.aim = ("replay" if rng.random() < 0.5 else "first") if self.aimed else None
+        #: What an aimed reset waits for (the module docstring): "replay" or "first"; None: not aimed.
+        self.aim = ("replay" if rng.random() < 0.5 else "first") if aimed else None
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[None]:
@@ -114,7 +114,7 @@ class RecreateWorld:
         replay = committed_through is not None and batch <= committed_through
         if replay != (self.aim == "replay"):
             return False
-        self.replay_planned = True
+        self.due = True
         what = "planned as a replay" if replay else "written"
         self.env.world.note(f"writer {plan.index}: batch {batch} {what}: the reset is due")
         return True
@@ -143,11 +143,10 @@ class RecreateWorld:
         import time
 
         world = self.env.world
-        deadline = START + (AIM_DEADLINE if self.aimed else self.after)
+        deadline = START + (AIM_DEADLINE if self.aim else self.after)
         while True:
-            time.sleep(POLL if self.aimed and not self.replay_planned else 1.0)
-            due = self.replay_planned or world.now >= deadline
-            if due and self.quiet():
+            time.sleep(POLL if self.aim and not self.due else 1.0)
+            if (self.due or world.now >= deadline) and self.quiet():
                 self.recreate()
                 return "recreated the lake"
 
