@@ -42,7 +42,8 @@ def read(
 ) -> dict[str, tuple[int, list[str]]]:
     """What Iceberg's Java library reads of the view of the lake at ``lake`` (a local path, an
     ``hdfs://`` or ``s3://`` URL), per request (``rows``, ``rows:<snapshot>``, ``column:<name>``,
-    ``appended:<from>:<to>``; see the reader): the snapshot it read and the values, sorted.
+    ``column:<name>:<snapshot>``, ``appended:<from>:<to>``; see the reader): the snapshot it
+    read and the values, sorted (a column's ``<id>=<value>`` by id).
     ``properties``: an ``s3://`` lake's S3FileIO properties (``s3.endpoint``,
     ``s3.access-key-id``, ...). RuntimeError with the JVM's output when the reader fails
     (Iceberg refused the view)."""

@@ -38,7 +38,8 @@ import org.apache.iceberg.util.PartitionUtil;
  *
  * <p>Arguments: the lake's path, then any of {@code rows} (the ids of the current snapshot),
  * {@code rows:<snapshot id>}, {@code column:<name>} (each row's {@code <id>=<value>}, by id, at
- * the current snapshot), {@code appended:<from>:<to>} (the data files an incremental append scan
+ * the current snapshot), {@code column:<name>:<snapshot id>} (the same at that snapshot, read
+ * with its schema), {@code appended:<from>:<to>} (the data files an incremental append scan
  * between two snapshots plans). One line per argument on stdout: {@code <arg> <snapshot id>
  * <values, sorted, comma-separated>}.
  *
@@ -57,11 +58,9 @@ public final class IcebergRead {
       List<String> out = new ArrayList<>();
       long snapshot;
       if (parts[0].equals("rows") || parts[0].equals("column")) {
-        snapshot =
-            parts[0].equals("rows") && parts.length > 1
-                ? Long.parseLong(parts[1])
-                : table.currentSnapshot().snapshotId();
         String column = parts[0].equals("column") ? parts[1] : "id";
+        int at = parts[0].equals("rows") ? 1 : 2; // where a snapshot id is given
+        snapshot = parts.length > at ? Long.parseLong(parts[at]) : table.currentSnapshot().snapshotId();
         TableScan scan = table.newScan().useSnapshot(snapshot).select("id", column);
         List<Record> records = read(table, scan, mapping);
         records.sort((a, b) -> Long.compare((Long) a.getField("id"), (Long) b.getField("id")));
