@@ -862,7 +862,7 @@ def test_pyiceberg_and_polars_read_the_view_of_a_lake_on_hdfs_without_libhdfs(hd
 
 
 @pytest.mark.hdfs
-@pytest.mark.long  # ~18 s (under load) beside the cluster's start: `make long`
+@pytest.mark.long  # ~17-23 s (a loaded machine) beside the cluster's start: `make long`
 def test_the_view_of_a_lake_on_hdfs_is_read_by_icebergs_java_library(hdfs: str) -> None:
     """The store matrix on HDFS (a MiniDFSCluster), read by Iceberg's Java library given the
     lake's hdfs:// path (Hadoop's client: HadoopTables). Not in make test: the lake's five
