@@ -119,6 +119,7 @@ def _orphans(args: argparse.Namespace) -> int:
         delete=args.delete,
         storage_options=parse_option_pairs(args.storage_option),
         progress=_progress(sys.stderr, "removing", json_out=args.json),
+        views=True,
     )
     if args.json:
         doc = {
@@ -632,7 +633,8 @@ def build_parser() -> argparse.ArgumentParser:
         "unrecorded files",
         description=(
             "List the orphans of a table: staged files and open multipart uploads of dead tasks, and "
-            "(epoch mode) published files that their epoch's record does not list. With --delete, "
+            "(epoch mode) published files that their epoch's record does not list, and the Iceberg "
+            "view's files of snapshots it no longer holds. With --delete, "
             "remove them. What the epoch log proves garbage goes whatever its age; staged data of an "
             "epoch not yet committed only when older than --older-than (pick an age longer than any "
             "task keeps a file staged); a published file whose epoch has no record yet is never removed."

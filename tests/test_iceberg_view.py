@@ -580,6 +580,45 @@ def test_a_metadata_file_keeps_the_newest_snapshots_beyond_the_floor_and_vacuum_
         assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v))
 
 
+def test_orphans_deletes_the_view_files_a_metadata_file_dropped_beyond_its_cap(
+    lake: str, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """Snapshots beyond the cap leave the view without a vacuum (none ran: the lake retains
+    every version), and their files wait: ``lakesink orphans`` finds and, with ``--delete``,
+    deletes them as vacuum would -- exactly what no kept metadata file names --, and every
+    snapshot the view holds reads as before. The writers' own sweep after a commit leaves them
+    (it does not read the view)."""
+    from lakesink.maintenance.sweep import sweep
+    from lakesink.views import iceberg_view
+
+    monkeypatch.setattr(iceberg_view, "SNAPSHOT_MAX", 3)
+    storage, table_id = v3_table(lake, checkpoint_interval=3)
+    a = Writer(viewed_log(storage, table_id, interval=3), W1)
+    for i in range(8):
+        a.append(i * 100)  # v0..v7: v8.metadata.json holds snapshots 6..8
+    numbers, avro = view_files(storage)
+    assert numbers == set(range(1, 9)) and log_floor(storage, table_id) == 0
+    named = named_by_metadata(lake, {6, 7, 8})  # (v6 holds snapshots 4..6)
+    # The lists and manifests of snapshots 1..3: snapshot 4 rolled their manifests up (interval 3).
+    assert {iceberg_layout.avro_snapshot(n) for n in avro - named} == {1, 2, 3}
+    assert any(n.endswith("-m0.avro") for n in avro - named)
+    assert not any(o.kind == "view_file" for o in sweep(lake, older_than=3600).findings)
+    capsys.readouterr()
+    assert cli_main(["orphans", lake, "--json"]) == 0  # a dry run lists them
+    listed = {o["name"] for o in json.loads(capsys.readouterr().out)["findings"] if o["kind"] == "view_file"}
+    expected = {f"metadata/v{n}.metadata.json" for n in range(1, 6)} | (avro - named)
+    assert listed == expected and view_files(storage) == (numbers, avro)
+    assert cli_main(["orphans", lake, "--older-than", "1h", "--delete"]) == 0
+    assert view_files(storage) == ({6, 7, 8}, named)
+    assert iceberg_ids(lake) == ids(read_committed(lake))
+    for v in (5, 6):
+        assert iceberg_ids(lake, snapshot=v + 1) == ids(read_committed(lake, version=v))
+    assert iceberg_sync(storage, write=False).state == "ok" and verify(lake).ok
+    capsys.readouterr()
+    assert cli_main(["orphans", lake, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["findings"] == []
+
+
 def test_what_a_writer_holds_of_the_view_is_what_readers_parse(
     lake: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -138,7 +138,7 @@ def status(
 
 
 def _leftovers(storage: Storage, now: float) -> Leftovers:
-    report = sweep(storage, older_than=DEFAULT_STAGED_AGE, delete=False, now=now)
+    report = sweep(storage, older_than=DEFAULT_STAGED_AGE, delete=False, now=now, views=True)
     removable: dict[str, list[int]] = {}
     for o in report.findings:
         counted = removable.setdefault(o.kind, [0, 0])

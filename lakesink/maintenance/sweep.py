@@ -35,7 +35,7 @@ from typing import Any, Literal
 import pyarrow as pa
 
 from lakesink.maintenance.compact import open_v3, stream_live_files
-from lakesink.views.derived import files_lagging_views_list
+from lakesink.views.derived import expired_view_files, files_lagging_views_list
 from lakesink.views.iceberg_layout import METADATA_DIR as ICEBERG_DIR
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.log import EpochLog
@@ -64,7 +64,8 @@ TABLE_FOLDERS = ("", META_DIR, EPOCHS_DIR)
 
 #: ``removed_file``: a data file a retained commit removed (a compaction replaced it) before the
 #: retained range; ``unrecorded_file``: one no retained version lists for another reason.
-#: ``view_file``: a derived view's file of versions the view no longer holds (vacuum only).
+#: ``view_file``: a derived view's file of versions the view no longer holds (vacuum, and a
+#: sweep asked for ``views``: ``lakesink orphans``).
 OrphanKind = Literal[
     "staged_file", "multipart_upload", "unrecorded_file", "removed_file", "lease", "probe", "view_file"
 ]
@@ -81,7 +82,7 @@ class Orphan:
         completed), ``unrecorded_file`` (epoch mode: published, listed by no record; format 3:
         by no retained version), ``lease`` (format 3: the lease of an op the log settled),
         ``probe`` (a store probe's object whose prober died before removing it) or ``view_file``
-        (vacuum: a derived view's file of snapshots it no longer holds).
+        (vacuum, ``lakesink orphans``: a derived view's file of snapshots it no longer holds).
     name
         The name relative to the table root (for staged data: the name it would publish as).
     epoch
@@ -139,6 +140,7 @@ def sweep(
     now: float | None = None,
     progress: Progress | None = None,
     check_store: bool = True,
+    views: bool = False,
 ) -> SweepReport:
     """List (and with ``delete=True`` remove) the orphans of the table at ``path``.
 
@@ -162,6 +164,12 @@ def sweep(
         With ``delete``, first check that the store still honours create-if-absent writes
         (``Storage.check_conditional_writes``: six requests on S3), and remove nothing if it
         does not. The writers' own sweep skips it: their run was checked when it started.
+    views
+        Also the derived views' files of versions they no longer hold (a format-3 lake's Iceberg
+        view: ``view_orphans``), as vacuum finds them: those of snapshots a metadata file
+        dropped beyond its cap, or that an interrupted vacuum left. It reads the view's kept
+        metadata and their manifest lists (up to thousands of reads), so the writers' own sweep
+        after a commit leaves it out; ``lakesink orphans`` asks for it.
 
     Raises
     ------
@@ -194,6 +202,8 @@ def sweep(
         )
         report.findings, report.kept = _spare_what_lagging_views_list(storage, plan)
         report.findings += _abandoned_probes(storage, now)
+        if views:
+            report.findings += view_orphans(storage)  # last, in their order: see view_orphans
         if delete:
             _remove(storage, report, progress)
         return report
@@ -269,6 +279,18 @@ def sweep(
     if delete:
         _remove(storage, report, progress)
     return report
+
+
+def view_orphans(storage: Storage) -> list[Orphan]:
+    """The derived views' files of versions they no longer hold (``expired_view_files``), in the
+    order they may go: metadata files before the Avro files they name, so a removal stopped half
+    way never leaves a metadata file naming a missing file. Their safety is read off the view,
+    not off the log or ages: only files of snapshots below the oldest one the view's hint and
+    newest metadata file hold, which no reader given the lake's path reaches, and which a hook
+    writing the next snapshot never names (docs/design/iceberg-view.md, section 6)."""
+    return [
+        Orphan("view_file", e.name, None, None, e.size, True, e.reason) for e in expired_view_files(storage)
+    ]
 
 
 def _abandoned_probes(storage: Storage, now: float) -> list[Orphan]:

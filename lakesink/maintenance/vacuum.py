@@ -42,8 +42,8 @@ import pyarrow.compute as pc
 from lakesink.commit.checkpoints import advance_hint, write_checkpoint
 from lakesink.commit.files import DEFAULT_STAGED_AGE
 from lakesink.maintenance.compact import open_v3
-from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3
-from lakesink.views.derived import bring_up, expired_view_files, files_lagging_views_list
+from lakesink.maintenance.sweep import Orphan, SweepReport, _remove, plan_v3, view_orphans
+from lakesink.views.derived import bring_up, files_lagging_views_list
 from lakesink_reader.errors import CorruptFileError, LakeSinkError
 from lakesink_reader.format.opening import oldest_commit
 from lakesink_reader.format.table import TableMetadata, probe_store
@@ -193,9 +193,7 @@ def vacuum(
     # After the views were brought up (their snapshot of this vacuum expires the older ones),
     # and after the data files in the order of removal: a view's file goes once no reader of
     # the view can reach it.
-    report.files += [
-        Orphan("view_file", e.name, None, None, e.size, True, e.reason) for e in expired_view_files(storage)
-    ]
+    report.files += view_orphans(storage)
     if delete:
         swept = SweepReport(storage.url, older_than, True, findings=list(report.files))
         _remove(storage, swept, progress)
