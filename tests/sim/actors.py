@@ -383,10 +383,13 @@ def compact_job(env: Env) -> Callable[[Any], str]:
 def sweep_job(env: Env) -> Callable[[Any], str]:
     from lakesink.maintenance.sweep import sweep
 
+    # ``lakesink orphans``: with the Iceberg view, its expired files too, beside live hooks (no
+    # draw of the world's generator: seeds keep their schedules up to the sweep's own calls).
+    views = any(p.iceberg for p in env.writers)
+
     def job(storage: Any) -> str:
-        report = sweep(
-            storage, older_than=env.world.rng.choice([0.0, 600.0, 3600.0]), delete=True, check_store=False
-        )
+        older_than = env.world.rng.choice([0.0, 600.0, 3600.0])
+        report = sweep(storage, older_than=older_than, delete=True, check_store=False, views=views)
         return f"removed {len(report.removed)} kept {len(report.kept)} failed {len(report.failed)}"
 
     return job

@@ -868,7 +868,7 @@ def _final(env: Env) -> None:
         raise Violation("converges", f"the final vacuum failed on {report.failed[:3]}")
     read_pinned()
     try:
-        swept = sweep(storage, older_than=0.0, delete=True)
+        swept = sweep(storage, older_than=0.0, delete=True, views=any(p.iceberg for p in env.writers))
     except Exception as exc:
         raise Violation("converges", f"the final sweep raised {type(exc).__name__}: {exc}") from exc
     kept = [o for o in swept.kept if not _never_committed(env, o.name)]
