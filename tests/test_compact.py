@@ -80,7 +80,7 @@ def test_compaction_keeps_the_rows_drops_files_and_old_versions_read_old_files(t
     # rows keep the input order (oldest files first, each file's rows in order)
     assert read_committed(path).column("id").to_pylist() == list(range(1000))
     # stats are recomputed from the new footer
-    stats = report.outputs[0].stats
+    stats = report.outputs[0].stats_object
     assert stats["numRecords"] == 1000 and stats["minValues"]["id"] == 0 and stats["maxValues"]["id"] == 999
     # time travel: the version before the compaction reads the old files
     assert {f.name for f in Lake(path).at(version=9).files()} == old_files

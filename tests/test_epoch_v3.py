@@ -90,7 +90,7 @@ def test_each_batch_is_one_version_and_every_row_lands_once(spark: Any, tmp_path
     assert writer.offsets is not None  # the batch's source offsets, from Spark's offset log
     ids, live = committed(lake)
     assert ids == list(range(300))
-    assert all(f.stats is not None and f.stats["numRecords"] == f.rows for f in live)  # exact stats
+    assert all(f.stats is not None and f.stats_object["numRecords"] == f.rows for f in live)  # exact stats
     # Format 3's names say whose batch a file is: w<the query's tag>-b<batch>-p<partition>-...
     tag = writer_tag(query.id)
     assert live and all(parse_writer_file(f.path) == (tag, f.batch) for f in live), [f.path for f in live]

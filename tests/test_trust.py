@@ -431,13 +431,14 @@ def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
 
 
 #: A child's peak memory while it runs a step over a lake (VmHWM reset first): prints
-#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command (none: ``Lake.files()``).
+#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command (none: ``Lake.files()``;
+#: ``read_committed``: that, reading around missing files).
 MEASURED = """
 import contextlib, io, re, sys, time
 import pyarrow
 pyarrow.array([1])  # pyarrow's first array imports pandas where installed: not the step's cost
 from lakesink.cli import main
-from lakesink_reader import Lake
+from lakesink_reader import Lake, read_committed
 
 def status(key):
     return int(re.search(key + r":\\s+(\\d+) kB", open("/proc/self/status").read()).group(1)) << 10
@@ -445,7 +446,12 @@ def status(key):
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets the peak (VmHWM) to the current RSS
 before, start = status("VmRSS"), time.monotonic()
-if len(sys.argv) > 2:
+if len(sys.argv) > 2 and sys.argv[2] == "read_committed":
+    try:
+        answer = str(read_committed(sys.argv[1], on_error="skip").num_rows)
+    except Exception as exc:
+        answer = f"{type(exc).__name__}: {exc}"
+elif len(sys.argv) > 2:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
         code = main([sys.argv[2], sys.argv[1]])
@@ -1064,3 +1070,54 @@ def test_a_spark_view_batch_of_200000_names_costs_verify_little(
     seconds, grown, answer = measured(lake, "verify")
     assert "1000 or more file(s) that are gone" in answer and "Traceback" not in answer, answer
     assert grown < 150 << 20, (seconds, grown >> 20, answer)  # before: ~330 MiB at 200,000
+
+
+def with_stats(lake: str, n: int, stats: Any) -> Path:
+    """Version 5 of ``lake`` rewritten as an append of ``n`` adds (of files that do not exist),
+    each with ``stats``; header counts to match."""
+    commit = log_dir(lake) / f"{5:020d}.json"
+    header, first = commit.read_text().splitlines()[:2]
+    doc = json.loads(header)
+    doc["commit"]["counts"].update(add_files=n, add_rows=n, add_bytes=n, add_histogram=[n] + [0] * 11)
+    add = json.loads(first)["add"]
+    add.update(rows=1, bytes=1, stats=stats)
+    line, name = json.dumps({"add": add}, separators=(",", ":"), sort_keys=True), add["path"]
+    with commit.open("w") as out:
+        out.write(json.dumps(doc, separators=(",", ":"), sort_keys=True) + "\n")
+        out.writelines(line.replace(name, f"f{i:07d}.parquet") + "\n" for i in range(n))
+    return commit
+
+
+def test_a_commit_of_many_small_stats_values_costs_about_its_size(lake: str) -> None:
+    """Issue 51: 50,000 adds whose stats are 100 empty objects each (19 MiB, under every limit)
+    took ``Lake.files()``, ``read_committed`` and ``verify`` to ~450 MiB (23 times the commit)
+    when stats were decoded into objects. A decoded commit holds its stats as their canonical
+    text now, decoded one line at a time: what it costs is about what an honest commit of its
+    size costs (~6 times: the bytes read, the text, the actions and the file list built)."""
+    commit = with_stats(lake, 50_000, [{}] * 100)
+    size = commit.stat().st_size
+    assert size > 18 << 20  # 19.4 MB
+    for step, answer in (((), "50010"), (("read_committed",), "500"), (("verify",), "exit 1")):
+        seconds, grown, said = measured(lake, *step)
+        assert said.startswith(answer), said
+        # before: 449-452 MiB grown for each step (7 s); here ~115-130 MiB
+        assert grown < 8 * size, (step, seconds, grown >> 20)
+
+
+@pytest.mark.parametrize(
+    ("stats", "refused"),
+    [
+        # One line of a million values (1 MB): ~70 MB built while it was decoded; an action
+        # line holds at most limits.ACTION_VALUES.
+        ([{}] * 499_990, "more than 300000 values"),
+        # Re-encoded, 1e15 is 1000000000000000.0: the text kept would outgrow the commit.
+        ([1e15] * 1000, "its stats encode to"),
+    ],
+)
+def test_an_action_line_cannot_build_much_more_than_itself(lake: str, stats: Any, refused: str) -> None:
+    commit = with_stats(lake, 2, stats)
+    if isinstance(stats[0], float):  # json.dumps writes 1e15 as 1000000000000000.0: shorten it
+        commit.write_text(commit.read_text().replace("1000000000000000.0", "1e15"))
+    with pytest.raises(CorruptFileError, match=refused) as caught:
+        read_committed(lake)
+    assert commit.name in str(caught.value)

@@ -470,7 +470,8 @@ def _rewrite(
             f"{storage.url}/{name}: the output could not be published under its fresh name"
         )
     published.append(name)
-    return AddFile(name, done.rows, done.size, None, None, done.stats)
+    stats = None if done.stats is None else jsondoc.canonical(done.stats)  # the log holds text
+    return AddFile(name, done.rows, done.size, None, None, stats)
 
 
 class _Lease:

@@ -114,7 +114,7 @@ def delta_commit(metadata: TableMetadata, commit: Commit) -> bytes:
             "dataChange": data_change,
         }
         if a.stats is not None:
-            add["stats"] = jsondoc.canonical(a.stats)
+            add["stats"] = a.stats  # canonical text already (AddFile)
         lines.append({"add": add})
     return "".join(jsondoc.canonical(line) + "\n" for line in lines).encode("utf-8")
 

@@ -257,7 +257,7 @@ class LiveFile:
     size: int
     rows: int
     added_version: int
-    stats: Any = None  # lakesink's stats: the object (a commit's add) or its JSON (a file list's)
+    stats: str | None = None  # lakesink's stats as JSON text (a commit's add, a file list's row)
 
 
 def data_file(root: str, f: LiveFile, schema: Schema, columns: Sequence[str]) -> DataFile:
@@ -309,7 +309,7 @@ def _partition_values(path: str, schema: Schema, columns: Sequence[str]) -> list
 
 
 def _bounds(
-    stats_in: Any,
+    text: str,
     rows: int,
     schema: Schema,
     counts: dict[int, int],
@@ -321,7 +321,7 @@ def _bounds(
     ``nullCount`` by top-level column, each exact or absent). Only what converts exactly is kept:
     a wrong bound makes readers skip a file whose rows match."""
     try:
-        stats = jsondoc.loads(stats_in.encode()) if isinstance(stats_in, str) else stats_in
+        stats = jsondoc.loads(text)  # one file's, decoded here only: the log and lists hold text
     except ValueError:
         return  # no stats is always right
     if not isinstance(stats, dict):

@@ -126,21 +126,28 @@ def seconds(value: Any, what: str) -> float:
 
 
 def depth(doc: Any, limit: int) -> int:
-    """How deep ``doc`` nests, counted up to ``limit + 1`` (then it stops looking)."""
-    stack: list[tuple[Any, int]] = [(doc, 1)]
-    deepest = 0
-    while stack:
-        value, level = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, list):
-            children = value
-        else:
-            continue
-        deepest = max(deepest, level)
+    """How deep ``doc`` nests, counted up to ``limit + 1`` (then it stops looking).
+
+    Level by level, each level's children gathered with ``list.extend`` (in C): one test per
+    value, where a stack of (value, level) pairs took three (a commit of 50,000 lines of 100
+    empty objects each spent ~4 s walking)."""
+    deepest, level = 0, [doc]
+    while level:
+        below: list[Any] = []
+        containers = False
+        for value in level:
+            if isinstance(value, dict):
+                below.extend(value.values())
+                containers = True
+            elif isinstance(value, list):
+                below.extend(value)
+                containers = True
+        if not containers:
+            break
+        deepest += 1
         if deepest > limit:
             return deepest
-        stack.extend((child, level + 1) for child in children)
+        level = below
     return deepest
 
 

@@ -52,12 +52,19 @@ VIEW_NOTE = Kind("view note", 64 * KiB)
 
 #: The most file actions (adds and removes) one format-3 commit may hold: its header's count is
 #: checked against it before a line is decoded, and lakesink's writers never commit more. A
-#: decoded action costs ~1 KB (an ``AddFile``, its path and its stats' objects): the commit's
+#: decoded action costs ~1 KB (an ``AddFile``, its path and its stats' text): the commit's
 #: 256 MiB of short lines would be ~1.6 million of them, ~2 GB; 200,000 cost ~200 MB. What
 #: lakesink writes: an append, one file per task and partition folder (a batch of more fails,
 #: naming this bound); a compaction, at most ``compact.MAX_INPUT_FILES`` (100,000) inputs and
 #: fewer outputs; an upgrade, one commit per format-2 epoch record (a file per task).
 COMMIT_ACTIONS = 200_000
+#: The most values one action line of a format-3 commit may hold (``jsondoc.count_elements``:
+#: its commas and opening brackets, those inside strings too), against ``jsondoc``'s million for
+#: any document: decoding a line of a million costs up to ~120 MB, of this bound ~40 MB, and
+#: only while that one line is decoded (its stats are then kept as text). What lakesink writes:
+#: ~110 outside strings (an add's fields, stats of at most 32 columns); inside them, the string
+#: bounds (64 of at most 4096 bytes: 262,144 commas at worst) and the columns' names.
+ACTION_VALUES = 300_000
 
 KINDS = (TABLE, COMMIT, CHECKPOINT, HINT, EPOCH_RECORD, OPS_LEASE, VIEW_FILE, VIEW_NOTE)
 

@@ -580,7 +580,6 @@ def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
     """The rows of a file-list batch (all columns) as :class:`LiveFile`."""
     cols: dict[str, list[Any]] = {name: batch.column(name).to_pylist() for name in LIST_SCHEMA.names}
     for i in range(batch.num_rows):
-        stats = cols["stats"][i]
         yield LiveFile(
             str(cols["path"][i]),
             int(cols["rows"][i]),
@@ -589,7 +588,7 @@ def live_files_of(batch: pa.RecordBatch) -> Iterator[LiveFile]:
             cols["writer"][i],
             cols["batch"][i],
             cols["partition"][i],
-            jsondoc.loads(stats) if stats is not None else None,
+            cols["stats"][i],  # the text, as listed: decoded only where values are needed
         )
 
 
@@ -604,7 +603,7 @@ def _list_table(files: Sequence[LiveFile]) -> pa.Table:
         "writer": array([f.writer for f in files], pa.string()).dictionary_encode(),
         "batch": array([f.batch for f in files], pa.int64()),
         "partition": array([f.partition for f in files], pa.int32()),
-        "stats": array([None if f.stats is None else jsondoc.canonical(f.stats) for f in files], pa.string()),
+        "stats": array([f.stats for f in files], pa.string()),
     }
     return pa.Table.from_arrays([columns[name] for name in LIST_SCHEMA.names], schema=LIST_SCHEMA)
 

@@ -92,7 +92,12 @@ class AddFile:
 
     ``partition`` and ``batch``: the Spark task partition and the writer's batch (None for
     compaction output). ``stats``: Delta's stats object (``numRecords``, ``minValues``,
-    ``maxValues``, ``nullCount``), exact or None.
+    ``maxValues``, ``nullCount``), exact or None, held as its canonical JSON text
+    (``jsondoc.canonical``): a plain-JSON value given here is encoded once (ValueError when it
+    is not plain JSON), text is taken as that text. Text, not objects, because a commit's
+    writer chooses its stats: decoded, a line of 100 empty objects cost ~19 times its bytes
+    (issue 51), and the log, the checkpoint list and the Delta view only copy the text;
+    :attr:`stats_object` decodes it where values are needed.
     """
 
     path: str
@@ -100,7 +105,21 @@ class AddFile:
     size: int
     partition: int | None = None
     batch: int | None = None
-    stats: Any = None
+    stats: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.stats is not None and not isinstance(self.stats, str):
+            try:
+                text = jsondoc.canonical(self.stats)
+            except (TypeError, ValueError) as exc:
+                what = f"stats of {self.path!r}"
+                raise ValueError(f"{what} must be plain JSON (no NaN or infinity): {exc}") from exc
+            object.__setattr__(self, "stats", text)  # frozen: set once, while it is being made
+
+    @property
+    def stats_object(self) -> Any:
+        """The stats decoded (None when there are none); ValueError when the text is not JSON."""
+        return None if self.stats is None else jsondoc.loads(self.stats)
 
 
 @dataclass(frozen=True)
@@ -295,12 +314,8 @@ class PendingCommit:
         files = tuple(
             sorted(
                 (
-                    replace(
-                        a,
-                        batch=batch if a.batch is None else a.batch,
-                        stats=_json_value(a.stats, f"stats of {a.path!r}"),
-                    )
-                    for a in adds
+                    a if a.batch is not None else replace(a, batch=batch)
+                    for a in adds  # stats: canonical text already (AddFile)
                 ),
                 key=_path,
             )
@@ -574,20 +589,13 @@ def encode_commit(commit: Commit) -> bytes:
     """The canonical bytes of ``commit``: equal commits give equal bytes."""
     lines: list[dict[str, Any]] = [{"commit": _header_doc(commit.header)}]
     lines += [{"remove": {"path": r.path, "rows": r.rows, "bytes": r.size}} for r in commit.removes]
-    lines += [
-        {
-            "add": {
-                "path": a.path,
-                "partition": a.partition,
-                "rows": a.rows,
-                "bytes": a.size,
-                "batch": a.batch,
-                "stats": a.stats,
-            }
-        }
-        for a in commit.adds
-    ]
-    return "".join(jsondoc.canonical(line) + "\n" for line in lines).encode("utf-8")
+    text = [jsondoc.canonical(line) + "\n" for line in lines]
+    for a in commit.adds:
+        # The stats are canonical text already; "stats" sorts last of an add's keys, so it goes
+        # just before the line's closing braces, as if the line had been encoded whole.
+        add = {"path": a.path, "partition": a.partition, "rows": a.rows, "bytes": a.size, "batch": a.batch}
+        text.append(f'{jsondoc.canonical({"add": add})[:-2]},"stats":{a.stats or "null"}}}}}\n')
+    return "".join(text).encode("utf-8")
 
 
 # Decoding -----------------------------------------------------------------------------------------
@@ -634,11 +642,16 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
         # Before the lines are split or decoded: each costs ~2 KB built (its stats), and a commit
         # of one add line repeated 400,000 times took its reader ~1 GB (fuzzer, case 1213).
         raise CorruptFileError(f"{where}: {actions} action lines, but its header counts {declared}")
-    lines = data.split(b"\n")[:-1]
     removes: list[RemoveFile] = []
     adds: list[AddFile] = []
-    for number, raw in enumerate(lines[1:], start=2):
-        doc = _json_line(raw, where, number)
+    # Line by line, not split: one line's bytes at a time beside the commit's, not a copy of all.
+    start = data.index(b"\n") + 1
+    for number in range(2, actions + 2):
+        end = data.index(b"\n", start)
+        raw, start = data[start:end], end + 1
+        # An action holds a few hundred values; a line of the default million costs ~120 MB while
+        # it is decoded (issue 51).
+        doc = _json_line(raw, where, number, max_elements=limits.ACTION_VALUES)
         try:
             (key, body), *others = doc.items()
             if others or key not in ("add", "remove"):
@@ -655,7 +668,7 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
                         _int(body, "bytes"),
                         _opt_int(body, "partition"),
                         _opt_int(body, "batch"),
-                        body.get("stats"),
+                        _stats_text(body.get("stats"), len(raw)),
                     )
                 )
         except (ValueError, TypeError, AttributeError, KeyError) as exc:  # KeyError: a field missing
@@ -672,9 +685,26 @@ def decode_commit(data: bytes, *, where: str) -> Commit:
     return Commit(header, tuple(removes), tuple(adds))
 
 
-def _json_line(raw: bytes, where: str, number: int) -> dict[str, Any]:
+def _stats_text(stats: Any, line_bytes: int) -> str | None:
+    """An add's decoded stats as the canonical text the commit holds (the objects are dropped
+    with the line). Never longer than the line it came from: in a line lakesink wrote it is a
+    part of that line, while a crafted one could otherwise grow (``1e15`` is ``1000000000000000.0``
+    re-encoded)."""
+    if stats is None:
+        return None
+    text = jsondoc.canonical(stats)
+    if len(text) > line_bytes:  # characters against bytes: a line's text has at most as many
+        raise ValueError(
+            f"its stats encode to {len(text)} characters, more than the {line_bytes} bytes of its line"
+        )
+    return text
+
+
+def _json_line(
+    raw: bytes, where: str, number: int, *, max_elements: int = jsondoc.MAX_ELEMENTS
+) -> dict[str, Any]:
     try:
-        doc = jsondoc.loads(raw)
+        doc = jsondoc.loads(raw, max_elements=max_elements)
     except ValueError as exc:
         raise CorruptFileError(f"{where}: line {number} is not JSON: {exc}") from exc
     if not isinstance(doc, dict):

@@ -22,6 +22,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from lakesink_reader import jsondoc
 from lakesink_reader.errors import CommitConflictError, CommitRefusedError, CorruptFileError
 from lakesink_reader.format.schemas import decode_schema, fit_problems
 from lakesink_reader.format.v3.commits import (
@@ -275,7 +276,11 @@ def _fold_op(ops: dict[str, OpState], header: CommitHeader) -> None:
 
 @dataclass(frozen=True)
 class LiveFile:
-    """A file of the live set: what its add said, and the version that added it."""
+    """A file of the live set: what its add said, and the version that added it.
+
+    ``stats``: the add's stats as their canonical JSON text (``AddFile.stats``, or a checkpoint
+    list's ``stats`` column), or None; :attr:`stats_object` decodes them.
+    """
 
     path: str
     rows: int
@@ -284,7 +289,12 @@ class LiveFile:
     writer: str | None
     batch: int | None
     partition: int | None
-    stats: Any = None
+    stats: str | None = None
+
+    @property
+    def stats_object(self) -> Any:
+        """The stats decoded (None when there are none); ValueError when the text is not JSON."""
+        return None if self.stats is None else jsondoc.loads(self.stats)
 
     @classmethod
     def added(cls, add: AddFile, version: int, writer: WriterRef | None) -> LiveFile:
