@@ -168,8 +168,17 @@ def lengthen(rng: random.Random, path: Path) -> str:
     times = rng.choice([1000, 100_000, 400_000])
     if how == "lines" and rng.random() < 0.3:  # many lines (a commit of many actions)
         docs.extend(docs[-1:] * times)
+        # Half the time the header counts them, as the lake's writer could: then only the
+        # bound on a commit's actions stands between the lines and their decoding.
+        counts = docs[0].get("commit", {}).get("counts") if isinstance(docs[0], dict) else None
+        action = next(iter(docs[-1]), None) if isinstance(docs[-1], dict) and len(docs) > 1 else None
+        key = f"{action}_files"
+        agreed = ""
+        if isinstance(counts, dict) and isinstance(counts.get(key), int) and rng.random() < 0.5:
+            counts[key] += times
+            agreed = f" (the header counts them: {key} {counts[key]})"
         write_json(path, docs, how)
-        return f"last line repeated {times} times"
+        return f"last line repeated {times} times{agreed}"
     lists = [t for t in _slots(docs[line]) if isinstance(_get(docs[line], t), list | dict)]
     trail = rng.choice(lists)
     node = _get(docs[line], trail)
@@ -574,21 +583,37 @@ def is_parquet(path: Path) -> bool:
     )
 
 
+#: What each kind of mutation applies to (``MUTATIONS``' third field), by a file's name.
+APPLIES: dict[str, Callable[[Path], bool]] = {
+    "any": lambda p: True,
+    "json": is_json,
+    "parquet": is_parquet,
+    "spark": is_spark_batch,
+}
+
+
+def applies_to(kind: str, files: list[Path]) -> bool:
+    """Whether ``files`` (a lake's) hold one the mutation ``kind`` applies to (by name: a JSON
+    file that does not parse is found out later, and the mutation falls back to ``flip``)."""
+    return any(APPLIES[MUTATIONS[kind][2]](p) for p in files)
+
+
 def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str, str, str]:
-    """Change one file of the lake at ``root``; returns (mutation, file, what was done)."""
-    names = list(WEIGHTS)
-    kind = kind or rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+    """Change one file of the lake at ``root``; returns (mutation, file, what was done).
+
+    Without ``kind``, one is drawn among those the lake has a file for (a lake without views
+    never draws ``spark_metadata``; where every kind applies, the draw is what it always was)."""
+    files = files_of(root)
+    if kind is None:
+        names = [n for n in WEIGHTS if applies_to(n, files)]
+        kind = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
     fn, takes_root, applies = MUTATIONS[kind]
-    candidates = files_of(root)
+    candidates = [p for p in files if APPLIES[applies](p)]
     if applies == "json":
-        candidates = [p for p in candidates if is_json(p) and _loads(p)]
-    elif applies == "parquet":
-        candidates = [p for p in candidates if is_parquet(p)]
-    elif applies == "spark":
-        candidates = [p for p in candidates if is_spark_batch(p)]
+        candidates = [p for p in candidates if _loads(p)]
     if not candidates:  # a lake without such a file (no view, no Parquet metadata): any file
         kind, fn, takes_root = "flip", flip, False
-        candidates = files_of(root)
+        candidates = files
     # metadata more often than data: that is where the lake's writer speaks to the reader
     meta = [
         p
