@@ -132,7 +132,9 @@ MUTANTS = (
         "every header a snapshot claims is asked for at once: a claimed version 9 * 10**18 builds "
         "a list over it",
         klass="memory",
-        options=("--mutation", "rename"),
+        # rename's claim: a checkpoint, its list, its commit and the hint moved to a far version
+        # (a checkpoint alone, copied, is never read: the hint names the old one).
+        options=("--mutation", "rename", "--template", "v3"),
     ),
     # Crashes --------------------------------------------------------------------------------------
     FuzzMutant(
@@ -141,6 +143,15 @@ MUTANTS = (
         "    if type(value) not in (int, float) or not 0 <= value <= MAX_SECONDS:",
         "    if type(value) not in (int, float) or not 0 <= value:",
         "a time past the year 9999 is taken: datetime raises OverflowError/ValueError in history",
+        klass="crash",
+        options=("--mutation", "number_text"),
+    ),
+    FuzzMutant(
+        "counts-unbounded",
+        "reader/lakesink_reader/jsondoc.py",
+        "    if type(value) is not int or not least <= value <= MAX_COUNT:",
+        "    if type(value) is not int or not least <= value:",
+        "a count, size or version past 2**63-1 is taken: int64 conversions raise OverflowError later",
         klass="crash",
         options=("--mutation", "number_text"),
     ),

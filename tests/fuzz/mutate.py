@@ -265,6 +265,10 @@ def rename(rng: random.Random, path: Path, root: Path) -> str:
             [f"{9 * 10**18:020d}", f"{(1 << 63) - 1:020d}", "99999999999999999999", f"{10**6:020d}"]
         )
         target = path.with_name(new + m.group(2))
+        if m.group(2) == ".checkpoint.json" and path.parent.name == "log" and rng.random() < 0.5:
+            claimed = _claim(path, int(new))
+            if claimed:
+                return claimed
         if rng.random() < 0.5:
             shutil.copy(path, target)
             return f"copied to {target.name}"
@@ -273,6 +277,30 @@ def rename(rng: random.Random, path: Path, root: Path) -> str:
     target = path.with_name(rng.choice([".." + name, name + ".uncommitted", "_" + name, name.upper()]))
     path.rename(target)
     return f"renamed to {target.name}"
+
+
+def _claim(checkpoint: Path, version: int) -> str:
+    """The format-3 checkpoint ``checkpoint``, its list, the commit at its version and the hint
+    all moved to ``version``, agreeing (tests/test_trust.py's recipe): the lake's snapshot then
+    starts at that version, and a reader asked for its versions meets a claimed number that no
+    commits below stand behind. "" when the files are not as lakesink writes them."""
+    log = checkpoint.parent
+    try:
+        doc = json.loads(checkpoint.read_text())
+        listed = log / doc["files"]["name"]
+        commit = log / f"{doc['version']:020d}.json"
+        header, rest = commit.read_text().split("\n", 1)
+        head = json.loads(header)
+        head["commit"].update(version=version, read_version=version - 1)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    doc["version"], doc["files"]["name"] = version, f"{version:020d}{listed.name[20:]}"
+    listed.rename(log / doc["files"]["name"])
+    checkpoint.unlink()
+    (log / f"{version:020d}.checkpoint.json").write_text(json.dumps(doc))
+    (log / f"{version:020d}.json").write_text(json.dumps(head, separators=(",", ":")) + "\n" + rest)
+    (log / "_last_checkpoint").write_text(json.dumps({"version": version}))
+    return f"checkpoint, list, commit and hint moved to claim version {version}"
 
 
 def delete(rng: random.Random, path: Path) -> str:
