@@ -841,6 +841,27 @@ def test_a_sparse_huge_format_2_record_is_refused(tmp_path: Path, capsys: pytest
     one_line_error(*cli(["verify", path], capsys), record.name)
 
 
+def test_a_create_that_finds_a_huge_file_at_its_name_reads_no_more_than_its_own_bytes(tmp_path: Path) -> None:
+    """``put_if_absent`` that finds its name taken reads back what is there, to tell its own
+    earlier try (a lost answer) from another writer's: at most its own length and one byte more.
+    Found by the fuzzer (session 19, ``--mutation sparse`` case 1): ``vacuum`` writing its
+    checkpoint over a sparse 6 GiB summary at that name read it whole (MemoryError)."""
+    import tracemalloc
+
+    storage = LocalStorage(str(tmp_path))
+    name = f"_lakesink/log/{4:020d}.checkpoint.json"
+    assert storage.put_if_absent(name, b"{}")
+    with open(tmp_path / name, "r+b") as f:
+        f.truncate(256 << 20)  # sparse: an attacker's cost is nothing
+    tracemalloc.start()
+    try:
+        assert not storage.put_if_absent(name, b'{"version": 4}')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak  # the file is 256 MiB
+
+
 SECRET_URLS = [
     "s3://AKIAEXAMPLE:SuperSecret123@bucket/lake",
     "s3a://AKIAEXAMPLE:SuperSecret123@bucket/lake",
