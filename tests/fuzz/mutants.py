@@ -312,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
         what = f"caught at case {outcome.case}: {outcome.message}" if outcome.caught else "SURVIVED"
         if args.baseline:
             what = f"FAILED at case {outcome.case}: {outcome.message}" if outcome.caught else "clean"
-        print(f"{m.name:<34} {m.klass:<8} {outcome.seconds:>6.1f} s  {what[:240]}", flush=True)
+        print(f"{outcome.name:<34} {m.klass:<8} {outcome.seconds:>6.1f} s  {what[:240]}", flush=True)
     caught = sum(o.caught for o in outcomes)
     runs = "baseline runs failed" if args.baseline else "mutants caught"
     print(f"{caught} of {len(outcomes)} {runs} within {args.cases} cases from seed {args.seed}")
