@@ -738,6 +738,20 @@ def test_a_time_no_date_holds_is_a_corrupt_file(
     one_line_error(*cli(["history", lake], capsys), commit.name)
 
 
+@pytest.mark.parametrize("number", [str(1 << 31), str((1 << 63) - 1)])
+def test_a_partition_no_spark_task_has_is_a_corrupt_file(
+    lake: str, number: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer (session 19, ``--mutation number_text`` case 305): an add's
+    ``partition`` of 2**63-1 passed the count's range and raised OverflowError where the file
+    list is built (int32). A partition id is a Java int."""
+    commit = log_dir(lake) / f"{5:020d}.json"
+    edit_file(commit, '"partition":0', f'"partition":{number}')
+    with pytest.raises(CorruptFileError, match="partition must be at most"):
+        read_committed(lake)
+    one_line_error(*cli(["verify", lake], capsys), commit.name)
+
+
 @pytest.mark.parametrize("number", ["1e999", HUGE_INT, "NaN", str(1 << 63)])
 def test_out_of_range_checkpoint_and_hint_are_skipped(
     lake: str, number: str, caplog: pytest.LogCaptureFixture
