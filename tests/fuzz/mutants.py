@@ -9,7 +9,7 @@ fuzzer and simulation files are copied to a scratch folder (``tests.sim.mutants`
 snippet must occur exactly once), and ``python -m tests.fuzz`` run from that copy for up to
 ``--cases`` cases until the first ``FAILED case N``; the run is then stopped.
 
-    python -m tests.fuzz.mutants [--only NAME,...] [--cases 150] [--seed 0] [--json OUT]
+    python -m tests.fuzz.mutants [--only NAME,...] [--cases N] [--seed S] [--json OUT] [--baseline]
 
 A mutant is *caught* when a case fails, *survived* otherwise; the table gives the case and the
 oracle's first message. Exit status 1 when one survived (unless it is listed as equivalent).
@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tests.sim.mutants import Mutant, checkout_copy, plant
+from tests.sim.mutants import ROOT, Mutant, checkout_copy, plant
 
 #: What a mutant's copy holds: the product, the fuzzer, and the test helpers its templates use.
 COPIED = (
@@ -50,6 +50,10 @@ class FuzzMutant(Mutant):
     klass: str = ""
     #: The fuzzer's options that reach the mutant (a template, a mutation).
     options: tuple[str, ...] = ()
+    #: Where its run starts and how many cases it takes at most, unless ``--seed`` / ``--cases``
+    #: say (trust.md, "Session 19": why a mutant needs more, or another start).
+    seed: int = 0
+    cases: int = 150
 
 
 MUTANTS = (
@@ -122,6 +126,8 @@ MUTANTS = (
         "of one-row groups cost GBs)",
         klass="memory",
         options=("--mutation", "parquet_rewrite", "--template", "v3parts"),
+        # case 128 fails on the unchanged code (a data file: trust.md, "From issue 37", item 6)
+        seed=129,
     ),
     FuzzMutant(
         "versions-range-over-a-claim",
@@ -145,6 +151,8 @@ MUTANTS = (
         "a time past the year 9999 is taken: datetime raises OverflowError/ValueError in history",
         klass="crash",
         options=("--mutation", "number_text"),
+        # caught at case 314: number_text lands on a commit's committed_at ~1 case in 300
+        cases=400,
     ),
     FuzzMutant(
         "counts-unbounded",
@@ -172,6 +180,8 @@ MUTANTS = (
         "pyarrow's error for a damaged checkpoint list spans lines, and the reader's error quotes it",
         klass="crash",
         options=("--mutation", "flip", "--template", "v3"),
+        # caught at case 279: a flip hits a page header of the checkpoint's list rarely
+        cases=400,
     ),
     # Secrets ----------------------------------------------------------------------------------------
     FuzzMutant(
@@ -203,6 +213,8 @@ class Outcome:
     cases_run: int
     seconds: float
     equivalent: bool
+    #: The failing case fails on the unchanged code too (replayed there): not the mutant's.
+    unchanged_fails: bool = False
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
@@ -267,6 +279,12 @@ def run(mutant: FuzzMutant, cases: int, seed: int, *, log: bool = False, planted
                 _stop(proc)
         if case is None and not ran:  # no summary line: the fuzzer itself failed (a broken plant)
             raise SystemExit(f"mutant {mutant.name}: the fuzzer stopped without running:\n{''.join(tail)}")
+        unchanged_fails = False
+        if case is not None and planted:  # the case replayed on the unchanged code: clean?
+            (copy / mutant.path).write_text((ROOT / mutant.path).read_text())
+            again = [sys.executable, "-m", "tests.fuzz", "--cases", "1", "--seed", str(case), *mutant.options]
+            replay = subprocess.run(again, cwd=copy, env=env, capture_output=True, text=True, check=False)
+            unchanged_fails = "FAILED case" in replay.stdout
     return Outcome(
         mutant.name,
         mutant.klass,
@@ -276,14 +294,15 @@ def run(mutant: FuzzMutant, cases: int, seed: int, *, log: bool = False, planted
         ran,
         round(time.monotonic() - began, 1),
         mutant.equivalent,
+        unchanged_fails,
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tests.fuzz.mutants", description=__doc__.split("\n\n")[0])
     p.add_argument("--only", default="", help="comma-separated mutant names (default: all)")
-    p.add_argument("--cases", type=int, default=150, help="fuzzer cases per mutant at most (default 150)")
-    p.add_argument("--seed", type=int, default=0, help="the first case's seed (default 0)")
+    p.add_argument("--cases", type=int, help="fuzzer cases per mutant at most (default: the mutant's, 150)")
+    p.add_argument("--seed", type=int, help="the first case's seed (default: the mutant's, 0)")
     p.add_argument("--json", help="write the outcomes to this file")
     p.add_argument("--list", action="store_true", help="list the mutants and exit")
     p.add_argument("--log", action="store_true", help="print the fuzzer's output as it runs")
@@ -305,22 +324,27 @@ def main(argv: list[str] | None = None) -> int:
         chosen = list({m.options: m for m in reversed(chosen)}.values())[::-1]
     outcomes = []
     for m in chosen:
-        outcome = run(m, args.cases, args.seed, log=args.log, planted=not args.baseline)
+        cases = args.cases if args.cases is not None else m.cases
+        seed = args.seed if args.seed is not None else m.seed
+        outcome = run(m, cases, seed, log=args.log, planted=not args.baseline)
         if args.baseline:
             outcome.name = " ".join(m.options) or "(any)"
         outcomes.append(outcome)
         what = f"caught at case {outcome.case}: {outcome.message}" if outcome.caught else "SURVIVED"
+        if outcome.unchanged_fails:
+            what = f"NOT CAUGHT: case {outcome.case} fails on the unchanged code too: {outcome.message}"
+        what = f"{cases} from {seed}: {what}"
         if args.baseline:
             what = f"FAILED at case {outcome.case}: {outcome.message}" if outcome.caught else "clean"
         print(f"{outcome.name:<34} {m.klass:<8} {outcome.seconds:>6.1f} s  {what[:240]}", flush=True)
-    caught = sum(o.caught for o in outcomes)
+    caught = sum(o.caught and not o.unchanged_fails for o in outcomes)
     runs = "baseline runs failed" if args.baseline else "mutants caught"
-    print(f"{caught} of {len(outcomes)} {runs} within {args.cases} cases from seed {args.seed}")
+    print(f"{caught} of {len(outcomes)} {runs}")
     if args.json:
         Path(args.json).write_text(json.dumps([asdict(o) for o in outcomes], indent=2) + "\n")
     if args.baseline:
         return 1 if caught else 0
-    return 0 if all(o.caught or o.equivalent for o in outcomes) else 1
+    return 0 if all((o.caught and not o.unchanged_fails) or o.equivalent for o in outcomes) else 1
 
 
 if __name__ == "__main__":
