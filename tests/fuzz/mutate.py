@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 SPARSE_BYTES = 6 << 30
+#: How many empty objects ``lengthen``'s bomb holds (3 bytes each).
+BOMB = 20_000_000
 #: Texts an attacker puts where a JSON value was (raw JSON, not all of it valid).
 VALUES = [
     "1e999",
@@ -166,6 +168,14 @@ def lengthen(rng: random.Random, path: Path) -> str:
     docs, how = json_lines(path)
     line = rng.randrange(len(docs))
     times = rng.choice([1000, 100_000, 400_000])
+    if rng.random() < 0.1:
+        # Issue 51's bomb: 20 million empty objects (60 MiB, under the byte and depth limits)
+        # where a value was; decoded, 217 s and 4.5 GB. Written as text, never built here.
+        slots = _slots(docs[line])
+        trail = rng.choice(slots[1:] or slots)
+        docs[line] = _replace_at(docs[line], trail, PLACEHOLDER)
+        write_json(path, docs, how, "[" + "{}," * (BOMB - 1) + "{}]")
+        return f"line {line} {list(trail)} := [{{}}] * {BOMB:,}"
     if how == "lines" and rng.random() < 0.3:  # many lines (a commit of many actions)
         docs.extend(docs[-1:] * times)
         # Half the time the header counts them, as the lake's writer could: then only the
