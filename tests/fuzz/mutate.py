@@ -639,12 +639,16 @@ def applies_to(kind: str, files: list[Path]) -> bool:
 def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str, str, str]:
     """Change one file of the lake at ``root``; returns (mutation, file, what was done).
 
-    Without ``kind``, one is drawn among those the lake has a file for (a lake without views
-    never draws ``spark_metadata``; where every kind applies, the draw is what it always was)."""
+    Without ``kind``, one is drawn; one the lake has no file for (``spark_metadata`` on a lake
+    without views) is drawn again among those it has (before, it fell back to ``flip``): every
+    other case is what it always was."""
     files = files_of(root)
     if kind is None:
-        names = [n for n in WEIGHTS if applies_to(n, files)]
+        names = list(WEIGHTS)
         kind = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+        if not applies_to(kind, files):
+            names = [n for n in WEIGHTS if applies_to(n, files)]
+            kind = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
     fn, takes_root, applies = MUTATIONS[kind]
     candidates = [p for p in files if APPLIES[applies](p)]
     if applies == "json":
