@@ -14,7 +14,7 @@ PYTEST_ARGS ?=
 BENCH_ARGS ?=
 SOURCES := lakesink reader/lakesink_reader pyspark_lakesink.py devtools jobs tests scripts bench
 
-.PHONY: help java hdfs-jars iceberg-jars install run run-s3 run-hdfs run-cluster test chaos long cluster simulate fuzz bench lint typecheck docs clean
+.PHONY: help java hdfs-jars iceberg-jars install run run-s3 run-hdfs run-cluster test chaos long cluster simulate fuzz fuzz-mutants mutants bench lint typecheck docs clean
 
 help: ## list the targets and the variables they take
 	@echo "targets:"
@@ -28,6 +28,7 @@ help: ## list the targets and the variables they take
 	@echo "  SIM_ARGS='...'         extra arguments of python -m tests.sim (e.g. --faults lost,kill --actors writer,vacuum)"
 	@echo "  CASES=N FUZZ_SEED=S    make fuzz: how many cases, from which seed (default 1000 from 0)"
 	@echo "  FUZZ_ARGS='...'        extra arguments of python -m tests.fuzz (e.g. --mutation link_out --template v3)"
+	@echo "  MUTANTS=a,b            make mutants / fuzz-mutants: only these mutants (MUTANT_SEEDS=, MUTANT_CASES=: how far)"
 
 # The Makefile is a prerequisite too: a change of how lakesink is installed reinstalls it.
 $(STAMP): setup.cfg pyproject.toml reader/setup.cfg reader/pyproject.toml constraints.txt Makefile
@@ -146,6 +147,13 @@ MUTANT_SEEDS ?= 300
 MUTANTS ?=
 mutants: $(STAMP) ## plant each mutant of tests/sim/mutants.py in a copy and run the simulation on it; exit 1 if one survives
 	$(PY) -m tests.sim.mutants --seeds $(MUTANT_SEEDS) --jobs 2 $(if $(MUTANTS),--only $(MUTANTS),)
+
+# Checks of the trust boundary removed from the product, one at a time, that the fuzzer must
+# catch (issue 51): each in a scratch copy of the checkout, with the fuzzer options that reach
+# it, up to its number of cases (150, some 400) or MUTANT_CASES (tests/fuzz/mutants.py).
+MUTANT_CASES ?=
+fuzz-mutants: $(STAMP) ## plant each mutant of tests/fuzz/mutants.py in a copy and fuzz it until a case fails; exit 1 if one survives
+	$(PY) -m tests.fuzz.mutants $(if $(MUTANT_CASES),--cases $(MUTANT_CASES),) $(if $(MUTANTS),--only $(MUTANTS),)
 
 bench: java $(STAMP) hdfs-jars ## the bench's smoke tests, then benchmarks against Spark's parquet sink; writes bench-results.json/.png
 	@# The editable install has no bytecode for lakesink, and with PYTHONDONTWRITEBYTECODE set

@@ -62,3 +62,16 @@ def test_the_oracle_sees_a_read_outside_a_traceback_and_a_hang() -> None:
     assert "os.listdir /etc" in out and "test_fuzz.py" not in out, out
     assert "os.remove no-such-file (is /etc/no-such-file)" in out, out
     assert child.one_error_line("lakesink status: error: x\n") and not child.one_error_line("")
+
+
+def test_the_fuzzer_catches_a_planted_mutant() -> None:
+    """One check of the trust boundary removed (tests/fuzz/mutants.py: the local backend's folders
+    opened without O_NOFOLLOW), in a scratch copy: the fuzzer's first case of ``--mutation
+    link_out`` fails on it (~4 s), and the work tree is not touched."""
+    from tests.fuzz.mutants import MUTANTS, run
+
+    mutant = next(m for m in MUTANTS if m.name == "folders-opened-following-links")
+    outcome = run(mutant, cases=3, seed=0)
+    assert outcome.caught and outcome.case == 0, outcome
+    assert outcome.message and outcome.message.startswith("outside the lake: lakesink.folder"), outcome
+    assert mutant.original in (Path(__file__).parent.parent / mutant.path).read_text()

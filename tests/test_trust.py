@@ -744,6 +744,20 @@ def test_a_time_no_date_holds_is_a_corrupt_file(
     one_line_error(*cli(["history", lake], capsys), commit.name)
 
 
+@pytest.mark.parametrize("number", [str(1 << 31), str((1 << 63) - 1)])
+def test_a_partition_no_spark_task_has_is_a_corrupt_file(
+    lake: str, number: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Found by the fuzzer (session 19, ``--mutation number_text`` case 305): an add's
+    ``partition`` of 2**63-1 passed the count's range and raised OverflowError where the file
+    list is built (int32). A partition id is a Java int."""
+    commit = log_dir(lake) / f"{5:020d}.json"
+    edit_file(commit, '"partition":0', f'"partition":{number}')
+    with pytest.raises(CorruptFileError, match="partition must be at most"):
+        read_committed(lake)
+    one_line_error(*cli(["verify", lake], capsys), commit.name)
+
+
 @pytest.mark.parametrize("number", ["1e999", HUGE_INT, "NaN", str(1 << 63)])
 def test_out_of_range_checkpoint_and_hint_are_skipped(
     lake: str, number: str, caplog: pytest.LogCaptureFixture
@@ -845,6 +859,27 @@ def test_a_sparse_huge_format_2_record_is_refused(tmp_path: Path, capsys: pytest
     with pytest.raises(CorruptFileError, match="the most a format-2 epoch record"):
         read_committed(path)
     one_line_error(*cli(["verify", path], capsys), record.name)
+
+
+def test_a_create_that_finds_a_huge_file_at_its_name_reads_no_more_than_its_own_bytes(tmp_path: Path) -> None:
+    """``put_if_absent`` that finds its name taken reads back what is there, to tell its own
+    earlier try (a lost answer) from another writer's: at most its own length and one byte more.
+    Found by the fuzzer (session 19, ``--mutation sparse`` case 1): ``vacuum`` writing its
+    checkpoint over a sparse 6 GiB summary at that name read it whole (MemoryError)."""
+    import tracemalloc
+
+    storage = LocalStorage(str(tmp_path))
+    name = f"_lakesink/log/{4:020d}.checkpoint.json"
+    assert storage.put_if_absent(name, b"{}")
+    with open(tmp_path / name, "r+b") as f:
+        f.truncate(256 << 20)  # sparse: an attacker's cost is nothing
+    tracemalloc.start()
+    try:
+        assert not storage.put_if_absent(name, b'{"version": 4}')
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 << 20, peak  # the file is 256 MiB
 
 
 SECRET_URLS = [

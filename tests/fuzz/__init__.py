@@ -15,4 +15,6 @@ removed; no row of the file beside the lake is ever returned.
 
 Each case is its own seed: its template, file and mutation follow from it alone, so a failing
 case replays from the command printed beside it.
+
+    python -m tests.fuzz.mutants                     # checks removed one at a time: caught?
 """

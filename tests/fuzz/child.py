@@ -115,6 +115,22 @@ def install_audit(root: str, found: list[str]) -> None:
     sys.addaudithook(hook)
 
 
+#: The case's secret (:func:`run_case` sets it): a token the lake's URL carries, which no
+#: step's output or error may show (docs/FORMAT.md, "Trust": URLs are shown redacted).
+SECRET = ""
+
+
+def shown_secret(text: str) -> str | None:
+    return "the URL's secret shown in the output" if SECRET and SECRET in text else None
+
+
+def local_path(url: str) -> str:
+    """The local folder of a case's lake URL (a ``file://`` URL, or already a path)."""
+    from urllib.parse import unquote, urlparse
+
+    return unquote(urlparse(url).path) if url.startswith("file:") else url
+
+
 def one_error_line(text: str) -> bool:
     return len([line for line in text.splitlines() if "error:" in line]) == 1
 
@@ -133,6 +149,7 @@ def cli_step(command: str, root: str, *options: str) -> dict[str, Any]:
         problem = "exit 2 without exactly one error line"
     elif "Traceback" in err.getvalue() + out.getvalue():
         problem = "a traceback in the output"
+    problem = problem or shown_secret(err.getvalue() + out.getvalue())
     return {"verdict": verdict, "exit": code, "problem": problem, "err": err.getvalue()[-300:]}
 
 
@@ -148,7 +165,7 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
             lake.history()
     except LakeSinkError as exc:
         text = str(exc)
-        problem = "a multi-line error" if "\n" in text.strip() else None
+        problem = "a multi-line error" if "\n" in text.strip() else shown_secret(text)
         return {"verdict": "refused", "problem": problem, "err": f"{type(exc).__name__}: {text[:300]}"}
     ids = set(table.column("id").to_pylist()) if "id" in table.column_names else set()
     leaked = sorted(ids & set(victim_ids))[:5]
@@ -170,7 +187,7 @@ def maintenance_step(command: str) -> Callable[[str, range], dict[str, Any]]:
     def step(root: str, victim_ids: range) -> dict[str, Any]:
         outcome = cli_step(command, root, *MAINTENANCE[command][1:])
         if outcome["problem"] is None:
-            copied = sorted(_ids_in_lake(root) & set(victim_ids))[:5]
+            copied = sorted(_ids_in_lake(local_path(root)) & set(victim_ids))[:5]
             if copied:
                 outcome["problem"] = f"rows of the file outside copied into the lake: {copied}"
         return outcome
@@ -192,8 +209,26 @@ def _ids_in_lake(root: str) -> set[int]:
     return found
 
 
+def secret_url_step(root: str, victim_ids: range) -> dict[str, Any]:
+    """The lake opened through a URL whose user info is the case's secret (the local store
+    refuses user info): the refusal, by the reader and by the CLI, must not show it."""
+    from lakesink_reader import Lake
+
+    url = f"file://fuzz:{SECRET}@localhost{local_path(root)}"
+    try:
+        Lake(url).files()
+        text = ""
+    except Exception as exc:  # noqa: BLE001 -- any refusal; what it shows is the question
+        text = f"{type(exc).__name__}: {exc}"
+    outcome = cli_step("status", url)
+    if outcome["problem"] is None:
+        outcome["problem"] = shown_secret(text)
+    return outcome
+
+
 STEPS: dict[str, Callable[[str, range], dict[str, Any]]] = {
     "read": read_step,
+    "secret_url": secret_url_step,
     "status": lambda root, _: cli_step("status", root),
     "verify": lambda root, _: cli_step("verify", root),
     "history": lambda root, _: cli_step("history", root),
@@ -201,8 +236,13 @@ STEPS: dict[str, Callable[[str, range], dict[str, Any]]] = {
 }
 
 
-def run_case(root: str, victim_ids: range, steps: list[str], conn: Any) -> None:
-    """The child's body: caps, hook, steps; the result dict sent through ``conn``."""
+def run_case(
+    root: str, victim_ids: range, steps: list[str], conn: Any, url: str | None = None, secret: str = ""
+) -> None:
+    """The child's body: caps, hook, steps; the result dict sent through ``conn``. The steps open
+    the lake through ``url`` (a URL of ``root`` that may carry ``secret``) where given."""
+    global SECRET
+    SECRET = secret
     result: dict[str, Any] = {"steps": {}, "audit": []}
     # The reader's warnings (a skipped checkpoint, an ignored hint) are not the oracle's: quiet.
     logging.disable(logging.CRITICAL)
@@ -216,7 +256,7 @@ def run_case(root: str, victim_ids: range, steps: list[str], conn: Any) -> None:
         for name in steps:
             start = time.monotonic()
             try:
-                outcome = STEPS[name](root, victim_ids)
+                outcome = STEPS[name](url or root, victim_ids)
             except MemoryError:
                 outcome = {"verdict": "crash", "problem": "MemoryError: the address-space cap was hit"}
             except BaseException as exc:  # noqa: BLE001 -- that is what the oracle looks for

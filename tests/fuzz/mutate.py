@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 SPARSE_BYTES = 6 << 30
+#: How many empty objects ``lengthen``'s bomb holds (3 bytes each).
+BOMB = 20_000_000
 #: Texts an attacker puts where a JSON value was (raw JSON, not all of it valid).
 VALUES = [
     "1e999",
@@ -166,10 +168,27 @@ def lengthen(rng: random.Random, path: Path) -> str:
     docs, how = json_lines(path)
     line = rng.randrange(len(docs))
     times = rng.choice([1000, 100_000, 400_000])
+    if rng.random() < 0.1:
+        # Issue 51's bomb: 20 million empty objects (60 MiB, under the byte and depth limits)
+        # where a value was; decoded, 217 s and 4.5 GB. Written as text, never built here.
+        slots = _slots(docs[line])
+        trail = rng.choice(slots[1:] or slots)
+        docs[line] = _replace_at(docs[line], trail, PLACEHOLDER)
+        write_json(path, docs, how, "[" + "{}," * (BOMB - 1) + "{}]")
+        return f"line {line} {list(trail)} := [{{}}] * {BOMB:,}"
     if how == "lines" and rng.random() < 0.3:  # many lines (a commit of many actions)
         docs.extend(docs[-1:] * times)
+        # Half the time the header counts them, as the lake's writer could: then only the
+        # bound on a commit's actions stands between the lines and their decoding.
+        counts = docs[0].get("commit", {}).get("counts") if isinstance(docs[0], dict) else None
+        action = next(iter(docs[-1]), None) if isinstance(docs[-1], dict) and len(docs) > 1 else None
+        key = f"{action}_files"
+        agreed = ""
+        if isinstance(counts, dict) and isinstance(counts.get(key), int) and rng.random() < 0.5:
+            counts[key] += times
+            agreed = f" (the header counts them: {key} {counts[key]})"
         write_json(path, docs, how)
-        return f"last line repeated {times} times"
+        return f"last line repeated {times} times{agreed}"
     lists = [t for t in _slots(docs[line]) if isinstance(_get(docs[line], t), list | dict)]
     trail = rng.choice(lists)
     node = _get(docs[line], trail)
@@ -256,6 +275,10 @@ def rename(rng: random.Random, path: Path, root: Path) -> str:
             [f"{9 * 10**18:020d}", f"{(1 << 63) - 1:020d}", "99999999999999999999", f"{10**6:020d}"]
         )
         target = path.with_name(new + m.group(2))
+        if m.group(2) == ".checkpoint.json" and path.parent.name == "log" and rng.random() < 0.5:
+            claimed = _claim(path, int(new))
+            if claimed:
+                return claimed
         if rng.random() < 0.5:
             shutil.copy(path, target)
             return f"copied to {target.name}"
@@ -264,6 +287,30 @@ def rename(rng: random.Random, path: Path, root: Path) -> str:
     target = path.with_name(rng.choice([".." + name, name + ".uncommitted", "_" + name, name.upper()]))
     path.rename(target)
     return f"renamed to {target.name}"
+
+
+def _claim(checkpoint: Path, version: int) -> str:
+    """The format-3 checkpoint ``checkpoint``, its list, the commit at its version and the hint
+    all moved to ``version``, agreeing (tests/test_trust.py's recipe): the lake's snapshot then
+    starts at that version, and a reader asked for its versions meets a claimed number that no
+    commits below stand behind. "" when the files are not as lakesink writes them."""
+    log = checkpoint.parent
+    try:
+        doc = json.loads(checkpoint.read_text())
+        listed = log / doc["files"]["name"]
+        commit = log / f"{doc['version']:020d}.json"
+        header, rest = commit.read_text().split("\n", 1)
+        head = json.loads(header)
+        head["commit"].update(version=version, read_version=version - 1)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return ""
+    doc["version"], doc["files"]["name"] = version, f"{version:020d}{listed.name[20:]}"
+    listed.rename(log / doc["files"]["name"])
+    checkpoint.unlink()
+    (log / f"{version:020d}.checkpoint.json").write_text(json.dumps(doc))
+    (log / f"{version:020d}.json").write_text(json.dumps(head, separators=(",", ":")) + "\n" + rest)
+    (log / "_last_checkpoint").write_text(json.dumps({"version": version}))
+    return f"checkpoint, list, commit and hint moved to claim version {version}"
 
 
 def delete(rng: random.Random, path: Path) -> str:
@@ -574,21 +621,41 @@ def is_parquet(path: Path) -> bool:
     )
 
 
+#: What each kind of mutation applies to (``MUTATIONS``' third field), by a file's name.
+APPLIES: dict[str, Callable[[Path], bool]] = {
+    "any": lambda p: True,
+    "json": is_json,
+    "parquet": is_parquet,
+    "spark": is_spark_batch,
+}
+
+
+def applies_to(kind: str, files: list[Path]) -> bool:
+    """Whether ``files`` (a lake's) hold one the mutation ``kind`` applies to (by name: a JSON
+    file that does not parse is found out later, and the mutation falls back to ``flip``)."""
+    return any(APPLIES[MUTATIONS[kind][2]](p) for p in files)
+
+
 def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str, str, str]:
-    """Change one file of the lake at ``root``; returns (mutation, file, what was done)."""
-    names = list(WEIGHTS)
-    kind = kind or rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+    """Change one file of the lake at ``root``; returns (mutation, file, what was done).
+
+    Without ``kind``, one is drawn; one the lake has no file for (``spark_metadata`` on a lake
+    without views) is drawn again among those it has (before, it fell back to ``flip``): every
+    other case is what it always was."""
+    files = files_of(root)
+    if kind is None:
+        names = list(WEIGHTS)
+        kind = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
+        if not applies_to(kind, files):
+            names = [n for n in WEIGHTS if applies_to(n, files)]
+            kind = rng.choices(names, weights=[WEIGHTS[n] for n in names])[0]
     fn, takes_root, applies = MUTATIONS[kind]
-    candidates = files_of(root)
+    candidates = [p for p in files if APPLIES[applies](p)]
     if applies == "json":
-        candidates = [p for p in candidates if is_json(p) and _loads(p)]
-    elif applies == "parquet":
-        candidates = [p for p in candidates if is_parquet(p)]
-    elif applies == "spark":
-        candidates = [p for p in candidates if is_spark_batch(p)]
+        candidates = [p for p in candidates if _loads(p)]
     if not candidates:  # a lake without such a file (no view, no Parquet metadata): any file
         kind, fn, takes_root = "flip", flip, False
-        candidates = files_of(root)
+        candidates = files
     # metadata more often than data: that is where the lake's writer speaks to the reader
     meta = [
         p

@@ -14,12 +14,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.fuzz.child import MAINTENANCE, RSS_CAP, run_case
-from tests.fuzz.mutate import mutate
+from tests.fuzz.mutate import MUTATIONS, applies_to, files_of, mutate
 from tests.fuzz.templates import TEMPLATES, VICTIM_IDS, build
 
 #: A case's steps, in order, then one maintenance command (``child.MAINTENANCE``) in
 #: :data:`MAINTENANCE_SHARE` of the cases; all of them may take at most this long (seconds).
-STEPS = ["read", "status", "verify", "history"]
+STEPS = ["read", "status", "verify", "history", "secret_url"]
+#: The share of cases whose steps open the lake through a ``file://`` URL carrying the case's
+#: secret as a signing query parameter (which the local store ignores); every case also opens
+#: it through a URL whose user info is the secret (refused): no output may show it.
+SECRET_URL_SHARE = 0.5
 MAINTENANCE_SHARE = 0.5
 TIME_CAP = 30.0
 #: How often the driver looks at a child's resident memory (seconds), and what a child holds
@@ -38,13 +42,17 @@ class Case:
     mutation: str = ""
     file: str = ""
     what: str = ""
+    #: The URL the steps open the lake through ("": its path) and the secret URLs carry.
+    url: str = ""
+    secret: str = ""
     result: dict[str, Any] = field(default_factory=dict)
     failures: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
     def line(self) -> str:
         then = f" then {self.maintenance}" if self.maintenance else ""
-        return f"case {self.seed}: {self.template} {self.mutation} {self.file}: {self.what}{then}"
+        through = " (through a URL with a signing parameter)" if self.url else ""
+        return f"case {self.seed}: {self.template} {self.mutation} {self.file}: {self.what}{then}{through}"
 
 
 def rss(pid: int | None) -> int:
@@ -61,6 +69,10 @@ class Fuzzer:
         self.workdir = Path(workdir or tempfile.mkdtemp(prefix="lakesink-fuzz-"))
         self.keep = keep
         self.templates = build(self.workdir / "templates")
+        self.applicable = {
+            kind: {name for name, root in self.templates.items() if applies_to(kind, files_of(root))}
+            for kind in MUTATIONS
+        }
         # Each thread's malloc arena reserves 64 MiB of address space: two arenas keep the
         # children's address space near what they use (the forkserver starts with this
         # environment, and the children it forks inherit it).
@@ -74,7 +86,10 @@ class Fuzzer:
 
     def run(self, seed: int, *, template: str | None = None, mutation: str | None = None) -> Case:
         rng = random.Random(seed)
-        case = Case(seed, template or rng.choice(sorted(TEMPLATES)))
+        # Given a mutation, a template it applies to (``spark_metadata``: one with views); a
+        # mutation that applies to every template draws what it always drew.
+        templates = [t for t in sorted(TEMPLATES) if not mutation or t in self.applicable[mutation]]
+        case = Case(seed, template or rng.choice(templates))
         place = self.workdir / f"case-{seed}"
         if place.exists():
             shutil.rmtree(place)
@@ -88,7 +103,13 @@ class Fuzzer:
             # drawn after the mutation: a seed of the ledger's runs still makes the same one
             if rng.random() < MAINTENANCE_SHARE:
                 case.maintenance = rng.choice(sorted(MAINTENANCE))
-            case.result = self._child(str(root), [*STEPS, *([case.maintenance] if case.maintenance else [])])
+            # Drawn apart from the case's own draws: a seed's lake and mutation stay what they were.
+            secrets = random.Random(f"secret {seed}")
+            case.secret = f"fz{secrets.getrandbits(64):016x}zz"
+            if secrets.random() < SECRET_URL_SHARE:
+                case.url = f"file://localhost{root}?X-Amz-Security-Token={case.secret}"
+            steps = [*STEPS, *([case.maintenance] if case.maintenance else [])]
+            case.result = self._child(str(root), steps, case.url, case.secret)
             changed = sorted(set(victim.items()) ^ set(_files(place / "victim").items()))
             case.result["victim"] = [name for name, _ in changed]
         finally:
@@ -98,9 +119,11 @@ class Fuzzer:
         case.failures = judge(case.result)
         return case
 
-    def _child(self, root: str, steps: list[str]) -> dict[str, Any]:
+    def _child(self, root: str, steps: list[str], url: str, secret: str) -> dict[str, Any]:
         receive, send = self.ctx.Pipe(duplex=False)
-        child = self.ctx.Process(target=run_case, args=(root, VICTIM_IDS, steps, send), daemon=True)
+        child = self.ctx.Process(
+            target=run_case, args=(root, VICTIM_IDS, steps, send, url, secret), daemon=True
+        )
         child.start()
         send.close()
         result: dict[str, Any] = {}

@@ -276,12 +276,17 @@ def plant(mutant: Mutant, copy: Path) -> None:
     target.write_text(text.replace(mutant.original, mutant.replacement))
 
 
-def checkout_copy(into: Path) -> Path:
-    """The checkout's tracked files (as they are in the work tree) under ``into``."""
-    names = subprocess.run(
-        ["git", "ls-files", "-z", "lakesink", "reader/lakesink_reader", "tests/sim", "tests/__init__.py"],
-        cwd=ROOT, capture_output=True, check=True,
-    ).stdout.decode().split("\0")  # fmt: skip
+#: What a mutant's copy of the checkout holds: the product, and the simulation that runs it.
+COPIED = ("lakesink", "reader/lakesink_reader", "tests/sim", "tests/__init__.py")
+
+
+def checkout_copy(into: Path, paths: tuple[str, ...] = COPIED) -> Path:
+    """The checkout's tracked files under ``paths`` (as they are in the work tree) under ``into``."""
+    names = (
+        subprocess.run(["git", "ls-files", "-z", *paths], cwd=ROOT, capture_output=True, check=True)
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, names):
         source, target = ROOT / name, into / name
         target.parent.mkdir(parents=True, exist_ok=True)

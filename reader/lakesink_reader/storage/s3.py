@@ -394,7 +394,9 @@ class S3Storage:
                         raise
             time.sleep(0.05 * 2**attempt)
         try:
-            return self.read_bytes(name) == data  # our own earlier try, whose answer was lost?
+            # our own earlier try, whose answer was lost? (at most one byte more than ours: see
+            # base.put_if_absent_by_publish)
+            return self.read_bytes(name, limit=len(data) + 1) == data
         except FileNotFoundError:
             return False
 
