@@ -164,6 +164,37 @@ def test_a_commit_maps_to_deterministic_delta_bytes(lake: str) -> None:
     assert second == ["commitInfo", "txn", "add", "add"]
 
 
+def test_the_views_started_together_read_each_commit_time_once_between_them(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Delta and Spark views started at once on a lake that had neither need the time of
+    every version that added a live file (their ``modificationTime``): on a lake of 100,000
+    versions that is 100,000 header reads. The lake's commit times are shared by its views
+    (``lakesink.views.memo.CommitTimes``), so each version's header is read once between the
+    two, not once per view (session 19: the log-scale bench's first commit, 50 -> ~30 s)."""
+    from lakesink.views import delta_view
+
+    storage, table_id = v3_table(lake)
+    writer = Writer(VersionedLogWriter(storage, table_id, checkpoint_interval=100), W1)
+    for i in range(20):  # versions 0-19, no view: more than the 16 a view fills one by one
+        writer.append(i * 100)
+    asked: list[int] = []
+    real = delta_view.parallel
+
+    def counted(fn: Any, items: Any, threads: int = 16) -> Any:
+        asked.extend(items)
+        return real(fn, items, threads)
+
+    monkeypatch.setattr(delta_view, "parallel", counted)  # added_times's header reads, both views
+    viewed = VersionedLogWriter(
+        storage, table_id, checkpoint_interval=100, after_commit=derived_views(storage, table_id)
+    )
+    Writer(viewed, W2, allow_other_queries=True).append(5000)  # version 20: both views start
+    assert storage.exists("_delta_log/00000000000000000020.json")
+    assert storage.exists("_spark_metadata/19.compact")
+    assert sorted(asked) == list(range(20))  # each once; before: each twice
+
+
 def test_the_schema_maps_strictly() -> None:
     fine = pa.schema(
         [

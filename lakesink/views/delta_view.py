@@ -22,6 +22,7 @@ per lake for the life of the process, so the steady state costs the one PUT.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -48,7 +49,7 @@ from lakesink.views.delta import (
     last_checkpoint_doc,
 )
 from lakesink.views.hook import ViewHook
-from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink.views.memo import CommitTimes, StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
@@ -58,7 +59,7 @@ from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
 from lakesink_reader.format.v3.checkpoint import MAX_LIST_EXPANSION, live_files_table
 from lakesink_reader.format.v3.commits import Commit
-from lakesink_reader.format.v3.logfiles import parallel
+from lakesink_reader.format.v3.logfiles import parallel, read_threads
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.format.v3.vlog import VersionedLog
 from lakesink_reader.names import META_DIR
@@ -289,6 +290,20 @@ def added_times(
     fill: Any = pc.fill_null  # pyarrow's stubs type its arguments too narrowly
     added: Any = live.column("added_version").combine_chunks().cast(pa.int64())
     versions: Any = fill(added, scalar(0, pa.int64()))
+    # The lake's times are shared by its views, which run in threads: one fills at a time, and
+    # the next finds them there (CommitTimes).
+    with times.filling() if isinstance(times, CommitTimes) else contextlib.nullcontext():
+        return _added_times(storage, vlog, live, versions, times, prior)
+
+
+def _added_times(
+    storage: Storage,
+    vlog: VersionedLog,
+    live: pa.Table,
+    versions: Any,
+    times: dict[int, int],
+    prior: Callable[[], pa.Table | None] | None,
+) -> pa.Array[Any]:
     missing = [v for v in (int(v) for v in pc.unique(versions).to_pylist()) if v not in times]
     known: Any = None  # per live file: its time in the prior view, or null
     if prior is not None and missing:
@@ -301,7 +316,7 @@ def added_times(
         unknown = pc.and_(pc.is_in(versions, value_set=array(need, pa.int64())), pc.is_null(known))
         need = sorted(int(v) for v in pc.unique(pc.filter(versions, unknown)).to_pylist())
     if need:
-        for v, header in zip(need, parallel(vlog.read_header, need), strict=True):
+        for v, header in zip(need, parallel(vlog.read_header, need, read_threads(storage)), strict=True):
             if header is not None:
                 times[v] = _ms(header.committed_at)
         fallback: int | None = None
@@ -312,9 +327,10 @@ def added_times(
                     fallback = _oldest_commit_ms(storage, vlog)
                 ms = fallback
             times[v] = ms
+    known_times = list(times.items())  # one look: a commit may add a time meanwhile
     by_version = pc.take(
-        array(list(times.values()), pa.int64()),
-        pc.index_in(versions, value_set=array(list(times.keys()), pa.int64())),
+        array([ms for _, ms in known_times], pa.int64()),
+        pc.index_in(versions, value_set=array([v for v, _ in known_times], pa.int64())),
     )
     out: Any = by_version if known is None else pc.coalesce(by_version, known)
     return out.combine_chunks() if isinstance(out, pa.ChunkedArray) else out  # type: ignore[no-any-return]

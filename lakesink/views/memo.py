@@ -18,10 +18,12 @@ it:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Generic, TypeVar
 
@@ -35,8 +37,35 @@ if TYPE_CHECKING:
 
 #: Lakes remembered per process and view kind: a driver writes a handful of lakes at a time.
 MAX_LAKES = 64
-#: Commit times a process keeps per lake (:meth:`ViewMemo.remember_time`).
+#: Commit times a process keeps per lake, shared by its views: up to twice this, then the newest
+#: this many (:meth:`ViewMemo.remember_time`).
 MAX_TIMES = 100_000
+
+
+class CommitTimes(dict[int, int]):
+    """Lake version -> its commit's time in ms, shared by every kind of view of one lake: they
+    are facts of the lake's log, and each view of a lake of a million files started from
+    nothing needs the times of the versions that added them (a header read each: 100,000
+    reads, ~8 s on local disk). ``filling`` is held while a view reads the ones it lacks, so
+    that the views, which run in threads, read them once between them, not once each."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._filling = threading.Lock()
+
+    @contextlib.contextmanager
+    def filling(self) -> Iterator[None]:
+        """Held while a view reads the times it lacks and takes what it needs, or while the
+        bound trims them. Waited for by polling ``time.sleep``, not in the lock: a view waits
+        for another's fill (seconds, on a lake of 100,000 versions), and under a cooperative
+        scheduler -- the simulation's actors, where ``time.sleep`` is a scheduling point -- a
+        thread blocked in a lock would stop every actor."""
+        while not self._filling.acquire(blocking=False):
+            time.sleep(0.005)
+        try:
+            yield
+        finally:
+            self._filling.release()
 
 
 @dataclass
@@ -47,16 +76,23 @@ class ViewMemo:
     stopped: str | None = None  # why the view is not updated (its stop file's reason)
     interval: int | None = None  # the lake's checkpoint interval
     table: TableMetadata | None = None  # the lake's table.json, as given or read once
-    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added).
-    times: dict[int, int] = field(default_factory=dict)
+    #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added);
+    #: the lake's, shared by its views (``ViewMemos.get``).
+    times: dict[int, int] = field(default_factory=CommitTimes)
     warned: set[str] = field(default_factory=set)
 
     def remember_time(self, commit: Commit) -> None:
         """Keep ``commit``'s time (ms) for the view files that list its files, in a bounded
-        cache (beyond it, headers or older view files say)."""
-        if len(self.times) >= MAX_TIMES:
-            self.times.clear()
-        self.times[commit.version] = round(commit.header.committed_at * 1000)
+        cache (beyond it, headers or older view files say). Past twice the bound the newest
+        :data:`MAX_TIMES` stay: a view started on a lake of 100,000 versions fills one entry a
+        version, and the next view of that lake, or its next commit, must not lose them all."""
+        times = self.times
+        if len(times) >= 2 * MAX_TIMES:
+            # Under the lock the views fill and read it with: never between a fill and its use.
+            with times.filling() if isinstance(times, CommitTimes) else contextlib.nullcontext():
+                for version in sorted(times)[: len(times) - MAX_TIMES]:
+                    times.pop(version, None)
+        times[commit.version] = round(commit.header.committed_at * 1000)
 
     def warn_once(self, log: logging.Logger, key: str, message: str, *args: object) -> None:
         """Log ``message`` the first time ``key`` comes up for this lake's view."""
@@ -68,6 +104,9 @@ class ViewMemo:
 Memo = TypeVar("Memo", bound=ViewMemo)
 
 
+_TIMES: LruMemo[tuple[str, str], CommitTimes] = LruMemo(MAX_LAKES)
+
+
 class ViewMemos(Generic[Memo]):
     """One kind of view's memos, by (lake URL, table id), the least recently used dropped first."""
 
@@ -76,8 +115,16 @@ class ViewMemos(Generic[Memo]):
         self._memos: LruMemo[tuple[str, str], Memo] = LruMemo(MAX_LAKES)
 
     def get(self, storage: Storage, table_id: str) -> Memo:
-        """The memo of the lake in ``storage`` with ``table_id`` (a fresh one the first time)."""
-        return self._memos.get((storage.url, table_id), self._fresh)
+        """The memo of the lake in ``storage`` with ``table_id`` (a fresh one the first time),
+        its commit times the lake's, shared with the other views' memos of it."""
+        key = (storage.url, table_id)
+
+        def fresh() -> Memo:
+            memo = self._fresh()
+            memo.times = _TIMES.get(key, CommitTimes)
+            return memo
+
+        return self._memos.get(key, fresh)
 
     def forget(self, storage: Storage, table_id: str) -> None:
         """Drop what this process knows of one lake's view (after a sync, in tests): the next

@@ -22,7 +22,7 @@ from lakesink_reader.format.v3.checkpoint import (
     oldest_listed_commit,
 )
 from lakesink_reader.format.v3.commits import Commit, CommitHeader, CommitKind
-from lakesink_reader.format.v3.logfiles import READ_BATCH, commit_name, parallel
+from lakesink_reader.format.v3.logfiles import READ_BATCH, commit_name, parallel, read_threads
 from lakesink_reader.format.v3.state import TableState, WriterState
 from lakesink_reader.format.v3.vlog import Snapshot, VersionedLog
 from lakesink_reader.storage import Storage
@@ -161,7 +161,8 @@ class LogView:
         for start in range(first, last + 1, READ_BATCH):
             stop = min(start + READ_BATCH, last + 1)
             wanted = [v for v in range(start, stop) if v not in self._headers]
-            for v, header in zip(wanted, parallel(self.log.read_header, wanted), strict=True):
+            found = parallel(self.log.read_header, wanted, read_threads(self.log.storage))
+            for v, header in zip(wanted, found, strict=True):
                 if header is None:
                     raise CorruptFileError(
                         f"{self.where(v)} is missing: the log is not contiguous (the snapshot is at "
@@ -171,7 +172,7 @@ class LogView:
         return [self._headers[v] for v in range(first, last + 1)]
 
     def commits(self, versions: Sequence[int]) -> list[Commit]:
-        found = parallel(self.log.read_commit, list(versions))
+        found = parallel(self.log.read_commit, list(versions), read_threads(self.log.storage))
         for v, commit in zip(versions, found, strict=True):
             if commit is None:
                 raise CorruptFileError(f"{self.where(v)} is missing: the log is not contiguous")

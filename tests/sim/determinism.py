@@ -43,7 +43,8 @@ R = TypeVar("R")
 _installed: World | None = None
 
 
-def sequential(fn: Callable[[T], R], items: Sequence[T]) -> list[R]:
+def sequential(fn: Callable[[T], R], items: Sequence[T], threads: int = 1) -> list[R]:
+    """``logfiles.parallel`` in a world: in turn, whatever ``threads`` says."""
     return [fn(item) for item in items]
 
 

@@ -55,6 +55,7 @@ from lakesink_reader.format.v3.logfiles import (
     commit_name,
     parallel,
     parse_commit_name,
+    read_threads,
 )
 from lakesink_reader.format.v3.state import (
     LiveFile,
@@ -718,7 +719,8 @@ def derive_changes(
     changes = Changes.empty()
     for start in range(state.version + 1, version + 1, READ_BATCH):
         stop = min(start + READ_BATCH, version + 1)
-        for v, commit in zip(range(start, stop), parallel(reader, range(start, stop)), strict=True):
+        found = parallel(reader, range(start, stop), read_threads(storage))
+        for v, commit in zip(range(start, stop), found, strict=True):
             if commit is None:
                 raise CorruptFileError(
                     f"{_url(storage, commit_name(v))} is missing: the live files at version {version} "

@@ -42,6 +42,7 @@ from lakesink_reader.format.v3.logfiles import (
     commit_name,
     parallel,
     parse_commit_name,
+    read_threads,
 )
 from lakesink_reader.format.v3.state import TableState
 from lakesink_reader.storage.base import Storage
@@ -268,7 +269,7 @@ class VersionedLog:
         while stop is None or version <= stop:
             end = version + size if stop is None else min(version + size, stop + 1)
             size = min(2 * size, READ_BATCH)
-            for header in parallel(self.read_header, range(version, end)):
+            for header in parallel(self.read_header, range(version, end), read_threads(self.storage)):
                 if header is None:
                     return found  # later versions read meanwhile may exist; the log ends here
                 found.append(header)
