@@ -22,6 +22,9 @@ from tests.fuzz.mutate import MUTATIONS
 from tests.fuzz.run import Fuzzer
 from tests.fuzz.templates import TEMPLATES
 
+#: What the fuzzer's cases test: the writer and reader packages, and the fuzzer itself.
+PRODUCT = ("lakesink", "reader/lakesink_reader", "tests/fuzz")
+
 
 def git(*args: str) -> str:
     try:
@@ -47,7 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.disable(logging.CRITICAL)  # the reader's warnings about skipped files: not the output
     # The code under test is the code at the start (the forkserver imports it then).
     commit = git("rev-parse", "--short=12", "HEAD")
-    dirty = bool(git("status", "--porcelain", "--", "lakesink", "reader", "tests/fuzz"))
+    dirty = bool(git("status", "--porcelain", "--", *PRODUCT))
+    # Cases count toward one version of what they test, as the simulation's seeds do: a ledger
+    # summed per product adds runs of several commits that changed none of it (a docs commit).
+    product = "+".join(git("rev-parse", "--short=12", f"HEAD:{path}") for path in PRODUCT)
     started = time.monotonic()
     fuzzer = Fuzzer(keep=args.keep)
     if args.keep:
@@ -94,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = {
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "commit": commit,
+            "product": product,
             "dirty": dirty,
             "start": args.seed,
             "cases": args.cases,
