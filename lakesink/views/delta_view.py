@@ -22,7 +22,6 @@ per lake for the life of the process, so the steady state costs the one PUT.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
 import json
@@ -275,7 +274,7 @@ def added_times(
     vlog: VersionedLog,
     live: pa.Table,
     *,
-    times: dict[int, int],
+    times: CommitTimes | None,
     prior: Callable[[], pa.Table | None] | None = None,
 ) -> pa.Array[Any]:
     """Per live file, the time (ms) of the lake commit that added it: what that commit's view
@@ -291,8 +290,9 @@ def added_times(
     added: Any = live.column("added_version").combine_chunks().cast(pa.int64())
     versions: Any = fill(added, scalar(0, pa.int64()))
     # The lake's times are shared by its views, which run in threads: one fills at a time, and
-    # the next finds them there (CommitTimes).
-    with times.filling() if isinstance(times, CommitTimes) else contextlib.nullcontext():
+    # the next finds them there (CommitTimes). None: a caller with no memo (a sync, a test).
+    times = CommitTimes() if times is None else times
+    with times.filling():
         return _added_times(storage, vlog, live, versions, times, prior)
 
 
@@ -509,7 +509,7 @@ def write_view_checkpoint(
     *,
     state: TableState | None = None,
     interval: int | None = None,
-    times: dict[int, int] | None = None,
+    times: CommitTimes | None = None,
     ahead_of_commit: bool = False,
 ) -> bool:
     """Make sure the view checkpoint at ``version`` exists, then advance ``_last_checkpoint``.
@@ -542,7 +542,7 @@ def write_view_checkpoint(
             if hint is not None and hint < version
             else None
         )
-        stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
+        stamps = added_times(storage, vlog, live, times=times, prior=prior)
         txns = [(w.id, w.last_batch, _ms(w.committed_at)) for w in state.writers.values()]
         # The schema the lake has at that version (schema evolution), as the commits' metaData say.
         schema = schema_at(metadata.schema, state.schema_at(version))

@@ -78,7 +78,7 @@ class ViewMemo:
     table: TableMetadata | None = None  # the lake's table.json, as given or read once
     #: Lake version -> its commit's time in ms (the ``modificationTime`` of the files it added);
     #: the lake's, shared by its views (``ViewMemos.get``).
-    times: dict[int, int] = field(default_factory=CommitTimes)
+    times: CommitTimes = field(default_factory=CommitTimes)
     warned: set[str] = field(default_factory=set)
 
     def remember_time(self, commit: Commit) -> None:
@@ -89,7 +89,7 @@ class ViewMemo:
         times = self.times
         if len(times) >= 2 * MAX_TIMES:
             # Under the lock the views fill and read it with: never between a fill and its use.
-            with times.filling() if isinstance(times, CommitTimes) else contextlib.nullcontext():
+            with times.filling():
                 for version in sorted(times)[: len(times) - MAX_TIMES]:
                     times.pop(version, None)
         times[commit.version] = round(commit.header.committed_at * 1000)

@@ -74,7 +74,7 @@ import pyarrow.parquet as pq
 
 from lakesink.views.delta_view import added_times, live_at, prior_table, table_interval
 from lakesink.views.hook import ViewHook
-from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
+from lakesink.views.memo import CommitTimes, StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
 from lakesink_reader.errors import CorruptFileError
@@ -551,7 +551,7 @@ def write_version(
     jump: bool,
     state: TableState | None = None,
     interval: int | None = None,
-    times: dict[int, int] | None = None,
+    times: CommitTimes | None = None,
 ) -> int:
     """Write lake version ``commit.version`` as the batch after ``previous`` (None: the view's
     first batch); returns its id. Foreign when the view holds other content there."""
@@ -598,7 +598,7 @@ def write_version(
         state = vlog.snapshot(at_most=v).state
     live = live_at(storage, vlog, v, interval, state.counts.files)
     prior = functools.partial(_prior, storage, base, batch - COMPACT_INTERVAL)
-    stamps = added_times(storage, vlog, live, times=times if times is not None else {}, prior=prior)
+    stamps = added_times(storage, vlog, live, times=times, prior=prior)
     data = compact_batch(base, live, stamps)
     evolved = state.schema_at(v)
     if evolved is not None:
@@ -704,7 +704,7 @@ def _fill(
     batch: int,
     version: int,
     interval: int | None,
-    times: dict[int, int] | None,
+    times: CommitTimes | None,
 ) -> bool:
     """Write compact batch ``batch`` for lake version ``version``, as its anchor says; False when
     the lake no longer holds that version (vacuumed)."""

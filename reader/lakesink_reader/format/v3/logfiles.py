@@ -44,8 +44,8 @@ def read_threads(storage: object) -> int:
     threads; a local one is ~30 us of system calls and ~50 us of Python holding the GIL, and
     threads only contend for it (a commit header: 75-85 us read in turn, 130-250 us with 2-16
     threads; session 19, docs/design/performance.md)."""
-    threads = getattr(storage, "read_threads", READ_BATCH)
-    return threads if isinstance(threads, int) and threads >= 1 else READ_BATCH
+    threads: int = getattr(storage, "read_threads", READ_BATCH)
+    return threads
 
 
 def parallel(fn: Callable[[T], R], items: Sequence[T], threads: int = READ_BATCH) -> list[R]:
