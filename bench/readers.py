@@ -165,14 +165,10 @@ def no_fsync() -> Iterator[None]:
     a plain disk; what is measured afterwards is opening the table, which reads names and
     metadata, so durability does not matter for the build.
     """
-    from lakesink_reader.storage import local
-
-    # The local backend calls os.fsync and its own fsync_dir; setattr, as a test's monkeypatch does.
-    saved = os.fsync, local.fsync_dir
+    # The local backend calls os.fsync (files and folders); setattr, as a test's monkeypatch does.
+    saved = os.fsync
     setattr(os, "fsync", lambda fd: None)  # noqa: B010
-    setattr(local, "fsync_dir", lambda path: None)  # noqa: B010
     try:
         yield
     finally:
-        setattr(os, "fsync", saved[0])  # noqa: B010
-        setattr(local, "fsync_dir", saved[1])  # noqa: B010
+        setattr(os, "fsync", saved)  # noqa: B010

@@ -470,9 +470,16 @@ def main(argv: list[str] | None = None) -> int:
 
     prepare_environment()  # children and their Python workers run this interpreter
     results = describe(args)
-    run(args, results)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        run(args, results)
+    except BaseException:
+        # An hour of phases is not thrown away for a crash in the next one: what ran is written.
+        results.setdefault("failures", {})["bench"] = "crashed: see the traceback"
+        out.write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote what ran to {out}", file=sys.stderr)
+        raise
     out.write_text(json.dumps(results, indent=2) + "\n")
     picture = charts.draw(results, out.with_suffix(".png"))
     if "long_run" in results:
