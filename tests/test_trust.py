@@ -431,8 +431,9 @@ def test_a_list_that_unpacks_far_beyond_its_size_is_refused(lake: str) -> None:
 
 
 #: A child's peak memory while it runs a step over a lake (VmHWM reset first): prints
-#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command (none: ``Lake.files()``;
-#: ``read_committed``: that, reading around missing files).
+#: "<seconds> <bytes grown> <answer>". argv: the lake, then a CLI command and its arguments (none:
+#: ``Lake.files()``; ``read_committed``: that, reading around missing files; ``read_committed_raise``:
+#: that, as a user calls it).
 MEASURED = """
 import contextlib, io, re, sys, time
 import pyarrow
@@ -446,15 +447,16 @@ def status(key):
 with open("/proc/self/clear_refs", "w") as f:
     f.write("5")  # resets the peak (VmHWM) to the current RSS
 before, start = status("VmRSS"), time.monotonic()
-if len(sys.argv) > 2 and sys.argv[2] == "read_committed":
+if len(sys.argv) > 2 and sys.argv[2] in ("read_committed", "read_committed_raise"):
     try:
-        answer = str(read_committed(sys.argv[1], on_error="skip").num_rows)
+        on_error = "skip" if sys.argv[2] == "read_committed" else "raise"
+        answer = str(read_committed(sys.argv[1], on_error=on_error).num_rows)
     except Exception as exc:
         answer = f"{type(exc).__name__}: {exc}"
 elif len(sys.argv) > 2:
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
-        code = main([sys.argv[2], sys.argv[1]])
+        code = main([sys.argv[2], sys.argv[1], *sys.argv[3:]])
     answer = f"exit {code}: " + " ".join(out.getvalue().split())
 else:
     try:
@@ -619,6 +621,71 @@ def test_maintenance_looks_for_its_own_files_only_in_what_a_lagging_view_lists(
 def test_malformed_storage_options_get_the_one_error(text: str) -> None:
     with pytest.raises(ValueError, match=r"must be a JSON object .* \(value not shown\)"):
         SinkConfig.from_options({"path": "/tmp/x", "storage_options": text})
+
+
+# 3b. Data files are read within a budget (lakesink_reader.datafiles) ------------------------------
+
+#: 50 rows (a data file's rows in the template) of one 8 MB value: 400 MB decoded, past a read's
+#: budget (256 MiB and 64 times what the files hold), from a file of a few KB.
+BOMB_VALUE = 8_000_000
+
+
+def bombed_data_file(lake: str) -> str:
+    """The lake's newest data file rewritten with the same ids, each row's label one 8 MB value
+    stored plain and compressed (its footer says 400 MB) -- its size in the log made to agree."""
+    name = sorted(f.name for f in Lake(lake).files())[-1]
+    path = Path(lake) / name
+    table = pq.read_table(path)
+    label = pa.DictionaryArray.from_arrays(
+        pa.array([0] * table.num_rows, pa.int32()), pa.array(["x" * BOMB_VALUE])
+    )
+    table = table.set_column(table.schema.get_field_index("label"), "label", label.cast(pa.string()))
+    pq.write_table(table, path, compression="zstd", use_dictionary=False)
+    size = path.stat().st_size
+    assert size < 100_000
+    for commit in log_dir(lake).glob("*.json"):
+        text = commit.read_text()
+        if name in text:
+            lines = [json.loads(line) for line in text.splitlines()]
+            for line in lines:
+                if line.get("add", {}).get("path") == name:
+                    grown, line["add"]["bytes"] = size - line["add"]["bytes"], size
+            lines[0]["commit"]["counts"]["add_bytes"] += grown
+            commit.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return name
+
+
+def test_a_data_file_that_decodes_to_hundreds_of_megabytes_is_refused_before_it_is_decoded(lake: str) -> None:
+    """Plain pages that zstd shrinks a thousandfold: refused from the footer, not decompressed,
+    by the reader, ``verify --deep`` and ``compact``, by name, within a few MB; ``read_all``
+    reads around it. (A dictionary value every row uses -- the fuzzer ledger's cases 10083 and
+    13914 -- is not bounded yet: docs/design/trust.md, "From issue 37", item 6.)"""
+    name = bombed_data_file(lake)
+    _, grown, answer = measured(lake, "read_committed_raise")
+    assert answer.startswith("DecodeBudgetError") and name in answer and "decode to" in answer, answer
+    assert grown < 80 << 20, (grown, answer)
+    _, grown, answer = measured(lake, "read_committed")  # on_error="skip"
+    assert answer == str(len(LAKE_IDS) - 50) and grown < 80 << 20, (grown, answer)
+    _, grown, answer = measured(lake, "verify", "--deep")
+    assert answer.startswith("exit 1") and name in answer and "decode to" in answer, answer
+    assert grown < 80 << 20, (grown, answer)
+    _, grown, answer = measured(lake, "compact", "--min-files", "2", "--target-file-size", "1GB")
+    assert answer.startswith("exit 2") and "decode to" in answer, answer
+    assert grown < 80 << 20, (grown, answer)
+
+
+def test_a_data_file_footer_past_its_bound_is_refused_unread(lake: str) -> None:
+    """A footer of more than 8 MiB (here, key-value metadata; a data file of 100,000 one-row
+    groups is another) is refused from the file's last 8 bytes."""
+    name = sorted(f.name for f in Lake(lake).files())[-1]
+    path = Path(lake) / name
+    table = pq.read_table(path)
+    table = table.replace_schema_metadata({"junk": "x" * (9 << 20)})
+    pq.write_table(table, path)
+    with pytest.raises(CorruptFileError, match="footer holds") as caught:
+        read_committed(lake)
+    assert name in str(caught.value)
+    assert len(read_committed(lake, on_error="skip")) == len(LAKE_IDS) - 50
 
 
 # 4. Credentials out of every message ----------------------------------------------------------------

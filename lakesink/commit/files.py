@@ -328,9 +328,13 @@ class FileWriter:
 
 
 def rows_in(storage: Storage, name: str) -> int:
-    """The row count of the published Parquet file ``name`` (read from its footer)."""
-    fs, base = storage.arrow_filesystem()
-    return int(pq.read_metadata(f"{base.rstrip('/')}/{name}", filesystem=fs).num_rows)
+    """The row count of the published Parquet file ``name`` (read from its footer, bounded as a
+    reader's read is: ``lakesink_reader.datafiles``)."""
+    # Here, not at the top: a writer that never counts a file needs no pyarrow.dataset.
+    from lakesink_reader.datafiles import open_read
+
+    read = open_read(storage, pa.schema([]), (), [name], columns=[])
+    return int(read.files[0].fragment.metadata.num_rows)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

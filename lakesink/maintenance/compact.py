@@ -44,12 +44,12 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakesink.commit.files import FileWriter, WriteOptions
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink.views.derived import maintenance_views
 from lakesink_reader import jsondoc, limits
+from lakesink_reader.datafiles import open_read
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitRefusedError,
@@ -99,8 +99,6 @@ MAX_INPUT_FILES = 100_000
 DEFAULT_ABANDON_AGE = 3600.0
 #: How often a running compaction refreshes its lease.
 LEASE_REFRESH = 60.0
-#: Rows per batch read from an input file (a batch never spans row groups).
-READ_BATCH_ROWS = 64 * 1024
 
 #: Called at the run's steps ("lease", "published", "before_commit", "committed"); tests use
 #: it to pause or kill a compaction at a known point.
@@ -440,23 +438,20 @@ def _rewrite(
     published: list[str],
 ) -> AddFile:
     """Stream the bin's inputs, in order, into one published output; returns its add."""
-    fs, base = storage.arrow_filesystem()
     # The output goes in its inputs' folder (a partitioned lake's files hold no partition column).
     folder = folder_of(b.inputs[0].path)
     name = f"{folder}/" * bool(folder) + compaction_file_name(token, seq, new_attempt_id())
     writer = FileWriter(storage, name, schema, options)
     try:
         for f in b.inputs:
-            storage.refuse_link(f.path)  # pyarrow follows links: never copy a file from outside the lake
-            with fs.open_input_file(f"{base.rstrip('/')}/{f.path}") as handle:
-                parquet = pq.ParquetFile(handle)
-                if parquet.metadata.num_rows != f.rows:
-                    raise CorruptFileError(
-                        f"{storage.url}/{f.path} has {parquet.metadata.num_rows} rows, but the log says "
-                        f"{f.rows}"
-                    )
-                for batch in parquet.iter_batches(batch_size=READ_BATCH_ROWS, use_threads=False):
-                    writer.write(read_as(batch, schema))
+            # Bounded as a reader's read is (lakesink_reader.datafiles): its footer, then what it
+            # decodes to; a link is refused (pyarrow follows links: nothing copied from outside).
+            read = open_read(storage, schema, (), [f.path]).as_written()
+            rows = read.files[0].fragment.metadata.num_rows
+            if rows != f.rows:
+                raise CorruptFileError(f"{storage.url}/{f.path} has {rows} rows, but the log says {f.rows}")
+            for batch in read.batches():
+                writer.write(read_as(batch, schema))
         if writer.rows != b.rows:
             raise CorruptFileError(
                 f"compaction {token} read {writer.rows} rows from its inputs, the log says {b.rows}"

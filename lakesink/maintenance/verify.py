@@ -15,13 +15,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from lakesink.maintenance.compact import open_v3, stream_live_files
 from lakesink.views.delta_view import delta_sync
 from lakesink.views.derived import DELTA, ICEBERG, SPARK, view_problems
 from lakesink.views.iceberg_layout import has_view
 from lakesink.views.spark_metadata_view import spark_sync
+from lakesink_reader.datafiles import open_read
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
 from lakesink_reader.format.partitions import partition_folders
@@ -109,14 +109,13 @@ def verify(
             if (parsed := parse_data_file(name.rpartition("/")[2])) is not None
             and parsed.state == "published"
         ]
-    fs, base = storage.arrow_filesystem()
     report = VerifyReport(storage.url, versions=versions)
     for done, f in enumerate(committed, 1):
         report.checked += 1
         data_schema = pa.schema([c for c in schema if c.name not in metadata.partition_columns])
         try:
             storage.refuse_link(f.name)  # a link is reported, never followed (docs/FORMAT.md, "Trust")
-            problem = _check(f, listing, fs, f"{base.rstrip('/')}/{f.name}", data_schema, deep, evolves)
+            problem = _check(f, listing, storage, data_schema, deep, evolves)
         except CorruptFileError as exc:
             problem = f"refused: {exc}"
         if problem is not None:
@@ -151,8 +150,7 @@ def verify(
 def _check(
     f: CommittedFile,
     listing: Mapping[str, int],
-    fs: Any,
-    path: str,
+    storage: Storage,
     schema: pa.Schema,
     deep: bool,
     evolves: bool = False,
@@ -162,17 +160,23 @@ def _check(
     if f.rows >= 0 and listing[f.name] != f.size:
         return f"size differs: recorded {f.size} bytes, found {listing[f.name]}"
     try:
-        meta = pq.read_metadata(path, filesystem=fs)
-        if deep:
-            pq.read_table(path, filesystem=fs)
-    except (OSError, pa.ArrowException) as exc:
-        return f"unreadable: {exc}"
+        # bounded as a reader's read is (lakesink_reader.datafiles): the footer, then the rows
+        read = open_read(storage, schema, (), [f.name]).as_written()
+        meta = read.files[0].fragment.metadata
+    except (OSError, pa.ArrowException, CorruptFileError) as exc:
+        return f"unreadable: {' '.join(str(exc).split())}"
     if f.rows >= 0 and meta.num_rows != f.rows:
         return f"row count differs: recorded {f.rows}, the file has {meta.num_rows}"
     found = meta.schema.to_arrow_schema()
     diffs = fit_problems(found, schema) if evolves else schema_differences(schema, found)
     if diffs:
         return "schema differs from the table's: " + "; ".join(diffs)
+    if deep:
+        try:
+            for _ in read.batches():
+                pass
+        except (OSError, pa.ArrowException, CorruptFileError) as exc:
+            return f"unreadable: {' '.join(str(exc).split())}"
     return None
 
 

@@ -4,8 +4,9 @@ older one (format 3; a format-1/2 lake reads its committed epochs, latest only).
 
 The driver opens the lake once (``lakesink_reader.Lake``) and pins the version: every task reads
 its share of that version's files, never another's, however the lake moves meanwhile. A task
-reads its files with pyarrow (``lakesink_reader.lake.dataset_of``: the partition columns come
-from the folders, as every reader gets them) and hands Spark Arrow batches, no Python rows.
+reads its files with pyarrow (``lakesink_reader.datafiles.open_read``, bounded as every reader
+is; the partition columns come from the folders, as every reader gets them) and hands Spark
+Arrow batches, no Python rows.
 Filters Spark pushes on partition columns skip the files whose folders cannot match.
 """
 
@@ -192,10 +193,10 @@ class LakeBatchReader(DataSourceReader):  # type: ignore[misc]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Here, not at the top: pyarrow, as in plan_read.
-        from lakesink_reader.lake import dataset_of
+        from lakesink_reader.datafiles import open_read
 
         assert isinstance(partition, FilesPartition)
         plan = self.plan
         storage = open_storage(plan.path, plan.storage_options)
-        dataset = dataset_of(storage, plan.schema, plan.partition_columns, partition.names)
-        yield from dataset.to_batches()
+        # bounded as every reader's read is: footers, then what the files decode to
+        yield from open_read(storage, plan.schema, plan.partition_columns, partition.names).batches()

@@ -21,7 +21,7 @@ position, its output mixes rows the stream read with rows it did not, and the st
 the two ways back (every row once into a new lake, or the vacuumed versions' rows skipped).
 
 The driver decides which files a micro-batch reads; its tasks read them with pyarrow
-(``lakesink_reader.lake.dataset_of``, as the batch read's tasks do) and hand Spark Arrow batches.
+(``lakesink_reader.datafiles.open_read``, as the batch read's tasks do) and hand Spark Arrow batches.
 With ``filesOnly`` the stream's rows are those files instead, one row each (:data:`FILES_SCHEMA`):
 the same offsets, the same files per micro-batch, for a ``foreachBatch`` that reads them with
 Spark's own Parquet scan (``lakesink.spark.follow``).
@@ -288,14 +288,14 @@ class LakeStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         # Here, not at the top: pyarrow, as in _opened.
-        from lakesink_reader.lake import dataset_of
+        from lakesink_reader.datafiles import open_read
 
         if isinstance(partition, FileListPartition):
             yield _file_rows(partition.files)
             return
         assert isinstance(partition, FilesPartition)
         storage = open_storage(self.options.path, self.options.storage_options)
-        yield from dataset_of(storage, self.schema, self.partition_columns, partition.names).to_batches()
+        yield from open_read(storage, self.schema, self.partition_columns, partition.names).batches()
 
     # Walking the versions ----------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from lakesink_reader.errors import (
     CorruptFileError,
+    DecodeBudgetError,
     FormatVersionError,
     LakeSinkError,
     NotALakeError,
@@ -59,6 +60,7 @@ _LAZY = {**dict.fromkeys(_READER, "lakesink_reader.lake"), "VersionInfo": "lakes
 __all__ = [
     "Changes",
     "CorruptFileError",
+    "DecodeBudgetError",
     "FileState",
     "FormatVersionError",
     "Isolation",

@@ -43,6 +43,21 @@ class CorruptFileError(LakeSinkError):
     """A committed data file (or a metadata file) is missing or cannot be read: the lake is damaged."""
 
 
+class DataFileError(CorruptFileError):
+    """A data file cannot be read within the bounds of ``lakesink_reader.datafiles``; ``name``
+    is the file (relative to the lake): one that is no Parquet file, whose footer is too large,
+    or the heaviest of a read past its budget (:class:`DecodeBudgetError`)."""
+
+    def __init__(self, message: str, name: str) -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class DecodeBudgetError(DataFileError):
+    """A read's data files would decode to more than its budget (``datafiles.EXPANSION`` times
+    what they hold, plus ``datafiles.FLOOR``); ``name`` is the file that weighs most."""
+
+
 class CommitError(LakeSinkError):
     """An epoch or file could not be committed; nothing of it is visible to ``read_committed``."""
 

@@ -33,9 +33,16 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError, LakeSinkError, VersionNotRetainedError, missing_extra
+from lakesink_reader.errors import (
+    CorruptFileError,
+    DataFileError,
+    DecodeBudgetError,
+    LakeSinkError,
+    VersionNotRetainedError,
+    missing_extra,
+)
 from lakesink_reader.format.log import EpochInfo, EpochLog
-from lakesink_reader.format.partitions import partition_folders, partition_texts, typed_values
+from lakesink_reader.format.partitions import partition_folders, partition_texts
 from lakesink_reader.format.schemas import fit_problems
 from lakesink_reader.format.table import read_table_metadata
 from lakesink_reader.format.v3.state import WriterState
@@ -556,19 +563,22 @@ class Lake:
         """Why ``f`` cannot be read, or None. ``deep`` reads every page, not only the footer."""
         if f.state == "staged" and not f.path.endswith(".uncommitted"):
             return "multipart upload in flight: not readable until it is completed"
-        # Here, not at the top: opening a lake and listing its files need no pyarrow.parquet.
-        import pyarrow.parquet as pq
+        # Here, not at the top: opening a lake and listing its files need no pyarrow.
+        from lakesink_reader.datafiles import open_read
 
-        path = self._arrow_path(f)
+        name = self._relative(f)
         try:
-            meta = pq.read_metadata(path, filesystem=self._fs)
+            # bounded as a read is (lakesink_reader.datafiles): footer, then what it decodes to
+            read = open_read(self._storage, self.schema, self.metadata.partition_columns, [name])
+            meta = read.files[0].fragment.metadata
             if deep:
-                pq.read_table(path, filesystem=self._fs)
+                for _ in read.batches():
+                    pass
         except FileNotFoundError:
             if f.state == "committed":
                 return "missing: the lake commits it, but it is not in storage"
             return "gone since it was listed (published or removed meanwhile)"
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, CorruptFileError) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: a reason is one
             if f.state == "committed":
                 return f"corrupt: {said}"
@@ -606,9 +616,10 @@ class Lake:
         projection = list(columns) if columns is not None else None
         for _ in range(_READ_ATTEMPTS):
             try:
-                table = self._dataset_of(files).to_table(columns=projection, filter=filter)
-                return ReadResult(table, skipped)
+                return ReadResult(self._bounded_read(files, projection, filter, on_error, skipped), skipped)
             except (OSError, pa.ArrowException) as exc:
+                left_out = {s.path for s in skipped}  # reported by the bounded read already
+                files = [f for f in files if f.path not in left_out]
                 bad = [(f, reason) for f in files if (reason := self._problem(f, deep=True)) is not None]
                 if not bad:
                     raise
@@ -621,8 +632,43 @@ class Lake:
                 skipped += [SkippedFile(f.path, f.state, reason) for f, reason in bad]
                 gone = {f.path for f, _ in bad}
                 files = [f for f in files if f.path not in gone]
-        table = self._dataset_of(files).to_table(columns=projection, filter=filter)
-        return ReadResult(table, skipped)
+        return ReadResult(self._bounded_read(files, projection, filter, on_error, skipped), skipped)
+
+    def _bounded_read(
+        self,
+        files: Sequence[LakeFile],
+        columns: Sequence[str] | None,
+        filter: ds.Expression | None,
+        on_error: OnError,
+        skipped: list[SkippedFile],
+    ) -> pa.Table:
+        """The rows of ``files``, read within what their footers and sizes allow
+        (``lakesink_reader.datafiles``): a file that does not fit is left out and reported in
+        ``skipped``, unless it is committed and ``on_error`` is ``"raise"`` (DataFileError)."""
+        # Here, not at the top: opening a lake or listing its files needs no pyarrow.dataset.
+        from lakesink_reader.datafiles import open_read
+
+        by_name = {self._relative(f): f for f in files}
+        left = list(by_name)
+        partition_columns = self.metadata.partition_columns
+        while True:
+            try:
+                return open_read(self._storage, self.schema, partition_columns, left, columns, filter).table()
+            except DataFileError as exc:
+                f = by_name[exc.name]
+                said = " ".join(str(exc).split())
+                if isinstance(exc, DecodeBudgetError):
+                    reason = f"past the read's budget: {said}"
+                elif f.state == "committed":
+                    reason = f"corrupt: {said}"
+                else:
+                    reason = (
+                        f"not a complete Parquet file (still being written, or truncated by a crash): {said}"
+                    )
+                if f.state == "committed" and on_error == "raise":
+                    raise type(exc)(f"committed file {f.path!r} is {reason}", exc.name) from exc
+                skipped.append(SkippedFile(f.path, f.state, reason))
+                left.remove(exc.name)
 
     def _vacuumed_meanwhile(self) -> VersionNotRetainedError | None:
         """The error for a read whose committed files went because vacuum gave its version up
@@ -701,11 +747,14 @@ def dataset_of(
     storage: Storage, schema: pa.Schema, partition_columns: Sequence[str], names: Sequence[str]
 ) -> ds.Dataset:
     """A ``pyarrow.dataset.Dataset`` of the data files ``names`` (relative to the lake at
-    ``storage``) read as ``schema``: what ``Lake`` reads, and what a Spark task of
-    ``spark.read.format("lakesink")`` reads of its share of a version's files."""
+    ``storage``) read as ``schema``: what ``Lake.dataset()`` gives a user to scan with pyarrow,
+    DuckDB or polars -- pyarrow's own scan, not bounded as ``Lake``'s reads are
+    (``lakesink_reader.datafiles``)."""
     # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
     # (0.4 s), and opening a lake or listing its files needs neither.
     import pyarrow.dataset as ds
+
+    from lakesink_reader.datafiles import partition_expression
 
     fs, base = storage.arrow_filesystem()
     for name in names:
@@ -721,31 +770,11 @@ def dataset_of(
     parquet = ds.ParquetFileFormat()
     fragments = [
         parquet.make_fragment(
-            path, fs, partition_expression=_partition_expression(storage, schema, partition_columns, name)
+            path, fs, partition_expression=partition_expression(storage, schema, partition_columns, name)
         )
         for name, path in zip(names, paths, strict=True)
     ]
     return ds.FileSystemDataset(fragments, schema, parquet, fs)
-
-
-def _partition_expression(
-    storage: Storage, schema: pa.Schema, columns: Sequence[str], name: str
-) -> ds.Expression:
-    # Here, not at the top: pyarrow.compute (40 ms) only when a partitioned lake's files are read.
-    import pyarrow.compute as pc
-
-    try:
-        values = typed_values(partition_texts(name, tuple(columns)), schema)
-    except (ValueError, pa.ArrowInvalid) as exc:
-        raise CorruptFileError(
-            f"{storage.url.rstrip('/')}/{name}: not in the lake's partition folders: {exc}"
-        ) from exc
-    expression = None
-    for column, value in values.items():
-        term = pc.field(column).is_null() if not value.is_valid else pc.field(column) == value
-        expression = term if expression is None else expression & term
-    assert expression is not None  # a partitioned lake has at least one partition column
-    return expression
 
 
 def _v3_order(f: LakeFile) -> tuple[int, int, str]:

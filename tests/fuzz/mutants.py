@@ -70,9 +70,9 @@ MUTANTS = (
     ),
     FuzzMutant(
         "data-files-read-through-links",
-        "reader/lakesink_reader/lake.py",
-        "        storage.refuse_link(name)\n    paths = [",
-        "        pass\n    paths = [",
+        "reader/lakesink_reader/datafiles.py",
+        "        storage.refuse_link(name)\n    read = tuple(columns)",
+        "        pass\n    read = tuple(columns)",
         "a committed data file that is a link is read by pyarrow, which follows it: another "
         "tenant's rows returned",
         klass="outside",

@@ -498,13 +498,6 @@ def parquet_rewrite(rng: random.Random, path: Path, root: Path) -> str:
         return flip(rng, path)
     table, what = _edit_table(rng, table)
     options, how = _write_options(rng, table)
-    if not {"_lakesink", "_delta_log", "_spark_metadata"} & set(path.relative_to(root).parts):
-        # A data file's footer and pages are the user's data, which lakesink does not bound
-        # (docs/design/trust.md, "From issue 37", item 6): a data file of 100,000 one-row groups
-        # takes any Parquet reader past the memory cap (session 18: cases 30, 31, 54 and 74 of
-        # the first runs). Its contents change here, not its layout's size.
-        for key in ("row_group_size", "data_page_size"):
-            options.pop(key, None)
     if "row_group_size" in options:
         # at most 50,000 row groups: enough for a footer far past the readers' bound (8 MiB),
         # and the writer's own metadata stays ~1 GB in this driver (a million: 5 GB)
