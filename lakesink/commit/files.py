@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from lakesink.commit.observer import Observer, notify
 from lakesink.commit.stats import count_nans, file_stats, nan_columns
+from lakesink_reader.datafiles import open_file
 from lakesink_reader.errors import SchemaMismatchError, quietly
 from lakesink_reader.format.table import schema_differences
 from lakesink_reader.storage import Sealed, StagedFile, Storage
@@ -330,11 +331,8 @@ class FileWriter:
 def rows_in(storage: Storage, name: str) -> int:
     """The row count of the published Parquet file ``name`` (read from its footer, bounded as a
     reader's read is: ``lakesink_reader.datafiles``)."""
-    # Here, not at the top: a writer that never counts a file needs no pyarrow.dataset.
-    from lakesink_reader.datafiles import open_read
-
-    read = open_read(storage, pa.schema([]), (), [name], columns=[])
-    return int(read.files[0].fragment.metadata.num_rows)
+    with open_file(storage, name) as opened:
+        return int(opened.metadata.num_rows)
 
 
 def conform(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:

@@ -49,7 +49,7 @@ from lakesink.commit.files import FileWriter, WriteOptions
 from lakesink.commit.versions import VersionedLogWriter
 from lakesink.views.derived import maintenance_views
 from lakesink_reader import jsondoc, limits
-from lakesink_reader.datafiles import open_read
+from lakesink_reader.datafiles import open_file
 from lakesink_reader.errors import (
     CommitConflictError,
     CommitRefusedError,
@@ -446,12 +446,14 @@ def _rewrite(
         for f in b.inputs:
             # Bounded as a reader's read is (lakesink_reader.datafiles): its footer, then what it
             # decodes to; a link is refused (pyarrow follows links: nothing copied from outside).
-            read = open_read(storage, schema, (), [f.path]).as_written()
-            rows = read.files[0].fragment.metadata.num_rows
-            if rows != f.rows:
-                raise CorruptFileError(f"{storage.url}/{f.path} has {rows} rows, but the log says {f.rows}")
-            for batch in read.batches():
-                writer.write(read_as(batch, schema))
+            with open_file(storage, f.path) as opened:
+                rows = opened.metadata.num_rows
+                if rows != f.rows:
+                    raise CorruptFileError(
+                        f"{storage.url}/{f.path} has {rows} rows, but the log says {f.rows}"
+                    )
+                for batch in opened.batches():
+                    writer.write(read_as(batch, schema))
         if writer.rows != b.rows:
             raise CorruptFileError(
                 f"compaction {token} read {writer.rows} rows from its inputs, the log says {b.rows}"

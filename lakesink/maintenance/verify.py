@@ -21,7 +21,7 @@ from lakesink.views.delta_view import delta_sync
 from lakesink.views.derived import DELTA, ICEBERG, SPARK, view_problems
 from lakesink.views.iceberg_layout import has_view
 from lakesink.views.spark_metadata_view import spark_sync
-from lakesink_reader.datafiles import open_read
+from lakesink_reader.datafiles import OneFile, open_file
 from lakesink_reader.errors import CorruptFileError
 from lakesink_reader.format.log import CommittedFile, EpochLog
 from lakesink_reader.format.partitions import partition_folders
@@ -161,10 +161,16 @@ def _check(
         return f"size differs: recorded {f.size} bytes, found {listing[f.name]}"
     try:
         # bounded as a reader's read is (lakesink_reader.datafiles): the footer, then the rows
-        read = open_read(storage, schema, (), [f.name]).as_written()
-        meta = read.files[0].fragment.metadata
+        with open_file(storage, f.name) as opened:
+            return _check_opened(f, opened, schema, deep, evolves)
     except (OSError, pa.ArrowException, CorruptFileError) as exc:
         return f"unreadable: {' '.join(str(exc).split())}"
+
+
+def _check_opened(
+    f: CommittedFile, opened: OneFile, schema: pa.Schema, deep: bool, evolves: bool
+) -> str | None:
+    meta = opened.metadata
     if f.rows >= 0 and meta.num_rows != f.rows:
         return f"row count differs: recorded {f.rows}, the file has {meta.num_rows}"
     found = meta.schema.to_arrow_schema()
@@ -172,11 +178,8 @@ def _check(
     if diffs:
         return "schema differs from the table's: " + "; ".join(diffs)
     if deep:
-        try:
-            for _ in read.batches():
-                pass
-        except (OSError, pa.ArrowException, CorruptFileError) as exc:
-            return f"unreadable: {' '.join(str(exc).split())}"
+        for _ in opened.batches():
+            pass
     return None
 
 

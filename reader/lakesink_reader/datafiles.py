@@ -26,6 +26,7 @@ than their footer says.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
@@ -101,13 +102,6 @@ class DataRead:
         if claimed > self.budget():
             self._over(self.files, claimed, "as their footers tell")
 
-    def as_written(self) -> DataRead:
-        """This read of one file in the schema its footer has (compaction converts each file's
-        batches itself: ``format.schemas.read_as``)."""
-        (only,) = self.files
-        own = only.fragment.metadata.schema.to_arrow_schema()
-        return replace(self, schema=own, columns=tuple(own.names))
-
     def without(self, name: str) -> DataRead:
         """This read without the file ``name`` (one a ``read_all`` skips)."""
         return replace(self, files=tuple(f for f in self.files if f.name != name))
@@ -146,15 +140,81 @@ class DataRead:
 
     def _over(self, heaviest_of: Sequence[DataFile], found: int, how: str) -> None:
         worst = max(heaviest_of, key=lambda f: f.claimed - EXPANSION * f.stored)
-        where = f"{redacted(self.storage.url.rstrip('/'))}/{worst.name}"
-        raise DecodeBudgetError(
-            f"{where}: the read's {len(self.files)} data file(s) decode to {found:,} bytes {how}, "
-            f"more than {EXPANSION} times the {sum(f.stored for f in self.files):,} bytes they hold "
-            f"plus {FLOOR >> 20} MiB (this file's footer: {worst.claimed:,} bytes from "
-            f"{worst.stored:,}): a crafted file, or data far more compressible than lakesink "
-            "writes -- read fewer columns, or scan Lake.dataset() (pyarrow's own dataset, not bounded)",
-            worst.name,
+        stored = sum(f.stored for f in self.files)
+        raise _past_budget(
+            self.storage, worst.name, worst.claimed, worst.stored, len(self.files), stored, found, how
         )
+
+
+def _past_budget(
+    storage: Storage, name: str, claimed: int, holds: int, count: int, stored: int, found: int, how: str
+) -> DecodeBudgetError:
+    """The refusal of a read of ``count`` files holding ``stored`` bytes that decode to ``found``,
+    naming the heaviest, ``name`` (its footer claims ``claimed`` bytes from ``holds``)."""
+    where = f"{redacted(storage.url.rstrip('/'))}/{name}"
+    return DecodeBudgetError(
+        f"{where}: the read's {count} data file(s) decode to {found:,} bytes {how}, more than "
+        f"{EXPANSION} times the {stored:,} bytes they hold plus {FLOOR >> 20} MiB (this file's footer: "
+        f"{claimed:,} bytes from {holds:,}): a crafted file, or data far more compressible than "
+        "lakesink writes -- read fewer columns, or scan Lake.dataset() (pyarrow's own dataset, not bounded)",
+        name,
+    )
+
+
+@dataclass(frozen=True)
+class OneFile:
+    """One data file opened with ``pyarrow.parquet`` alone, its footer bounded as a read's are:
+    what compaction, ``verify`` and a writer's publish read. ``pyarrow.dataset`` imports pandas
+    where it is installed (~27 MiB), which the commit path, run every micro-batch in the user's
+    process and in Spark's workers, must not (tests/test_commit_imports.py)."""
+
+    storage: Storage
+    name: str
+    parquet: pq.ParquetFile
+    stored: int
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        return self.parquet.metadata
+
+    def batches(self, batch_rows: int = 64 * 1024) -> Iterator[pa.RecordBatch]:
+        """Every row, ``batch_rows`` at a time, in the file's own schema: none when its footer
+        says it decodes past the budget, and no more once what was decoded passes it
+        (DecodeBudgetError naming it)."""
+        most = FLOOR + EXPANSION * self.stored
+        claimed = _claimed(self.metadata, None)
+
+        def refusal(found: int, how: str) -> DecodeBudgetError:
+            return _past_budget(self.storage, self.name, claimed, self.stored, 1, self.stored, found, how)
+
+        if claimed > most:
+            raise refusal(claimed, "as its footer tells")
+        decoded = 0
+        for batch in self.parquet.iter_batches(batch_size=batch_rows, use_threads=False):
+            decoded += batch.nbytes
+            if decoded > most:
+                raise refusal(decoded, "as it was read")
+            yield batch
+
+
+@contextlib.contextmanager
+def open_file(storage: Storage, name: str) -> Iterator[OneFile]:
+    """The data file ``name`` opened (:class:`OneFile`): CorruptFileError naming it when it is a
+    link, its footer is too large or it is no Parquet file; FileNotFoundError when it is gone."""
+    import pyarrow.parquet as pq  # here: only the reads of data files need it
+
+    storage.refuse_link(name)  # pyarrow follows links: nothing is read from outside the lake
+    fs, base = storage.arrow_filesystem()
+    path = f"{base.rstrip('/')}/{name}"
+    where = f"{redacted(storage.url.rstrip('/'))}/{name}"
+    stored = _stored(fs, path, name, where)
+    with fs.open_input_file(path) as handle:
+        try:
+            parquet = pq.ParquetFile(handle)
+        except (OSError, pa.ArrowException) as exc:
+            said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
+            raise DataFileError(f"{where}: {said}", name) from exc
+        yield OneFile(storage, name, parquet, stored)
 
 
 def open_read(
