@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, DataFileError, DecodeBudgetError
+from lakesink_reader.format import decoded
 from lakesink_reader.format.partitions import partition_texts, typed_values
 from lakesink_reader.format.v3.logfiles import parallel, read_threads
 from lakesink_reader.redact import redacted
@@ -48,10 +49,10 @@ if TYPE_CHECKING:
 
 MiB = 1 << 20
 
-#: The most bytes a data file's footer may hold: pyarrow decodes the whole footer when it opens
-#: the file, to ~10 times its size. lakesink writes row groups of 65,536 rows or more: its data
-#: files' footers hold a few KB to ~2 MB.
-MAX_FOOTER = 8 * MiB
+#: The most bytes a data file's footer may hold, as a metadata file's (``format.decoded``):
+#: pyarrow decodes the whole footer when it opens the file, to ~10 times its size; lakesink's
+#: data files' footers hold a few KB to ~2 MB.
+MAX_FOOTER = decoded.MAX_FOOTER
 #: What a read may decode to, per byte its data files hold on storage. lakesink's own files
 #: decode to ~2-10 times their size (zstd or snappy over Kafka-like rows).
 EXPANSION = 64
@@ -207,8 +208,8 @@ def open_file(storage: Storage, name: str) -> Iterator[OneFile]:
     fs, base = storage.arrow_filesystem()
     path = f"{base.rstrip('/')}/{name}"
     where = f"{redacted(storage.url.rstrip('/'))}/{name}"
-    stored = _stored(fs, path, name, where)
     with fs.open_input_file(path) as handle:
+        stored = _held(fs, path, _checked_tail(handle, name, where))
         try:
             parquet = pq.ParquetFile(handle)
         except (OSError, pa.ArrowException) as exc:
@@ -261,7 +262,15 @@ def open_read(
         assert isinstance(fragment, ds.ParquetFileFragment)  # made by a ParquetFileFormat
         name = paths[fragment.path]
         where = f"{redacted(storage.url.rstrip('/'))}/{name}"
-        stored = _stored(fs, fragment.path, name, where)
+        try:
+            with fs.open_input_file(fragment.path) as handle:
+                size = _checked_tail(handle, name, where)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException) as exc:
+            said = " ".join(str(exc).split())
+            raise DataFileError(f"{where}: {said}", name) from exc
+        stored = _held(fs, fragment.path, size)
         try:
             fragment.ensure_complete_metadata()  # pyarrow keeps it: the scan reads it no more
             metadata = fragment.metadata
@@ -277,37 +286,29 @@ def open_read(
     return DataRead(storage, schema, read, tuple(files), filter)
 
 
-def _stored(fs: pyarrow.fs.FileSystem, path: str, name: str, where: str) -> int:
-    """The bytes the file holds (a local sparse file holds only its blocks),
-    after checking its last 8 bytes: ``PAR1`` after a footer of at most :data:`MAX_FOOTER`."""
+def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> int:
+    """The size of the open file, once its last 8 bytes are ``PAR1`` after a footer of at most
+    :data:`MAX_FOOTER` (``decoded.check_footer``; DataFileError naming it otherwise)."""
+    size = handle.size()
+    if size >= 8:
+        handle.seek(size - 8)
+    tail = handle.read(8) if size >= 8 else b""
     try:
-        with fs.open_input_file(path) as handle:
-            size = handle.size()
-            if size >= 8:
-                handle.seek(size - 8)
-            tail = handle.read(8) if size >= 8 else b""
-    except FileNotFoundError:
-        raise
-    except (OSError, pa.ArrowException) as exc:
-        said = " ".join(str(exc).split())
-        raise DataFileError(f"{where}: {said}", name) from exc
-    if len(tail) != 8 or tail[4:] != b"PAR1" or size < 12:
-        raise DataFileError(f"{where}: not a Parquet file (no PAR1 at its end)", name)
-    length = int.from_bytes(tail[:4], "little")
-    if length > MAX_FOOTER or length > size - 12:
-        raise DataFileError(
-            f"{where}: its Parquet footer holds {length:,} bytes, more than the {MAX_FOOTER:,} a data "
-            f"file of a lake may have (or than the file's {size:,})",
-            name,
-        )
-    stored = size
+        decoded.check_footer(tail, size, where, kind="a data file of a lake")
+    except CorruptFileError as exc:
+        raise DataFileError(str(exc), name) from exc
+    return size
+
+
+def _held(fs: pyarrow.fs.FileSystem, path: str, size: int) -> int:
+    """The bytes a file of ``size`` holds on storage: a hole in a local sparse file costs its
+    writer nothing, so a local file holds its blocks (a small file whose bytes some file
+    systems keep inline has none: its size counts)."""
     if type(fs).__name__ == "LocalFileSystem":
-        # A hole in a sparse file costs its writer nothing: a local file holds its blocks (a
-        # small file whose bytes some file systems keep inline has none: its size counts).
         blocks = os.stat(path).st_blocks
         if blocks:
-            stored = min(size, blocks * 512)
-    return stored
+            return min(size, blocks * 512)
+    return size
 
 
 def _claimed(metadata: pq.FileMetaData, wanted: set[str] | None) -> int:

@@ -651,9 +651,12 @@ class Lake:
         by_name = {self._relative(f): f for f in files}
         left = list(by_name)
         partition_columns = self.metadata.partition_columns
+        read = None  # the files' footers, read once: a file left out leaves the others' read
         while True:
             try:
-                return open_read(self._storage, self.schema, partition_columns, left, columns, filter).table()
+                if read is None:
+                    read = open_read(self._storage, self.schema, partition_columns, left, columns, filter)
+                return read.table()
             except DataFileError as exc:
                 f = by_name[exc.name]
                 said = " ".join(str(exc).split())
@@ -669,6 +672,7 @@ class Lake:
                     raise type(exc)(f"committed file {f.path!r} is {reason}", exc.name) from exc
                 skipped.append(SkippedFile(f.path, f.state, reason))
                 left.remove(exc.name)
+                read = None if read is None else read.without(exc.name)
 
     def _vacuumed_meanwhile(self) -> VersionNotRetainedError | None:
         """The error for a read whose committed files went because vacuum gave its version up

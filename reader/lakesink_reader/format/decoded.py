@@ -26,17 +26,18 @@ from lakesink_reader.errors import CorruptFileError
 MAX_FOOTER = 8 << 20
 
 
-def check_footer(tail: bytes, size: int, where: str) -> None:
+def check_footer(tail: bytes, size: int, where: str, kind: str = "a lake's metadata file") -> None:
     """CorruptFileError naming ``where`` unless ``tail``, the last 8 bytes of a Parquet file of
     ``size`` bytes, end in ``PAR1`` after a footer length of at most :data:`MAX_FOOTER` that fits
-    the file -- read before pyarrow decodes the footer."""
+    the file -- read before pyarrow decodes the footer. ``kind`` names the file's kind (a data
+    file's footer is bounded alike: ``lakesink_reader.datafiles``)."""
     if len(tail) != 8 or tail[4:] != b"PAR1" or size < 12:
         raise CorruptFileError(f"{where}: not a Parquet file (no PAR1 at its end)")
     length = int.from_bytes(tail[:4], "little")
     if length > MAX_FOOTER or length > size - 12:
         raise CorruptFileError(
-            f"{where}: its Parquet footer holds {length:,} bytes, more than the {MAX_FOOTER:,} a lake's "
-            f"metadata file may have (or than the file's {size:,}): not a file lakesink wrote"
+            f"{where}: its Parquet footer holds {length:,} bytes, more than the {MAX_FOOTER:,} {kind} "
+            f"may have (or than the file's {size:,}): not a file lakesink wrote"
         )
 
 
