@@ -34,7 +34,14 @@ from lakesink.commit.versions import VersionedLogWriter
 from lakesink.config import SinkConfig
 from lakesink.spark.failures import lakesink_error
 from lakesink.views.derived import files_lagging_views_list
-from lakesink_reader import CorruptFileError, Lake, LakeSinkError, read_committed
+from lakesink_reader import (
+    CorruptFileError,
+    DecodeBudgetError,
+    Lake,
+    LakeSinkError,
+    datafiles,
+    read_committed,
+)
 from lakesink_reader.format.v3.checkpoint import LAST_CHECKPOINT, LIST_SCHEMA
 from lakesink_reader.format.v3.commits import PendingCommit
 from lakesink_reader.names import TABLE_FILE
@@ -630,9 +637,10 @@ def test_malformed_storage_options_get_the_one_error(text: str) -> None:
 BOMB_VALUE = 8_000_000
 
 
-def bombed_data_file(lake: str) -> str:
+def bombed_data_file(lake: str, dictionary: bool = False) -> str:
     """The lake's newest data file rewritten with the same ids, each row's label one 8 MB value
-    stored plain and compressed (its footer says 400 MB) -- its size in the log made to agree."""
+    stored plain and compressed (its footer says 400 MB), or once in a dictionary every row uses
+    (its footer's sizes say 8 MB) -- its size in the log made to agree."""
     name = sorted(f.name for f in Lake(lake).files())[-1]
     path = Path(lake) / name
     table = pq.read_table(path)
@@ -640,9 +648,15 @@ def bombed_data_file(lake: str) -> str:
         pa.array([0] * table.num_rows, pa.int32()), pa.array(["x" * BOMB_VALUE])
     )
     table = table.set_column(table.schema.get_field_index("label"), "label", label.cast(pa.string()))
-    pq.write_table(table, path, compression="zstd", use_dictionary=False)
+    pq.write_table(
+        table, path, compression="zstd", use_dictionary=dictionary, dictionary_pagesize_limit=BOMB_VALUE * 2
+    )
     size = path.stat().st_size
     assert size < 100_000
+    footer = pq.ParquetFile(path).metadata.row_group(0)
+    text = footer.column(table.schema.get_field_index("label"))
+    assert text.has_dictionary_page == dictionary
+    assert (text.total_uncompressed_size < BOMB_VALUE * 2) == dictionary  # what the footer's sizes say
     for commit in log_dir(lake).glob("*.json"):
         text = commit.read_text()
         if name in text:
@@ -655,12 +669,15 @@ def bombed_data_file(lake: str) -> str:
     return name
 
 
-def test_a_data_file_that_decodes_to_hundreds_of_megabytes_is_refused_before_it_is_decoded(lake: str) -> None:
-    """Plain pages that zstd shrinks a thousandfold: refused from the footer, not decompressed,
-    by the reader, ``verify --deep`` and ``compact``, by name, within a few MB; ``read_all``
-    reads around it. (A dictionary value every row uses -- the fuzzer ledger's cases 10083 and
-    13914 -- is not bounded yet: docs/design/trust.md, "From issue 37", item 6.)"""
-    name = bombed_data_file(lake)
+@pytest.mark.parametrize("dictionary", [False, True], ids=["plain", "dictionary"])
+def test_a_data_file_that_decodes_to_hundreds_of_megabytes_is_refused_before_it_is_decoded(
+    lake: str, dictionary: bool
+) -> None:
+    """Plain pages that zstd shrinks a thousandfold, or one dictionary value every row uses (the
+    fuzzer ledger's cases 10083 and 13914: its footer's sizes count it once; its SizeStatistics
+    say what it decodes to): refused from the footer, not decompressed, by the reader, ``verify
+    --deep`` and ``compact``, by name, within a few MB; ``read_all`` reads around it."""
+    name = bombed_data_file(lake, dictionary)
     _, grown, answer = measured(lake, "read_committed_raise")
     assert answer.startswith("DecodeBudgetError") and name in answer and "decode to" in answer, answer
     assert grown < 80 << 20, (grown, answer)
@@ -672,6 +689,21 @@ def test_a_data_file_that_decodes_to_hundreds_of_megabytes_is_refused_before_it_
     _, grown, answer = measured(lake, "compact", "--min-files", "2", "--target-file-size", "1GB")
     assert answer.startswith("exit 2") and "decode to" in answer, answer
     assert grown < 80 << 20, (grown, answer)
+
+
+def test_a_dictionary_of_a_writer_without_size_statistics_is_bounded_by_its_longest_value(
+    lake: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where a footer's SizeStatistics cannot be had (here: no footer is walked for them), a
+    dictionary chunk's claim is its values times its longest dictionary value, read from the
+    chunk's first row: the bomb is refused as the footers tell, and honest files are read."""
+    monkeypatch.setattr(datafiles, "MAX_SIZESTATS_FOOTER", -1)
+    honest = read_committed(lake)
+    name = bombed_data_file(lake, dictionary=True)
+    with pytest.raises(DecodeBudgetError, match="as their footers tell") as caught:
+        read_committed(lake)
+    assert name in str(caught.value)
+    assert read_committed(lake, on_error="skip").num_rows == honest.num_rows - 50
 
 
 def test_a_data_file_footer_past_its_bound_is_refused_unread(lake: str) -> None:
@@ -1223,3 +1255,30 @@ def test_an_action_line_cannot_build_much_more_than_itself(lake: str, stats: Any
     with pytest.raises(CorruptFileError, match=refused) as caught:
         read_committed(lake)
     assert commit.name in str(caught.value)
+
+
+def test_size_statistics_are_read_from_a_footer_and_a_damaged_footer_gives_none(tmp_path: Path) -> None:
+    """``format.sizestats`` reads what pyarrow writes (each text chunk's unencoded bytes: the
+    sum of its values' lengths), and any truncation or byte change of the footer gives an
+    answer or None within its bytes -- never an exception, never a loop over a claimed count."""
+    from lakesink_reader.format.sizestats import unencoded_text_bytes
+
+    texts = [f"value-{i}" * (i % 7) for i in range(3000)]
+    table = pa.table({"text": texts, "n": list(range(3000)), "label": ["a", "b", "c"] * 1000})
+    path = tmp_path / "f.parquet"
+    pq.write_table(table, path, row_group_size=1000)
+    data = path.read_bytes()
+    footer = data[-8 - int.from_bytes(data[-8:-4], "little") : -8]
+    found = unencoded_text_bytes(footer)
+    expected = [[sum(len(t) for t in texts[g * 1000 : (g + 1) * 1000]), None, 1000] for g in range(3)]
+    assert found == expected
+    rng = random.Random(7)
+    for cut in range(len(footer)):  # the row groups whole, or nothing
+        assert unencoded_text_bytes(footer[:cut]) in (None, found)
+    for _ in range(2000):
+        damaged = bytearray(footer)
+        damaged[rng.randrange(len(damaged))] = rng.randrange(256)
+        answer = unencoded_text_bytes(bytes(damaged))
+        assert answer is None or isinstance(answer, list)
+    # A list that claims a billion elements in three bytes is refused by the bytes it has.
+    assert unencoded_text_bytes(b"\x49\xfc\xff\xff\xff\x03") is None  # field 4: a list of structs

@@ -18,10 +18,18 @@ and while it decodes them, what was decoded is counted batch by batch against th
 This is the zip-bomb rule: what a reader builds stays proportional to what was stored. Files
 lakesink writes decode to ~2-10 times their size; a table whose columns are nearly constant
 can decode to more, and is refused with an error that says so and names the unbounded way in
-(``Lake.dataset()``, pyarrow's own dataset). Not bounded before decoding: a dictionary value
-that many rows use (the footer counts it once; a batch of such rows is decoded, then counted:
-docs/design/trust.md, item 6, has the design that closes it), and pages that decompress to more
-than their footer says.
+(``Lake.dataset()``, pyarrow's own dataset).
+
+A text column chunk stored as a dictionary (or as ``DELTA_BYTE_ARRAY``'s shared prefixes) is
+*open*: its uncompressed bytes count a value once however many rows use it (one 300 KB value in
+120,000 rows: 36 GB). Its claim is first its values times its uncompressed bytes (no value is
+longer), which small reads pass. A read that does not is *settled* before anything is decoded:
+each open chunk's claim becomes what its footer's ``SizeStatistics`` say its text decodes to
+(``format.sizestats``: ~0.1 ms a file; pyarrow writes them), or, for a dictionary chunk of a
+writer that does not write them, its values times its longest dictionary value (a one-row read
+of the chunk carries the whole dictionary). Not bounded before decoding: a footer that lies
+(understated sizes, a plain encoding named for a dictionary one): it is stopped by the batch
+count, after one row group.
 """
 
 from __future__ import annotations
@@ -30,12 +38,12 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
 from lakesink_reader.errors import CorruptFileError, DataFileError, DecodeBudgetError
-from lakesink_reader.format import decoded
+from lakesink_reader.format import decoded, sizestats
 from lakesink_reader.format.partitions import partition_texts, typed_values
 from lakesink_reader.format.v3.logfiles import parallel, read_threads
 from lakesink_reader.redact import redacted
@@ -64,6 +72,52 @@ FLOOR = 256 * MiB
 _WIDTH = {"BOOLEAN": 1, "INT32": 4, "INT64": 8, "INT96": 8, "FLOAT": 4, "DOUBLE": 8, "BYTE_ARRAY": 4}
 #: A fixed-length value's width in memory is at least a decimal's (16 bytes).
 _FIXED_WIDTH = 16
+#: The encodings of a text chunk whose values decode to at most its pages' bytes (the levels'
+#: encodings among them). Any other (a dictionary, DELTA_BYTE_ARRAY, one unknown) makes it open.
+_CLOSED_TEXT_ENCODINGS = frozenset(
+    {"PLAIN", "RLE", "BIT_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "BYTE_STREAM_SPLIT"}
+)
+#: What a row group costs a read beyond its columns' values: pyarrow's dataset scan holds
+#: ~16-19 KiB a row group (pyarrow 26; 50,000 row groups of 4 rows, a footer under 8 MiB: 900
+#: MiB, fuzzer case 52 of ``--template v3foreach --mutation parquet_rewrite``), twice for margin.
+ROW_GROUP_COST = 32 << 10
+#: The largest footer whose ``SizeStatistics`` are walked (in Python: ~0.5 s a MiB when crafted);
+#: lakesink's files' footers hold a few KB, a large compacted file's ~100 KB.
+MAX_SIZESTATS_FOOTER = 1 << 20
+
+
+@dataclass(frozen=True)
+class OpenChunk:
+    """A text column chunk whose encoding lets a value stand for many rows (module docstring)."""
+
+    group: int  # its row group
+    column: int  # its leaf's index in the footer
+    path: str  # its leaf's dotted name
+    values: int
+    uncompressed: int
+    dictionary: bool  # it has a dictionary page
+
+    @property
+    def least(self) -> int:
+        """What it decodes to at the least: its pages' bytes, or an offset per value."""
+        return max(self.uncompressed, self.values * _WIDTH["BYTE_ARRAY"])
+
+    @property
+    def most(self) -> int:
+        """What it decodes to at the most, by its footer alone: no value is longer than the
+        chunk's uncompressed bytes (the dictionary, or the suffixes of the prefixes, are among
+        them)."""
+        return self.values * (_WIDTH["BYTE_ARRAY"] + self.uncompressed)
+
+
+@dataclass(frozen=True)
+class Claims:
+    """What a file's columns read decode to, as its footer tells: at most :attr:`most` (its
+    closed chunks' claims and its open chunks' :attr:`OpenChunk.most`), at least :attr:`least`."""
+
+    least: int
+    most: int
+    open: tuple[OpenChunk, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -72,8 +126,14 @@ class DataFile:
 
     name: str
     fragment: ds.ParquetFileFragment
+    size: int  # its length
+    footer_length: int
     stored: int  # bytes it holds on storage (a local sparse file: its allocated blocks)
-    claimed: int  # what the read's columns decode to, as its footer tells
+    claims: Claims  # what the read's columns decode to, as its footer tells
+
+    @property
+    def claimed(self) -> int:
+        return self.claims.most
 
 
 @dataclass(frozen=True)
@@ -96,12 +156,39 @@ class DataRead:
         """The most bytes this read may decode to."""
         return FLOOR + EXPANSION * sum(f.stored for f in self.files)
 
+    def settled(self) -> DataRead:
+        """This read once what the footers say its files decode to is known within the budget:
+        itself when their claims pass it as they are, else with its open chunks settled
+        (module docstring). DecodeBudgetError naming the heaviest file when they pass it still
+        -- before anything is decoded."""
+        most = self.budget()
+        least = sum(f.claims.least for f in self.files)
+        if least > most:
+            self._over(self.files, least, "as their footers tell")
+        if sum(f.claimed for f in self.files) <= most:
+            return self
+        fs, _base = self.storage.arrow_filesystem()
+
+        def settle(file: DataFile) -> DataFile:
+            if not file.claims.open:
+                return file
+            where = f"{redacted(self.storage.url.rstrip('/'))}/{file.name}"
+            fragment, name = file.fragment, file.name
+            claims = _settled(
+                fs, fragment.path, file.size, file.footer_length, fragment.metadata, file.claims, name, where
+            )
+            return replace(file, claims=claims)
+
+        read = replace(self, files=tuple(parallel(settle, self.files, read_threads(self.storage))))
+        claimed = sum(f.claimed for f in read.files)
+        if claimed > most:
+            read._over(read.files, claimed, "as their footers tell")
+        return read
+
     def check_claims(self) -> None:
         """DecodeBudgetError naming the heaviest file when what the footers say the files
-        decode to passes the budget -- before anything is decoded."""
-        claimed = sum(f.claimed for f in self.files)
-        if claimed > self.budget():
-            self._over(self.files, claimed, "as their footers tell")
+        decode to passes the budget -- before anything is decoded (:meth:`settled`)."""
+        self.settled()
 
     def without(self, name: str) -> DataRead:
         """This read without the file ``name`` (one a ``read_all`` skips)."""
@@ -114,14 +201,14 @@ class DataRead:
         file either way)."""
         import pyarrow.dataset as ds  # here: as open_read
 
-        self.check_claims()
-        if not self.files:
+        read = self.settled()
+        if not read.files:
             return
-        fragments: list[ds.Fragment] = [f.fragment for f in self.files]
-        first = self.files[0].fragment
-        dataset = ds.FileSystemDataset(fragments, self.schema, first.format, first.filesystem)
-        by_path = {f.fragment.path: f for f in self.files}
-        most = self.budget()
+        fragments: list[ds.Fragment] = [f.fragment for f in read.files]
+        first = read.files[0].fragment
+        dataset = ds.FileSystemDataset(fragments, read.schema, first.format, first.filesystem)
+        by_path = {f.fragment.path: f for f in read.files}
+        most = read.budget()
         decoded = 0
         by_file: dict[str, int] = {}
         for tagged in dataset.scanner(columns=list(self.columns), filter=self.filter).scan_batches():
@@ -132,7 +219,7 @@ class DataRead:
             by_file[path] = by_file.get(path, 0) + size
             if decoded > most:
                 heaviest = max(by_file, key=lambda p: by_file[p] - EXPANSION * by_path[p].stored)
-                self._over([by_path[heaviest]], decoded, "as they were read")
+                read._over([by_path[heaviest]], decoded, "as they were read")
             yield batch
 
     def table(self) -> pa.Table:
@@ -172,6 +259,8 @@ class OneFile:
     storage: Storage
     name: str
     parquet: pq.ParquetFile
+    size: int  # its length
+    footer_length: int
     stored: int
 
     @property
@@ -183,13 +272,24 @@ class OneFile:
         says it decodes past the budget, and no more once what was decoded passes it
         (DecodeBudgetError naming it)."""
         most = FLOOR + EXPANSION * self.stored
-        claimed = _claimed(self.metadata, None)
+        claims = _claims(self.metadata, None)
+        claimed = claims.least
 
         def refusal(found: int, how: str) -> DecodeBudgetError:
             return _past_budget(self.storage, self.name, claimed, self.stored, 1, self.stored, found, how)
 
-        if claimed > most:
-            raise refusal(claimed, "as its footer tells")
+        if claims.least > most:
+            raise refusal(claims.least, "as its footer tells")
+        if claims.most > most:
+            fs, base = self.storage.arrow_filesystem()
+            where = f"{redacted(self.storage.url.rstrip('/'))}/{self.name}"
+            path = f"{base.rstrip('/')}/{self.name}"
+            claims = _settled(
+                fs, path, self.size, self.footer_length, self.metadata, claims, self.name, where
+            )
+            claimed = claims.most
+            if claimed > most:
+                raise refusal(claimed, "as its footer tells")
         decoded = 0
         for batch in self.parquet.iter_batches(batch_size=batch_rows, use_threads=False):
             decoded += batch.nbytes
@@ -209,13 +309,14 @@ def open_file(storage: Storage, name: str) -> Iterator[OneFile]:
     path = f"{base.rstrip('/')}/{name}"
     where = f"{redacted(storage.url.rstrip('/'))}/{name}"
     with fs.open_input_file(path) as handle:
-        stored = _held(fs, path, _checked_tail(handle, name, where))
+        size, footer_length = _checked_tail(handle, name, where)
+        stored = _held(fs, path, size)
         try:
             parquet = pq.ParquetFile(handle)
         except (OSError, pa.ArrowException) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
             raise DataFileError(f"{where}: {said}", name) from exc
-        yield OneFile(storage, name, parquet, stored)
+        yield OneFile(storage, name, parquet, size, footer_length, stored)
 
 
 def open_read(
@@ -264,7 +365,7 @@ def open_read(
         where = f"{redacted(storage.url.rstrip('/'))}/{name}"
         try:
             with fs.open_input_file(fragment.path) as handle:
-                size = _checked_tail(handle, name, where)
+                size, footer_length = _checked_tail(handle, name, where)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException) as exc:
@@ -279,16 +380,17 @@ def open_read(
         except (OSError, pa.ArrowException) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
             raise DataFileError(f"{where}: {said}", name) from exc
-        return DataFile(name, fragment, stored, _claimed(metadata, wanted))
+        return DataFile(name, fragment, size, footer_length, stored, _claims(metadata, wanted))
 
     # A footer on S3 or HDFS is a request: several at once; on local disk, in turn (logfiles).
     files = parallel(open_one, fragments, read_threads(storage))
     return DataRead(storage, schema, read, tuple(files), filter)
 
 
-def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> int:
-    """The size of the open file, once its last 8 bytes are ``PAR1`` after a footer of at most
-    :data:`MAX_FOOTER` (``decoded.check_footer``; DataFileError naming it otherwise)."""
+def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> tuple[int, int]:
+    """The size of the open file and its footer's, once its last 8 bytes are ``PAR1`` after a
+    footer of at most :data:`MAX_FOOTER` (``decoded.check_footer``; DataFileError naming it
+    otherwise)."""
     size = handle.size()
     if size >= 8:
         handle.seek(size - 8)
@@ -297,7 +399,7 @@ def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> int:
         decoded.check_footer(tail, size, where, kind="a data file of a lake")
     except CorruptFileError as exc:
         raise DataFileError(str(exc), name) from exc
-    return size
+    return size, int.from_bytes(tail[:4], "little")
 
 
 def _held(fs: pyarrow.fs.FileSystem, path: str, size: int) -> int:
@@ -311,10 +413,12 @@ def _held(fs: pyarrow.fs.FileSystem, path: str, size: int) -> int:
     return size
 
 
-def _claimed(metadata: pq.FileMetaData, wanted: set[str] | None) -> int:
+def _claims(metadata: pq.FileMetaData, wanted: set[str] | None) -> Claims:
     """What the columns ``wanted`` (top-level names; None: all) decode to, as the footer tells:
     per column chunk, its uncompressed size, or its values times their width when that is more
-    (a run-length or dictionary encoding of numbers decodes to a width per value)."""
+    (a run-length or dictionary encoding of numbers decodes to a width per value); a text chunk
+    whose encoding lets a value stand for many rows is open (:class:`OpenChunk`); and per row
+    group, :data:`ROW_GROUP_COST`."""
     schema = metadata.schema
     leaves = []
     for j in range(metadata.num_columns):
@@ -322,14 +426,89 @@ def _claimed(metadata: pq.FileMetaData, wanted: set[str] | None) -> int:
         top = column.path.split(".", 1)[0]
         if wanted is None or top in wanted:
             width = _WIDTH.get(column.physical_type) or max(column.length or 1, _FIXED_WIDTH)
-            leaves.append((j, width))
-    total = 0
+            leaves.append((j, column.path, width, column.physical_type == "BYTE_ARRAY"))
+    least = most = ROW_GROUP_COST * metadata.num_row_groups
+    open_chunks = []
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)
-        for j, width in leaves:
+        for j, path, width, text in leaves:
             chunk = row_group.column(j)
-            total += max(chunk.total_uncompressed_size, chunk.num_values * width)
-    return total
+            if text and (chunk.has_dictionary_page or not _CLOSED_TEXT_ENCODINGS.issuperset(chunk.encodings)):
+                found = OpenChunk(
+                    group, j, path, chunk.num_values, chunk.total_uncompressed_size, chunk.has_dictionary_page
+                )
+                open_chunks.append(found)
+                least += found.least
+                most += found.most
+            else:
+                claim = max(chunk.total_uncompressed_size, chunk.num_values * width)
+                least += claim
+                most += claim
+    return Claims(least, most, tuple(open_chunks))
+
+
+def _settled(
+    fs: pyarrow.fs.FileSystem,
+    path: str,
+    size: int,
+    footer_length: int,
+    metadata: pq.FileMetaData,
+    claims: Claims,
+    name: str,
+    where: str,
+) -> Claims:
+    """``claims`` with each open chunk's claim what its text decodes to: by the footer's
+    ``SizeStatistics`` (the footer of ``footer_length`` bytes read again: pyarrow does not show
+    them), or by the chunk's longest dictionary value (a one-row read of its row group, the
+    dictionary read whole), or, failing both (a nested column, DELTA_BYTE_ARRAY of a writer
+    without them), its :attr:`OpenChunk.most`. DataFileError naming the file when it cannot be
+    read."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    try:
+        with fs.open_input_file(path) as handle:
+            known = None
+            if footer_length <= MAX_SIZESTATS_FOOTER:
+                handle.seek(size - 8 - footer_length)
+                known = sizestats.unencoded_text_bytes(handle.read(footer_length))
+                shape = [metadata.num_columns] * metadata.num_row_groups
+                if known is not None and [len(g) for g in known] != shape:
+                    known = None  # not the footer pyarrow read: no claim is taken from it
+            most = claims.most
+            to_probe: dict[int, list[OpenChunk]] = {}
+            for chunk in claims.open:
+                unencoded = known[chunk.group][chunk.column] if known is not None else None
+                if unencoded is not None:
+                    most += max(chunk.least, chunk.values * _WIDTH["BYTE_ARRAY"] + unencoded) - chunk.most
+                elif chunk.dictionary and "." not in chunk.path:
+                    to_probe.setdefault(chunk.group, []).append(chunk)
+            # A writer without SizeStatistics: the first row of the row group, its text columns read
+            # dictionary-encoded, carries their whole dictionaries; a chunk then decodes to at most
+            # its values times its longest value, plus its pages' bytes (pages that fell back to
+            # plain encoding hold their values).
+            for group, chunks in to_probe.items():
+                columns = sorted({c.path for c in chunks})
+                parquet = pq.ParquetFile(handle, metadata=metadata, read_dictionary=columns)
+                rows = parquet.iter_batches(batch_size=1, row_groups=[group], columns=columns)
+                first = next(iter(rows), None)
+                for chunk in chunks:
+                    most -= chunk.most
+                    column = first.column(chunk.path) if first is not None and len(first) else None
+                    if column is None:
+                        most += chunk.least  # no rows
+                    elif not pa.types.is_dictionary(column.type):
+                        most += chunk.most
+                    else:
+                        values: Any = column.dictionary  # type: ignore[attr-defined]  # string or binary
+                        longest = int(pc.max(pc.binary_length(values)).as_py() or 0)
+                        most += chunk.values * (_WIDTH["BYTE_ARRAY"] + longest) + chunk.uncompressed
+    except FileNotFoundError:
+        raise
+    except (OSError, pa.ArrowException) as exc:
+        said = " ".join(str(exc).split())
+        raise DataFileError(f"{where}: {said}", name) from exc
+    return Claims(claims.least, most)
 
 
 def partition_expression(

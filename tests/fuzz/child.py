@@ -195,8 +195,15 @@ def maintenance_step(command: str) -> Callable[[str, range], dict[str, Any]]:
     return step
 
 
+#: The largest footer and row count of a file this check reads: a copy lakesink made is small;
+#: a crafted file is the mutation's, and reading it whole would cost this check, not the product,
+#: the child's memory cap (50,000 one-row groups: 600 MiB).
+_COPY_FOOTER, _COPY_ROWS = 1 << 20, 1_000_000
+
+
 def _ids_in_lake(root: str) -> set[int]:
-    """The ids of every regular Parquet file in the lake that reads (links not followed)."""
+    """The ids of every regular Parquet file in the lake that reads (links not followed) and is
+    small enough to be a copy lakesink made."""
     import pyarrow.parquet as pq
 
     found: set[int] = set()
@@ -205,7 +212,13 @@ def _ids_in_lake(root: str) -> set[int]:
             path = os.path.join(folder, name)
             if name.endswith(".parquet") and not os.path.islink(path) and "_delta_log" not in path:
                 with contextlib.suppress(Exception):  # a damaged file: the mutation's, not a copy
-                    found.update(pq.read_table(path, columns=["id"]).column("id").to_pylist())
+                    with open(path, "rb") as f:
+                        f.seek(-8, os.SEEK_END)
+                        if int.from_bytes(f.read(4), "little") > _COPY_FOOTER:
+                            continue
+                    parquet = pq.ParquetFile(path)
+                    if parquet.metadata.num_rows <= _COPY_ROWS:
+                        found.update(parquet.read(columns=["id"]).column("id").to_pylist())
     return found
 
 

@@ -126,8 +126,38 @@ MUTANTS = (
         "of one-row groups cost GBs)",
         klass="memory",
         options=("--mutation", "parquet_rewrite", "--template", "v3parts"),
-        # case 128 fails on the unchanged code (a data file: trust.md, "From issue 37", item 6)
+        # case 128 failed on the code of session 19 (a data file's dictionary, bounded since)
         seed=129,
+    ),
+    FuzzMutant(
+        "data-file-claims-unchecked",
+        "reader/lakesink_reader/datafiles.py",
+        "        read = self.settled()\n",
+        "        read = self\n",
+        "a read decodes its data files whatever their footers claim: a column of one long value "
+        "stored plain decodes to GBs from a few KB",
+        klass="memory",
+        options=("--mutation", "parquet_rewrite", "--template", "v3foreach"),
+    ),
+    FuzzMutant(
+        "dictionary-value-counted-once",
+        "reader/lakesink_reader/datafiles.py",
+        "                most += found.most\n",
+        "                most += found.least\n",
+        "a dictionary text chunk is claimed at its pages' bytes: one long value every row uses "
+        "decodes to rows times its length (ledger cases 10083, 13914)",
+        klass="memory",
+        options=("--mutation", "parquet_rewrite", "--template", "v3foreach"),
+        cases=300,  # session 21: caught at case 166
+    ),
+    FuzzMutant(
+        "row-groups-cost-nothing",
+        "reader/lakesink_reader/datafiles.py",
+        "    least = most = ROW_GROUP_COST * metadata.num_row_groups\n",
+        "    least = most = 0\n",
+        "a data file's row groups are free: 50,000 row groups of 4 rows cost pyarrow's scan 900 MiB",
+        klass="memory",
+        options=("--mutation", "parquet_rewrite", "--template", "v3foreach"),
     ),
     FuzzMutant(
         "versions-range-over-a-claim",

@@ -163,6 +163,10 @@ def number_text(rng: random.Random, path: Path) -> str:
     return f"number at {m.start()} := {raw[:40].decode()}"
 
 
+#: A commit file's byte limit (docs/FORMAT.md, "Trust").
+COMMIT_BYTES = 256 << 20
+
+
 def lengthen(rng: random.Random, path: Path) -> str:
     """A list in the document repeated many times (a header of many actions, a long previous)."""
     docs, how = json_lines(path)
@@ -177,6 +181,11 @@ def lengthen(rng: random.Random, path: Path) -> str:
         write_json(path, docs, how, "[" + "{}," * (BOMB - 1) + "{}]")
         return f"line {line} {list(trail)} := [{{}}] * {BOMB:,}"
     if how == "lines" and rng.random() < 0.3:  # many lines (a commit of many actions)
+        if rng.random() < 0.3:
+            # As many as a commit's byte limit lets in (docs/FORMAT.md: 256 MiB): what only the
+            # bound on a commit's actions refuses (~700,000 adds: ~1 KB of memory each)
+            line_bytes = len(json.dumps(docs[-1], separators=(",", ":"))) + 1
+            times = max(1000, (COMMIT_BYTES - path.stat().st_size) // line_bytes - 16)
         docs.extend(docs[-1:] * times)
         # Half the time the header counts them, as the lake's writer could: then only the
         # bound on a commit's actions stands between the lines and their decoding.
