@@ -681,11 +681,12 @@ def test_a_data_file_that_decodes_to_hundreds_of_megabytes_is_refused_before_it_
     _, grown, answer = measured(lake, "read_committed_raise")
     assert answer.startswith("DecodeBudgetError") and name in answer and "decode to" in answer, answer
     assert grown < 80 << 20, (grown, answer)
-    _, grown, answer = measured(lake, "read_committed")  # on_error="skip"
-    assert answer == str(len(LAKE_IDS) - 50) and grown < 80 << 20, (grown, answer)
-    _, grown, answer = measured(lake, "verify", "--deep")
-    assert answer.startswith("exit 1") and name in answer and "decode to" in answer, answer
-    assert grown < 80 << 20, (grown, answer)
+    if not dictionary:  # the same two ways in (a read of several files, one file) as below
+        _, grown, answer = measured(lake, "read_committed")  # on_error="skip"
+        assert answer == str(len(LAKE_IDS) - 50) and grown < 80 << 20, (grown, answer)
+        _, grown, answer = measured(lake, "verify", "--deep")
+        assert answer.startswith("exit 1") and name in answer and "decode to" in answer, answer
+        assert grown < 80 << 20, (grown, answer)
     _, grown, answer = measured(lake, "compact", "--min-files", "2", "--target-file-size", "1GB")
     assert answer.startswith("exit 2") and "decode to" in answer, answer
     assert grown < 80 << 20, (grown, answer)
@@ -1275,7 +1276,7 @@ def test_size_statistics_are_read_from_a_footer_and_a_damaged_footer_gives_none(
     rng = random.Random(7)
     for cut in range(len(footer)):  # the row groups whole, or nothing
         assert unencoded_text_bytes(footer[:cut]) in (None, found)
-    for _ in range(2000):
+    for _ in range(500):
         damaged = bytearray(footer)
         damaged[rng.randrange(len(damaged))] = rng.randrange(256)
         answer = unencoded_text_bytes(bytes(damaged))

@@ -463,6 +463,8 @@ def _settled(
     dictionary read whole), or, failing both (a nested column, DELTA_BYTE_ARRAY of a writer
     without them), its :attr:`OpenChunk.most`. DataFileError naming the file when it cannot be
     read."""
+    # Here, not at the top: only a read that must be settled needs them (the commit path's
+    # row count and a small read never do).
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
