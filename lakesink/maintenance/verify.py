@@ -163,7 +163,7 @@ def _check(
         # bounded as a reader's read is (lakesink_reader.datafiles): the footer, then the rows
         with open_file(storage, f.name) as opened:
             return _check_opened(f, opened, schema, deep, evolves)
-    except (OSError, pa.ArrowException, CorruptFileError) as exc:
+    except (OSError, pa.ArrowException, UnicodeDecodeError, CorruptFileError) as exc:
         return f"unreadable: {' '.join(str(exc).split())}"
 
 

@@ -77,10 +77,12 @@ _FIXED_WIDTH = 16
 _CLOSED_TEXT_ENCODINGS = frozenset(
     {"PLAIN", "RLE", "BIT_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "BYTE_STREAM_SPLIT"}
 )
-#: What a row group costs a read beyond its columns' values: pyarrow's dataset scan holds
-#: ~16-19 KiB a row group (pyarrow 26; 50,000 row groups of 4 rows, a footer under 8 MiB: 900
-#: MiB, fuzzer case 52 of ``--template v3foreach --mutation parquet_rewrite``), twice for margin.
-ROW_GROUP_COST = 32 << 10
+#: What a row group, and each column chunk of it that a read reads, cost beyond their values:
+#: pyarrow's dataset scan holds ~6 KiB a column chunk (pyarrow 26; fuzzer cases: 50,000 row groups
+#: of 3 columns under an 8 MiB footer took 900 MiB, case 52 of ``--template v3foreach --mutation
+#: parquet_rewrite``; 33,334 of 6 columns in a 14 MB file, 1.2 GB, case 50,430), with margin.
+ROW_GROUP_COST = 16 << 10
+COLUMN_CHUNK_COST = 16 << 10
 #: The largest footer whose ``SizeStatistics`` are walked (in Python: ~0.5 s a MiB when crafted);
 #: lakesink's files' footers hold a few KB, a large compacted file's ~100 KB.
 MAX_SIZESTATS_FOOTER = 1 << 20
@@ -313,7 +315,7 @@ def open_file(storage: Storage, name: str) -> Iterator[OneFile]:
         stored = _held(fs, path, size)
         try:
             parquet = pq.ParquetFile(handle)
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
             raise DataFileError(f"{where}: {said}", name) from exc
         yield OneFile(storage, name, parquet, size, footer_length, stored)
@@ -368,7 +370,7 @@ def open_read(
                 size, footer_length = _checked_tail(handle, name, where)
         except FileNotFoundError:
             raise
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
             said = " ".join(str(exc).split())
             raise DataFileError(f"{where}: {said}", name) from exc
         stored = _held(fs, fragment.path, size)
@@ -377,7 +379,7 @@ def open_read(
             metadata = fragment.metadata
         except FileNotFoundError:
             raise
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
             raise DataFileError(f"{where}: {said}", name) from exc
         return DataFile(name, fragment, size, footer_length, stored, _claims(metadata, wanted))
@@ -418,7 +420,7 @@ def _claims(metadata: pq.FileMetaData, wanted: set[str] | None) -> Claims:
     per column chunk, its uncompressed size, or its values times their width when that is more
     (a run-length or dictionary encoding of numbers decodes to a width per value); a text chunk
     whose encoding lets a value stand for many rows is open (:class:`OpenChunk`); and per row
-    group, :data:`ROW_GROUP_COST`."""
+    group, :data:`ROW_GROUP_COST` and :data:`COLUMN_CHUNK_COST` a chunk read."""
     schema = metadata.schema
     leaves = []
     for j in range(metadata.num_columns):
@@ -427,7 +429,7 @@ def _claims(metadata: pq.FileMetaData, wanted: set[str] | None) -> Claims:
         if wanted is None or top in wanted:
             width = _WIDTH.get(column.physical_type) or max(column.length or 1, _FIXED_WIDTH)
             leaves.append((j, column.path, width, column.physical_type == "BYTE_ARRAY"))
-    least = most = ROW_GROUP_COST * metadata.num_row_groups
+    least = most = (ROW_GROUP_COST + COLUMN_CHUNK_COST * len(leaves)) * metadata.num_row_groups
     open_chunks = []
     for group in range(metadata.num_row_groups):
         row_group = metadata.row_group(group)
@@ -507,7 +509,7 @@ def _settled(
                         most += chunk.values * (_WIDTH["BYTE_ARRAY"] + longest) + chunk.uncompressed
     except FileNotFoundError:
         raise
-    except (OSError, pa.ArrowException) as exc:
+    except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
         said = " ".join(str(exc).split())
         raise DataFileError(f"{where}: {said}", name) from exc
     return Claims(claims.least, most)

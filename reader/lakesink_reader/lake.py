@@ -578,7 +578,7 @@ class Lake:
             if f.state == "committed":
                 return "missing: the lake commits it, but it is not in storage"
             return "gone since it was listed (published or removed meanwhile)"
-        except (OSError, pa.ArrowException, CorruptFileError) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError, CorruptFileError) as exc:
             said = " ".join(str(exc).split())  # pyarrow's text may span lines: a reason is one
             if f.state == "committed":
                 return f"corrupt: {said}"
@@ -617,7 +617,7 @@ class Lake:
         for _ in range(_READ_ATTEMPTS):
             try:
                 return ReadResult(self._bounded_read(files, projection, filter, on_error, skipped), skipped)
-            except (OSError, pa.ArrowException) as exc:
+            except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
                 left_out = {s.path for s in skipped}  # reported by the bounded read already
                 files = [f for f in files if f.path not in left_out]
                 bad = [(f, reason) for f in files if (reason := self._problem(f, deep=True)) is not None]

@@ -156,7 +156,7 @@ MUTANTS = (
     FuzzMutant(
         "row-groups-cost-nothing",
         "reader/lakesink_reader/datafiles.py",
-        "    least = most = ROW_GROUP_COST * metadata.num_row_groups\n",
+        "    least = most = (ROW_GROUP_COST + COLUMN_CHUNK_COST * len(leaves)) * metadata.num_row_groups\n",
         "    least = most = 0\n",
         "a data file's row groups are free: 50,000 row groups of 4 rows cost pyarrow's scan 900 MiB",
         klass="memory",

@@ -484,7 +484,8 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
         check_footer(handle.read(8) if size >= 8 else b"", size, f"checkpoint file list {where}")
         handle.seek(0)
         listed = pq.ParquetFile(handle, read_dictionary=_DICTIONARY_COLUMNS)
-    except (OSError, pa.ArrowException, KeyError) as exc:  # KeyError: a footer without "path"
+    # KeyError: a footer without "path"; UnicodeDecodeError: names in it that are not UTF-8
+    except (OSError, pa.ArrowException, UnicodeDecodeError, KeyError) as exc:
         said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
         raise CorruptFileError(f"checkpoint file list {where} cannot be read: {said}") from exc
     rows = listed.metadata.num_rows
@@ -548,7 +549,7 @@ def iter_file_list(
             )
         try:
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
-        except (OSError, pa.ArrowException) as exc:
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
             said = " ".join(str(exc).split())  # one line (fuzzer case 3994)
             raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {said}") from exc
         if "path" in table.column_names:
