@@ -91,8 +91,13 @@ def decoded_bytes(data: pa.Table | pa.RecordBatch) -> int:
 
 def check_decoded(data: pa.Table | pa.RecordBatch, most: int, what: str) -> None:
     """CorruptFileError naming ``what`` when ``data``'s dictionary columns decode to more than
-    ``most`` bytes (:func:`decoded_bytes`)."""
-    found = decoded_bytes(data)
+    ``most`` bytes (:func:`decoded_bytes`), or when an index of one is past its dictionary
+    (pyarrow reads them unchecked: one changed byte of a list, fuzzer case 917)."""
+    try:
+        found = decoded_bytes(data)
+    except pa.ArrowIndexError as exc:
+        said = " ".join(str(exc).split())
+        raise CorruptFileError(f"{what}: a dictionary index past its dictionary ({said})") from exc
     if found > most:
         raise CorruptFileError(
             f"{what}: its text columns decode to {found} bytes (their dictionaries counted per use), "
