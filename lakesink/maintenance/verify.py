@@ -22,7 +22,7 @@ from lakesink.views.derived import DELTA, ICEBERG, SPARK, view_problems
 from lakesink.views.iceberg_layout import has_view
 from lakesink.views.spark_metadata_view import spark_sync
 from lakesink_reader.datafiles import OneFile, open_file
-from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.errors import CorruptFileError, one_line
 from lakesink_reader.format.log import CommittedFile, EpochLog
 from lakesink_reader.format.partitions import partition_folders
 from lakesink_reader.format.schemas import fit_problems, schema_at
@@ -164,7 +164,7 @@ def _check(
         with open_file(storage, f.name) as opened:
             return _check_opened(f, opened, schema, deep, evolves)
     except (OSError, pa.ArrowException, UnicodeDecodeError, CorruptFileError) as exc:
-        return f"unreadable: {' '.join(str(exc).split())}"
+        return f"unreadable: {one_line(exc)}"
 
 
 def _check_opened(

@@ -51,7 +51,7 @@ from lakesink.views.hook import ViewHook
 from lakesink.views.memo import CommitTimes, StopFile, ViewMemo, ViewMemos
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array, scalar
-from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.errors import CorruptFileError, one_line
 from lakesink_reader.format.decoded import check_footer, decoded_bytes, plain, string_leaves
 from lakesink_reader.format.opening import oldest_commit, open_epoch_log
 from lakesink_reader.format.schemas import schema_at
@@ -430,7 +430,7 @@ def view_checkpoint_batches(
                 )
             yield plain(pa.Table.from_batches([batch]))
     except (OSError, pa.ArrowException, ValueError, KeyError) as exc:  # a damaged or foreign file
-        said = " ".join(str(exc).split())
+        said = one_line(exc)
         raise CorruptFileError(f"{where} cannot be read: {said}") from exc
 
 
@@ -576,7 +576,7 @@ def write_view_checkpoint(
             check_footer(there[-8:], len(there), f"view checkpoint {storage.url}/{name}")
             rows = pq.ParquetFile(pa.BufferReader(there)).metadata.num_rows
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            said = " ".join(str(exc).split())
+            said = one_line(exc)
             raise CorruptFileError(f"view checkpoint {storage.url}/{name} cannot be read: {said}") from exc
         hint_doc = json.dumps({"size": rows, "version": version}, separators=(",", ":")).encode()
     hint = _hint_version(storage)

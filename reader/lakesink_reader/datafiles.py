@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError, DataFileError, DecodeBudgetError
+from lakesink_reader.errors import CorruptFileError, DataFileError, DecodeBudgetError, one_line
 from lakesink_reader.format import decoded, sizestats
 from lakesink_reader.format.partitions import partition_texts, typed_values
 from lakesink_reader.format.v3.logfiles import parallel, read_threads
@@ -123,25 +123,217 @@ class Claims:
 
 
 @dataclass(frozen=True)
-class DataFile:
-    """A data file opened for a read: its footer read and bounded."""
+class _LakeFiles:
+    """Where the lake at a storage keeps its files, for pyarrow (one filesystem for all)."""
 
-    name: str
-    fragment: ds.ParquetFileFragment
-    size: int  # its length
-    footer_length: int
-    stored: int  # bytes it holds on storage (a local sparse file: its allocated blocks)
-    claims: Claims  # what the read's columns decode to, as its footer tells
+    fs: pyarrow.fs.FileSystem
+    root: str  # the base path names are joined onto
+    shown: str  # the lake's URL, redacted
+
+    @classmethod
+    def of(cls, storage: Storage) -> _LakeFiles:
+        fs, base = storage.arrow_filesystem()
+        return cls(fs, base.rstrip("/"), redacted(storage.url.rstrip("/")))
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name}"
+
+
+@dataclass(frozen=True)
+class Located:
+    """A file of the lake as pyarrow opens it (``fs``, ``path``) and as messages name it
+    (``where``: the lake's URL redacted, then ``name``). Its texts are made when asked: a read
+    may locate a file for each of a commit's 200,000 names."""
+
+    lake: _LakeFiles
+    name: str  # relative to the lake
+
+    @property
+    def fs(self) -> pyarrow.fs.FileSystem:
+        return self.lake.fs
+
+    @property
+    def path(self) -> str:
+        return self.lake.path(self.name)
+
+    @property
+    def where(self) -> str:
+        return f"{self.lake.shown}/{self.name}"
+
+    def error(self, exc: BaseException) -> DataFileError:
+        """The refusal of this file for ``exc`` (pyarrow's, or an OSError), on one line."""
+        return DataFileError(f"{self.where}: {one_line(exc)}", self.name)
+
+
+@dataclass(frozen=True)
+class Footer:
+    """A data file's footer, read and bounded: the file's length, its footer's, the bytes it
+    holds on storage, and what the read's columns decode to as the footer tells."""
+
+    at: Located
+    size: int
+    length: int
+    stored: int  # a local sparse file: its allocated blocks
+    metadata: pq.FileMetaData
+    claims: Claims
 
     @property
     def claimed(self) -> int:
         return self.claims.most
 
+    def settled(self) -> Footer:
+        """This footer with each open chunk's claim what its text decodes to: by the footer's
+        ``SizeStatistics`` (the footer read again: pyarrow does not show them), or by the
+        chunk's longest dictionary value (a one-row read of its row group, the dictionary read
+        whole), or, failing both (a nested column, DELTA_BYTE_ARRAY of a writer without them),
+        its :attr:`OpenChunk.most`. DataFileError naming the file when it cannot be read."""
+        if not self.claims.open:
+            return self
+        try:
+            with self.at.fs.open_input_file(self.at.path) as handle:
+                most, unsized = self._settled_by_sizes(handle)
+                most += self._settled_by_dictionaries(handle, unsized)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
+            raise self.at.error(exc) from exc
+        return replace(self, claims=Claims(self.claims.least, most))
+
+    def _settled_by_sizes(self, handle: pa.NativeFile) -> tuple[int, list[OpenChunk]]:
+        """The claims' most with each open chunk the footer's ``SizeStatistics`` size settled,
+        and the dictionary chunks they leave (:meth:`_settled_by_dictionaries`)."""
+        metadata, claims = self.metadata, self.claims
+        known = None
+        if self.length <= MAX_SIZESTATS_FOOTER:
+            handle.seek(self.size - 8 - self.length)
+            known = sizestats.unencoded_text_bytes(handle.read(self.length))
+            shape = [metadata.num_columns] * metadata.num_row_groups
+            if known is not None and [len(g) for g in known] != shape:
+                known = None  # not the footer pyarrow read: no claim is taken from it
+        most = claims.most
+        unsized = []
+        for chunk in claims.open:
+            unencoded = known[chunk.group][chunk.column] if known is not None else None
+            if unencoded is not None:
+                most += max(chunk.least, chunk.values * _WIDTH["BYTE_ARRAY"] + unencoded) - chunk.most
+            elif chunk.dictionary and "." not in chunk.path:
+                unsized.append(chunk)
+        return most, unsized
+
+    def _settled_by_dictionaries(self, handle: pa.NativeFile, chunks: Sequence[OpenChunk]) -> int:
+        """What settling ``chunks`` by their longest dictionary value changes their claims by.
+
+        A writer without SizeStatistics: the first row of the row group, its text columns read
+        dictionary-encoded, carries their whole dictionaries; a chunk then decodes to at most
+        its values times its longest value, plus its pages' bytes (pages that fell back to
+        plain encoding hold their values)."""
+        # Here, not at the top: only a read that must be settled needs them (the commit path's
+        # row count and a small read never do).
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        by_group: dict[int, list[OpenChunk]] = {}
+        for chunk in chunks:
+            by_group.setdefault(chunk.group, []).append(chunk)
+        change = 0
+        for group, of_group in by_group.items():
+            columns = sorted({c.path for c in of_group})
+            parquet = pq.ParquetFile(handle, metadata=self.metadata, read_dictionary=columns)
+            rows = parquet.iter_batches(batch_size=1, row_groups=[group], columns=columns)
+            first = next(iter(rows), None)
+            for chunk in of_group:
+                change -= chunk.most
+                column = first.column(chunk.path) if first is not None and len(first) else None
+                if column is None:
+                    change += chunk.least  # no rows
+                elif not pa.types.is_dictionary(column.type):
+                    change += chunk.most
+                else:
+                    values: Any = column.dictionary  # type: ignore[attr-defined]  # string or binary
+                    longest = int(pc.max(pc.binary_length(values)).as_py() or 0)
+                    change += chunk.values * (_WIDTH["BYTE_ARRAY"] + longest) + chunk.uncompressed
+        return change
+
+
+def _budget(footers: Sequence[Footer]) -> int:
+    """The most bytes a read of the files of ``footers`` may decode to."""
+    return FLOOR + EXPANSION * sum(f.stored for f in footers)
+
+
+def _within_budget(footers: Sequence[Footer], threads: int) -> tuple[Footer, ...]:
+    """``footers`` once what they say their files decode to is known within the budget: as
+    they are when their claims pass it, else with their open chunks settled (module docstring;
+    ``threads`` files at once). DecodeBudgetError naming the heaviest file when they pass it
+    still -- before anything is decoded."""
+    most = _budget(footers)
+    least = sum(f.claims.least for f in footers)
+    if least > most:
+        raise _past_budget(footers, footers, least, "as their footers tell")
+    if sum(f.claimed for f in footers) <= most:
+        return tuple(footers)
+    settled = tuple(parallel(Footer.settled, footers, threads))
+    claimed = sum(f.claimed for f in settled)
+    if claimed > most:
+        raise _past_budget(settled, settled, claimed, "as their footers tell")
+    return settled
+
+
+class _Decoding:
+    """What a read has decoded, file by file, counted against its budget as batches come: a
+    footer that understates its pages is stopped one batch past the budget."""
+
+    def __init__(self, footers: Sequence[Footer]) -> None:
+        self._footers = {f.at.path: f for f in footers}
+        self._most = _budget(footers)
+        self._total = 0
+        self._by_path: dict[str, int] = {}
+
+    def count(self, path: str, batch: pa.RecordBatch) -> None:
+        """Count ``batch``, of the file at ``path``: DecodeBudgetError naming the file whose
+        decoded bytes pass its share the most, once the read passes its budget."""
+        size = batch.nbytes
+        self._total += size
+        self._by_path[path] = self._by_path.get(path, 0) + size
+        if self._total > self._most:
+            by_path, footers = self._by_path, self._footers
+            heaviest = max(by_path, key=lambda p: by_path[p] - EXPANSION * footers[p].stored)
+            raise _past_budget(list(footers.values()), [footers[heaviest]], self._total, "as they were read")
+
+
+def _past_budget(
+    footers: Sequence[Footer], heaviest_of: Sequence[Footer], found: int, how: str
+) -> DecodeBudgetError:
+    """The refusal of a read of the files of ``footers``, which decode to ``found`` bytes
+    (``how``: as the footers tell, or as they were read), naming the heaviest of
+    ``heaviest_of``."""
+    worst = max(heaviest_of, key=lambda f: f.claimed - EXPANSION * f.stored)
+    stored = sum(f.stored for f in footers)
+    return DecodeBudgetError(
+        f"{worst.at.where}: the read's {len(footers)} data file(s) decode to {found:,} bytes {how}, "
+        f"more than {EXPANSION} times the {stored:,} bytes they hold plus {FLOOR >> 20} MiB (this "
+        f"file's footer: {worst.claimed:,} bytes from {worst.stored:,}): a crafted file, or data far "
+        "more compressible than lakesink writes -- read fewer columns, or scan Lake.dataset() "
+        "(pyarrow's own dataset, not bounded)",
+        worst.at.name,
+    )
+
+
+@dataclass(frozen=True)
+class DataFile:
+    """A data file opened for a read: its fragment, its footer read and bounded."""
+
+    fragment: ds.ParquetFileFragment
+    footer: Footer
+
+    @property
+    def name(self) -> str:
+        return self.footer.at.name
+
 
 @dataclass(frozen=True)
 class DataRead:
     """A read of some data files of a lake, their footers read: :meth:`batches` decodes them
-    within :meth:`budget`."""
+    within their budget."""
 
     storage: Storage
     schema: pa.Schema  # the lake's
@@ -154,44 +346,6 @@ class DataRead:
         """The schema of the batches: the lake's types, the columns read."""
         return pa.schema([self.schema.field(n) for n in self.columns])
 
-    def budget(self) -> int:
-        """The most bytes this read may decode to."""
-        return FLOOR + EXPANSION * sum(f.stored for f in self.files)
-
-    def settled(self) -> DataRead:
-        """This read once what the footers say its files decode to is known within the budget:
-        itself when their claims pass it as they are, else with its open chunks settled
-        (module docstring). DecodeBudgetError naming the heaviest file when they pass it still
-        -- before anything is decoded."""
-        most = self.budget()
-        least = sum(f.claims.least for f in self.files)
-        if least > most:
-            self._over(self.files, least, "as their footers tell")
-        if sum(f.claimed for f in self.files) <= most:
-            return self
-        fs, _base = self.storage.arrow_filesystem()
-
-        def settle(file: DataFile) -> DataFile:
-            if not file.claims.open:
-                return file
-            where = f"{redacted(self.storage.url.rstrip('/'))}/{file.name}"
-            fragment, name = file.fragment, file.name
-            claims = _settled(
-                fs, fragment.path, file.size, file.footer_length, fragment.metadata, file.claims, name, where
-            )
-            return replace(file, claims=claims)
-
-        read = replace(self, files=tuple(parallel(settle, self.files, read_threads(self.storage))))
-        claimed = sum(f.claimed for f in read.files)
-        if claimed > most:
-            read._over(read.files, claimed, "as their footers tell")
-        return read
-
-    def check_claims(self) -> None:
-        """DecodeBudgetError naming the heaviest file when what the footers say the files
-        decode to passes the budget -- before anything is decoded (:meth:`settled`)."""
-        self.settled()
-
     def without(self, name: str) -> DataRead:
         """This read without the file ``name`` (one a ``read_all`` skips)."""
         return replace(self, files=tuple(f for f in self.files if f.name != name))
@@ -203,52 +357,21 @@ class DataRead:
         file either way)."""
         import pyarrow.dataset as ds  # here: as open_read
 
-        read = self.settled()
-        if not read.files:
+        footers = _within_budget([f.footer for f in self.files], read_threads(self.storage))
+        if not footers:
             return
-        fragments: list[ds.Fragment] = [f.fragment for f in read.files]
-        first = read.files[0].fragment
-        dataset = ds.FileSystemDataset(fragments, read.schema, first.format, first.filesystem)
-        by_path = {f.fragment.path: f for f in read.files}
-        most = read.budget()
-        decoded = 0
-        by_file: dict[str, int] = {}
+        fragments: list[ds.Fragment] = [f.fragment for f in self.files]
+        first = self.files[0].fragment
+        dataset = ds.FileSystemDataset(fragments, self.schema, first.format, first.filesystem)
+        decoding = _Decoding(footers)
         for tagged in dataset.scanner(columns=list(self.columns), filter=self.filter).scan_batches():
-            batch = tagged.record_batch
-            size = batch.nbytes
-            decoded += size
             path = str(tagged.fragment.path)  # type: ignore[attr-defined]  # a file's fragment
-            by_file[path] = by_file.get(path, 0) + size
-            if decoded > most:
-                heaviest = max(by_file, key=lambda p: by_file[p] - EXPANSION * by_path[p].stored)
-                read._over([by_path[heaviest]], decoded, "as they were read")
-            yield batch
+            decoding.count(path, tagged.record_batch)
+            yield tagged.record_batch
 
     def table(self) -> pa.Table:
         """:meth:`batches` as one table (of :attr:`out_schema`, even with no rows)."""
         return pa.Table.from_batches(list(self.batches()), self.out_schema)
-
-    def _over(self, heaviest_of: Sequence[DataFile], found: int, how: str) -> None:
-        worst = max(heaviest_of, key=lambda f: f.claimed - EXPANSION * f.stored)
-        stored = sum(f.stored for f in self.files)
-        raise _past_budget(
-            self.storage, worst.name, worst.claimed, worst.stored, len(self.files), stored, found, how
-        )
-
-
-def _past_budget(
-    storage: Storage, name: str, claimed: int, holds: int, count: int, stored: int, found: int, how: str
-) -> DecodeBudgetError:
-    """The refusal of a read of ``count`` files holding ``stored`` bytes that decode to ``found``,
-    naming the heaviest, ``name`` (its footer claims ``claimed`` bytes from ``holds``)."""
-    where = f"{redacted(storage.url.rstrip('/'))}/{name}"
-    return DecodeBudgetError(
-        f"{where}: the read's {count} data file(s) decode to {found:,} bytes {how}, more than "
-        f"{EXPANSION} times the {stored:,} bytes they hold plus {FLOOR >> 20} MiB (this file's footer: "
-        f"{claimed:,} bytes from {holds:,}): a crafted file, or data far more compressible than "
-        "lakesink writes -- read fewer columns, or scan Lake.dataset() (pyarrow's own dataset, not bounded)",
-        name,
-    )
 
 
 @dataclass(frozen=True)
@@ -258,12 +381,8 @@ class OneFile:
     where it is installed (~27 MiB), which the commit path, run every micro-batch in the user's
     process and in Spark's workers, must not (tests/test_commit_imports.py)."""
 
-    storage: Storage
-    name: str
     parquet: pq.ParquetFile
-    size: int  # its length
-    footer_length: int
-    stored: int
+    footer: Footer  # of all its columns
 
     @property
     def metadata(self) -> pq.FileMetaData:
@@ -273,30 +392,9 @@ class OneFile:
         """Every row, ``batch_rows`` at a time, in the file's own schema: none when its footer
         says it decodes past the budget, and no more once what was decoded passes it
         (DecodeBudgetError naming it)."""
-        most = FLOOR + EXPANSION * self.stored
-        claims = _claims(self.metadata, None)
-        claimed = claims.least
-
-        def refusal(found: int, how: str) -> DecodeBudgetError:
-            return _past_budget(self.storage, self.name, claimed, self.stored, 1, self.stored, found, how)
-
-        if claims.least > most:
-            raise refusal(claims.least, "as its footer tells")
-        if claims.most > most:
-            fs, base = self.storage.arrow_filesystem()
-            where = f"{redacted(self.storage.url.rstrip('/'))}/{self.name}"
-            path = f"{base.rstrip('/')}/{self.name}"
-            claims = _settled(
-                fs, path, self.size, self.footer_length, self.metadata, claims, self.name, where
-            )
-            claimed = claims.most
-            if claimed > most:
-                raise refusal(claimed, "as its footer tells")
-        decoded = 0
+        decoding = _Decoding(_within_budget([self.footer], threads=1))
         for batch in self.parquet.iter_batches(batch_size=batch_rows, use_threads=False):
-            decoded += batch.nbytes
-            if decoded > most:
-                raise refusal(decoded, "as it was read")
+            decoding.count(self.footer.at.path, batch)
             yield batch
 
 
@@ -307,18 +405,58 @@ def open_file(storage: Storage, name: str) -> Iterator[OneFile]:
     import pyarrow.parquet as pq  # here: only the reads of data files need it
 
     storage.refuse_link(name)  # pyarrow follows links: nothing is read from outside the lake
-    fs, base = storage.arrow_filesystem()
-    path = f"{base.rstrip('/')}/{name}"
-    where = f"{redacted(storage.url.rstrip('/'))}/{name}"
-    with fs.open_input_file(path) as handle:
-        size, footer_length = _checked_tail(handle, name, where)
-        stored = _held(fs, path, size)
+    at = Located(_LakeFiles.of(storage), name)
+    with at.fs.open_input_file(at.path) as handle:
+        size, length = _checked_tail(handle, at)
+        stored = _held(at, size)
         try:
             parquet = pq.ParquetFile(handle)
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
-            raise DataFileError(f"{where}: {said}", name) from exc
-        yield OneFile(storage, name, parquet, size, footer_length, stored)
+            raise at.error(exc) from exc
+        footer = Footer(at, size, length, stored, parquet.metadata, _claims(parquet.metadata, None))
+        yield OneFile(parquet, footer)
+
+
+def dataset_of(
+    storage: Storage, schema: pa.Schema, partition_columns: Sequence[str], names: Sequence[str]
+) -> ds.FileSystemDataset:
+    """A ``pyarrow.dataset`` of the data files ``names`` (relative to the lake at ``storage``)
+    read as ``schema``, none of them opened: what ``Lake.dataset()`` gives a user to scan with
+    pyarrow, DuckDB or polars (pyarrow's own scan, not bounded). CorruptFileError naming a file
+    that is a link (pyarrow would follow it) or not in the lake's partition folders."""
+    return _dataset(storage, _LakeFiles.of(storage), schema, partition_columns, names)
+
+
+def _dataset(
+    storage: Storage,
+    files: _LakeFiles,
+    schema: pa.Schema,
+    partition_columns: Sequence[str],
+    names: Sequence[str],
+) -> ds.FileSystemDataset:
+    """:func:`dataset_of`, the lake's files located by ``files``. A partitioned lake's files
+    have their partition values from their folders (the log lists the path) as partition
+    expressions: they fill the columns, and a filter on them leaves a file out unopened."""
+    # Here, not at the top: opening a lake or listing its files needs no pyarrow.dataset, which
+    # imports pandas where it is installed (0.4 s).
+    import pyarrow.dataset as ds
+
+    for name in names:
+        # pyarrow follows links: a committed name that is a link on local disk is refused
+        # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
+        storage.refuse_link(name)
+    parquet = ds.ParquetFileFormat()
+    fragments: list[ds.Fragment] = [
+        parquet.make_fragment(
+            files.path(name),
+            files.fs,
+            partition_expression=(
+                partition_expression(storage, schema, partition_columns, name) if partition_columns else None
+            ),
+        )
+        for name in names
+    ]
+    return ds.FileSystemDataset(fragments, schema, parquet, files.fs)
 
 
 def open_read(
@@ -334,62 +472,37 @@ def open_read(
     out are not opened; the others' footers are read and bounded. CorruptFileError naming a
     file that is a link (pyarrow would follow it), whose footer is too large, or that is no
     Parquet file; FileNotFoundError for a file that is gone."""
-    # Here, not at the top: opening a lake or listing its files needs no pyarrow.dataset.
-    import pyarrow.dataset as ds
+    import pyarrow.dataset as ds  # here: as _dataset
 
-    fs, base = storage.arrow_filesystem()
-    for name in names:
-        # pyarrow follows links: a committed name that is a link on local disk is refused
-        # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
-        storage.refuse_link(name)
+    files = _LakeFiles.of(storage)
+    dataset = _dataset(storage, files, schema, partition_columns, names)
+    # a filter on partition columns leaves files out unopened, as pyarrow's own scan does
+    kept = dataset.get_fragments(filter=filter if partition_columns else None)
     read = tuple(columns) if columns is not None else tuple(schema.names)
-    parquet = ds.ParquetFileFormat()
-    paths = {f"{base.rstrip('/')}/{name}": name for name in names}
-    fragments: list[ds.Fragment] = [
-        parquet.make_fragment(
-            path,
-            fs,
-            partition_expression=(
-                partition_expression(storage, schema, partition_columns, name) if partition_columns else None
-            ),
-        )
-        for path, name in paths.items()
-    ]
-    if filter is not None and partition_columns:
-        # a filter on partition columns leaves files out unopened, as pyarrow's own scan does
-        kept = ds.FileSystemDataset(fragments, schema, parquet, fs).get_fragments(filter=filter)
-        fragments = list(kept)
     wanted = set(read)
+    by_path = {files.path(name): name for name in names}
 
     def open_one(fragment: ds.Fragment) -> DataFile:
         assert isinstance(fragment, ds.ParquetFileFragment)  # made by a ParquetFileFormat
-        name = paths[fragment.path]
-        where = f"{redacted(storage.url.rstrip('/'))}/{name}"
+        at = Located(files, by_path[fragment.path])
         try:
-            with fs.open_input_file(fragment.path) as handle:
-                size, footer_length = _checked_tail(handle, name, where)
-        except FileNotFoundError:
-            raise
-        except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            said = " ".join(str(exc).split())
-            raise DataFileError(f"{where}: {said}", name) from exc
-        stored = _held(fs, fragment.path, size)
-        try:
+            with at.fs.open_input_file(at.path) as handle:
+                size, length = _checked_tail(handle, at)
+            stored = _held(at, size)
             fragment.ensure_complete_metadata()  # pyarrow keeps it: the scan reads it no more
             metadata = fragment.metadata
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
-            raise DataFileError(f"{where}: {said}", name) from exc
-        return DataFile(name, fragment, size, footer_length, stored, _claims(metadata, wanted))
+            raise at.error(exc) from exc
+        return DataFile(fragment, Footer(at, size, length, stored, metadata, _claims(metadata, wanted)))
 
     # A footer on S3 or HDFS is a request: several at once; on local disk, in turn (logfiles).
-    files = parallel(open_one, fragments, read_threads(storage))
-    return DataRead(storage, schema, read, tuple(files), filter)
+    opened = parallel(open_one, list(kept), read_threads(storage))
+    return DataRead(storage, schema, read, tuple(opened), filter)
 
 
-def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> tuple[int, int]:
+def _checked_tail(handle: pa.NativeFile, at: Located) -> tuple[int, int]:
     """The size of the open file and its footer's, once its last 8 bytes are ``PAR1`` after a
     footer of at most :data:`MAX_FOOTER` (``decoded.check_footer``; DataFileError naming it
     otherwise)."""
@@ -398,18 +511,18 @@ def _checked_tail(handle: pa.NativeFile, name: str, where: str) -> tuple[int, in
         handle.seek(size - 8)
     tail = handle.read(8) if size >= 8 else b""
     try:
-        decoded.check_footer(tail, size, where, kind="a data file of a lake")
+        decoded.check_footer(tail, size, at.where, kind="a data file of a lake")
     except CorruptFileError as exc:
-        raise DataFileError(str(exc), name) from exc
+        raise DataFileError(str(exc), at.name) from exc
     return size, int.from_bytes(tail[:4], "little")
 
 
-def _held(fs: pyarrow.fs.FileSystem, path: str, size: int) -> int:
+def _held(at: Located, size: int) -> int:
     """The bytes a file of ``size`` holds on storage: a hole in a local sparse file costs its
     writer nothing, so a local file holds its blocks (a small file whose bytes some file
     systems keep inline has none: its size counts)."""
-    if type(fs).__name__ == "LocalFileSystem":
-        blocks = os.stat(path).st_blocks
+    if type(at.fs).__name__ == "LocalFileSystem":
+        blocks = os.stat(at.path).st_blocks
         if blocks:
             return min(size, blocks * 512)
     return size
@@ -447,72 +560,6 @@ def _claims(metadata: pq.FileMetaData, wanted: set[str] | None) -> Claims:
                 least += claim
                 most += claim
     return Claims(least, most, tuple(open_chunks))
-
-
-def _settled(
-    fs: pyarrow.fs.FileSystem,
-    path: str,
-    size: int,
-    footer_length: int,
-    metadata: pq.FileMetaData,
-    claims: Claims,
-    name: str,
-    where: str,
-) -> Claims:
-    """``claims`` with each open chunk's claim what its text decodes to: by the footer's
-    ``SizeStatistics`` (the footer of ``footer_length`` bytes read again: pyarrow does not show
-    them), or by the chunk's longest dictionary value (a one-row read of its row group, the
-    dictionary read whole), or, failing both (a nested column, DELTA_BYTE_ARRAY of a writer
-    without them), its :attr:`OpenChunk.most`. DataFileError naming the file when it cannot be
-    read."""
-    # Here, not at the top: only a read that must be settled needs them (the commit path's
-    # row count and a small read never do).
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    try:
-        with fs.open_input_file(path) as handle:
-            known = None
-            if footer_length <= MAX_SIZESTATS_FOOTER:
-                handle.seek(size - 8 - footer_length)
-                known = sizestats.unencoded_text_bytes(handle.read(footer_length))
-                shape = [metadata.num_columns] * metadata.num_row_groups
-                if known is not None and [len(g) for g in known] != shape:
-                    known = None  # not the footer pyarrow read: no claim is taken from it
-            most = claims.most
-            to_probe: dict[int, list[OpenChunk]] = {}
-            for chunk in claims.open:
-                unencoded = known[chunk.group][chunk.column] if known is not None else None
-                if unencoded is not None:
-                    most += max(chunk.least, chunk.values * _WIDTH["BYTE_ARRAY"] + unencoded) - chunk.most
-                elif chunk.dictionary and "." not in chunk.path:
-                    to_probe.setdefault(chunk.group, []).append(chunk)
-            # A writer without SizeStatistics: the first row of the row group, its text columns read
-            # dictionary-encoded, carries their whole dictionaries; a chunk then decodes to at most
-            # its values times its longest value, plus its pages' bytes (pages that fell back to
-            # plain encoding hold their values).
-            for group, chunks in to_probe.items():
-                columns = sorted({c.path for c in chunks})
-                parquet = pq.ParquetFile(handle, metadata=metadata, read_dictionary=columns)
-                rows = parquet.iter_batches(batch_size=1, row_groups=[group], columns=columns)
-                first = next(iter(rows), None)
-                for chunk in chunks:
-                    most -= chunk.most
-                    column = first.column(chunk.path) if first is not None and len(first) else None
-                    if column is None:
-                        most += chunk.least  # no rows
-                    elif not pa.types.is_dictionary(column.type):
-                        most += chunk.most
-                    else:
-                        values: Any = column.dictionary  # type: ignore[attr-defined]  # string or binary
-                        longest = int(pc.max(pc.binary_length(values)).as_py() or 0)
-                        most += chunk.values * (_WIDTH["BYTE_ARRAY"] + longest) + chunk.uncompressed
-    except FileNotFoundError:
-        raise
-    except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-        said = " ".join(str(exc).split())
-        raise DataFileError(f"{where}: {said}", name) from exc
-    return Claims(claims.least, most)
 
 
 def partition_expression(

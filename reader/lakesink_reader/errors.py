@@ -10,6 +10,12 @@ from typing import Any
 log = logging.getLogger("lakesink")
 
 
+def one_line(exc: BaseException) -> str:
+    """``exc``'s text on one line: pyarrow's (and others') may span several, and an error that
+    lakesink reports -- a refusal, a reason a file is skipped, the CLI's exit 2 -- is one line."""
+    return " ".join(str(exc).split())
+
+
 class LakeSinkError(Exception):
     """Root of every lakesink-specific error."""
 

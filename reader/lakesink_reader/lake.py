@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pyarrow as pa
 
+from lakesink_reader.datafiles import dataset_of, open_read
 from lakesink_reader.errors import (
     CorruptFileError,
     DataFileError,
@@ -40,6 +41,7 @@ from lakesink_reader.errors import (
     LakeSinkError,
     VersionNotRetainedError,
     missing_extra,
+    one_line,
 )
 from lakesink_reader.format.log import EpochInfo, EpochLog
 from lakesink_reader.format.partitions import partition_folders, partition_texts
@@ -563,9 +565,6 @@ class Lake:
         """Why ``f`` cannot be read, or None. ``deep`` reads every page, not only the footer."""
         if f.state == "staged" and not f.path.endswith(".uncommitted"):
             return "multipart upload in flight: not readable until it is completed"
-        # Here, not at the top: opening a lake and listing its files need no pyarrow.
-        from lakesink_reader.datafiles import open_read
-
         name = self._relative(f)
         try:
             # bounded as a read is (lakesink_reader.datafiles): footer, then what it decodes to
@@ -579,7 +578,7 @@ class Lake:
                 return "missing: the lake commits it, but it is not in storage"
             return "gone since it was listed (published or removed meanwhile)"
         except (OSError, pa.ArrowException, UnicodeDecodeError, CorruptFileError) as exc:
-            said = " ".join(str(exc).split())  # pyarrow's text may span lines: a reason is one
+            said = one_line(exc)
             if f.state == "committed":
                 return f"corrupt: {said}"
             return f"not a complete Parquet file (still being written, or truncated by a crash): {said}"
@@ -645,9 +644,6 @@ class Lake:
         """The rows of ``files``, read within what their footers and sizes allow
         (``lakesink_reader.datafiles``): a file that does not fit is left out and reported in
         ``skipped``, unless it is committed and ``on_error`` is ``"raise"`` (DataFileError)."""
-        # Here, not at the top: opening a lake or listing its files needs no pyarrow.dataset.
-        from lakesink_reader.datafiles import open_read
-
         by_name = {self._relative(f): f for f in files}
         left = list(by_name)
         partition_columns = self.metadata.partition_columns
@@ -659,7 +655,7 @@ class Lake:
                 return read.table()
             except DataFileError as exc:
                 f = by_name[exc.name]
-                said = " ".join(str(exc).split())
+                said = one_line(exc)
                 if isinstance(exc, DecodeBudgetError):
                     reason = f"past the read's budget: {said}"
                 elif f.state == "committed":
@@ -745,40 +741,6 @@ class Lake:
         except ImportError as exc:
             raise missing_extra("pandas", "Lake.to_pandas") from exc
         return self.to_table(columns, filter, isolation=isolation, on_error=on_error).to_pandas()
-
-
-def dataset_of(
-    storage: Storage, schema: pa.Schema, partition_columns: Sequence[str], names: Sequence[str]
-) -> ds.Dataset:
-    """A ``pyarrow.dataset.Dataset`` of the data files ``names`` (relative to the lake at
-    ``storage``) read as ``schema``: what ``Lake.dataset()`` gives a user to scan with pyarrow,
-    DuckDB or polars -- pyarrow's own scan, not bounded as ``Lake``'s reads are
-    (``lakesink_reader.datafiles``)."""
-    # Imported here, not at the top: pyarrow.dataset imports pandas where it is installed
-    # (0.4 s), and opening a lake or listing its files needs neither.
-    import pyarrow.dataset as ds
-
-    from lakesink_reader.datafiles import partition_expression
-
-    fs, base = storage.arrow_filesystem()
-    for name in names:
-        # pyarrow follows links: a committed name that is a link on local disk is refused
-        # (CorruptFileError naming it), never read through (docs/FORMAT.md, "Trust").
-        storage.refuse_link(name)
-    paths = [f"{base.rstrip('/')}/{name}" for name in names]
-    if not partition_columns:
-        return ds.dataset(paths, schema=schema, format="parquet", filesystem=fs)
-    # A partitioned lake: each file's partition values come from its folders (the log lists
-    # the path); as a fragment's partition expression they fill the columns and let a filter
-    # on them skip the file unopened.
-    parquet = ds.ParquetFileFormat()
-    fragments = [
-        parquet.make_fragment(
-            path, fs, partition_expression=partition_expression(storage, schema, partition_columns, name)
-        )
-        for name, path in zip(names, paths, strict=True)
-    ]
-    return ds.FileSystemDataset(fragments, schema, parquet, fs)
 
 
 def _v3_order(f: LakeFile) -> tuple[int, int, str]:

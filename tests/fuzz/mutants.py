@@ -74,8 +74,8 @@ MUTANTS = (
     FuzzMutant(
         "data-files-read-through-links",
         "reader/lakesink_reader/datafiles.py",
-        "        storage.refuse_link(name)\n    read = tuple(columns)",
-        "        pass\n    read = tuple(columns)",
+        "        storage.refuse_link(name)\n    parquet = ds.ParquetFileFormat()",
+        "        pass\n    parquet = ds.ParquetFileFormat()",
         "a committed data file that is a link is read by pyarrow, which follows it: another "
         "tenant's rows returned",
         klass="outside",
@@ -135,8 +135,8 @@ MUTANTS = (
     FuzzMutant(
         "data-file-claims-unchecked",
         "reader/lakesink_reader/datafiles.py",
-        "        read = self.settled()\n",
-        "        read = self\n",
+        "        footers = _within_budget([f.footer for f in self.files], read_threads(self.storage))\n",
+        "        footers = tuple(f.footer for f in self.files)\n",
         "a read decodes its data files whatever their footers claim: a column of one long value "
         "stored plain decodes to GBs from a few KB",
         klass="memory",
@@ -212,7 +212,7 @@ MUTANTS = (
     FuzzMutant(
         "list-errors-not-joined",
         "reader/lakesink_reader/format/v3/checkpoint.py",
-        '            said = " ".join(str(exc).split())  # one line (fuzzer case 3994)',
+        "            said = one_line(exc)  # fuzzer case 3994",
         "            said = str(exc)",
         "pyarrow's error for a damaged checkpoint list spans lines, and the reader's error quotes it",
         klass="crash",

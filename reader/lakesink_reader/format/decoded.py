@@ -16,7 +16,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lakesink_reader.errors import CorruptFileError
+from lakesink_reader.errors import CorruptFileError, one_line
 
 #: The most bytes the footer of a Parquet file of a lake's metadata (a checkpoint's file list, a
 #: Delta-view checkpoint) may hold. pyarrow decodes the whole footer when the file is opened, to
@@ -96,7 +96,7 @@ def check_decoded(data: pa.Table | pa.RecordBatch, most: int, what: str) -> None
     try:
         found = decoded_bytes(data)
     except pa.ArrowIndexError as exc:
-        said = " ".join(str(exc).split())
+        said = one_line(exc)
         raise CorruptFileError(f"{what}: a dictionary index past its dictionary ({said})") from exc
     if found > most:
         raise CorruptFileError(

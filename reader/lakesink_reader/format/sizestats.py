@@ -19,6 +19,8 @@ that understates its uncompressed sizes does: the reader counts what it decoded,
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 #: How deep Thrift structs and lists may nest in a footer walked here: a footer's row groups are
 #: at depth 4 (file, row group, column chunk, column metadata, size statistics).
 MAX_DEPTH = 16
@@ -116,7 +118,7 @@ class _Walk:
         else:
             raise _Unreadable
 
-    def fields(self, depth: int):  # type: ignore[no-untyped-def]  # a generator of (id, type)
+    def fields(self, depth: int) -> Iterator[tuple[int, int]]:
         """The fields of the struct at the position: yields (field id, type) with the position at
         the field's value, which the caller reads or skips before the next."""
         if depth > MAX_DEPTH:

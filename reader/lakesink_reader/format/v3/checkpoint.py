@@ -39,7 +39,7 @@ import pyarrow as pa
 
 from lakesink_reader import jsondoc, limits
 from lakesink_reader.arrays import array
-from lakesink_reader.errors import CorruptFileError, FormatVersionError
+from lakesink_reader.errors import CorruptFileError, FormatVersionError, one_line
 from lakesink_reader.format.decoded import check_decoded, check_footer, plain, string_leaves
 from lakesink_reader.format.v3.commits import (
     HISTOGRAM_BUCKETS,
@@ -486,7 +486,7 @@ def open_file_list(storage: Storage, checkpoint: Checkpoint) -> pq.ParquetFile:
         listed = pq.ParquetFile(handle, read_dictionary=_DICTIONARY_COLUMNS)
     # KeyError: a footer without "path"; UnicodeDecodeError: names in it that are not UTF-8
     except (OSError, pa.ArrowException, UnicodeDecodeError, KeyError) as exc:
-        said = " ".join(str(exc).split())  # pyarrow's text may span lines: an error is one
+        said = one_line(exc)
         raise CorruptFileError(f"checkpoint file list {where} cannot be read: {said}") from exc
     rows = listed.metadata.num_rows
     if rows != checkpoint.files_rows:
@@ -550,7 +550,7 @@ def iter_file_list(
         try:
             table = listed.read_row_group(group, columns=list(columns) if columns is not None else None)
         except (OSError, pa.ArrowException, UnicodeDecodeError) as exc:
-            said = " ".join(str(exc).split())  # one line (fuzzer case 3994)
+            said = one_line(exc)  # fuzzer case 3994
             raise CorruptFileError(f"checkpoint file list {where}: row group {group}: {said}") from exc
         if "path" in table.column_names:
             _check_paths(table.column("path"), where)
