@@ -13,6 +13,7 @@ import json
 import os
 import time
 import uuid
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import pyarrow as pa
 import pytest
 from lakes import SCHEMA, rows, v3_name, v3_table
 from test_reader_v3 import W1, W2, Writer, ids
+from test_trust import measured
 
 from lakesink.cli import main as cli_main
 from lakesink.commit.files import WriteOptions
@@ -30,7 +32,7 @@ from lakesink.config import SinkConfig
 from lakesink.maintenance import compact, status, verify
 from lakesink.maintenance.lake_defaults import set_lake_defaults
 from lakesink.maintenance.vacuum import vacuum
-from lakesink.views import iceberg_layout
+from lakesink.views import iceberg_avro, iceberg_layout
 from lakesink.views.derived import derived_views, maintenance_views
 from lakesink.views.iceberg import IcebergViewUnsupported, iceberg_schema
 from lakesink.views.iceberg_view import STOP_FILE, IcebergView, forget, iceberg_sync
@@ -40,6 +42,7 @@ from lakesink_reader.format.table import TableMetadata, read_table_metadata
 from lakesink_reader.format.v3.commits import AddFile, PendingCommit
 from lakesink_reader.names import TABLE_FILE
 from lakesink_reader.storage import Storage, open_storage
+from tests.fuzz.mutate import avro_container, avro_file, avro_long, deflated_zeros_after
 
 os.environ.setdefault("POLARS_ICEBERG_PLANNER", "pyiceberg")
 
@@ -912,3 +915,44 @@ def test_the_view_of_a_lake_on_hdfs_is_read_by_icebergs_java_library(hdfs: str) 
     store = hdfs_store(hdfs)
     matrix_lake(store)
     read_by_java(store)
+
+
+def test_the_views_avro_files_are_checked_before_pyiceberg_decodes_them(lake: str) -> None:
+    """Session 22: the view's Avro files were decoded by pyiceberg as they came -- a 3 MB
+    manifest list of one deflate block inflated to 3 GB, and ``lakesink verify`` to 6 GB.
+    ``iceberg_avro.check`` walks a container by its schema before pyiceberg sees it, building
+    nothing: what lakesink writes passes, each way to make a few bytes cost much is refused."""
+    storage, table_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    for n in range(3):
+        writer.append(10 * n)
+    metadata = Path(lake) / "metadata"
+    listed = max(metadata.glob("*-list.avro"))  # the current snapshot's
+    for avro in sorted(metadata.glob("*.avro")):
+        assert iceberg_avro.check(avro.read_bytes(), avro.name) >= 1
+    meta, sync, blocks = avro_container(listed.read_bytes())
+    raw = [(n, zlib.decompress(b, -15)) for n, b in blocks]
+
+    def refused(data: bytes, why: str) -> None:
+        started = time.monotonic()
+        with pytest.raises(iceberg_avro.AvroRefused, match=why):
+            iceberg_avro.check(data, "list.avro")
+        assert time.monotonic() - started < 5
+
+    bomb = [(n, deflated_zeros_after(b, 1 << 30)) for n, b in raw]
+    refused(avro_file(meta, sync, bomb), "inflates to more than 16 MiB")
+    refused(avro_file(meta, sync, [(1 << 40, b) for _, b in blocks]), "past what the file may cost")
+    refused(avro_file({**meta, "avro.codec": b"bzip2"}, sync, blocks), "codec 'bzip2'")
+    deep = '{"type":"array","items":' * 5000 + '"long"' + "}" * 5000
+    refused(avro_file({**meta, "avro.schema": deep.encode()}, sync, blocks), "nested deeper")
+    refused(listed.read_bytes()[:-20], "sync marker|past")
+    # A billion nulls in five bytes: an array's count is checked before its items are walked.
+    nulls = b'{"type":"record","name":"r","fields":[{"name":"a","type":{"type":"array","items":"null"}}]}'
+    record = avro_long(10**9) + avro_long(0)
+    refused(avro_file({"avro.schema": nulls}, sync, [(1, record)]), "past what the file may cost")
+
+    # Through the CLI: the bomb costs verify little, and verify names the file.
+    listed.write_bytes(avro_file({**meta, "avro.codec": b"deflate"}, sync, bomb))
+    seconds, grown, answer = measured(lake, "verify")
+    assert answer.startswith("exit 1") and listed.name in answer and "inflates" in answer, answer
+    assert grown < 100 << 20 and seconds < 20, (seconds, grown >> 20)

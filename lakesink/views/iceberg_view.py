@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-from pyiceberg.exceptions import ValidationError as IcebergValidationError
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.manifest import ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.schema import Schema
@@ -37,6 +36,7 @@ from pyiceberg.table.metadata import TableMetadataUtil, TableMetadataV2
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.sorting import UNSORTED_SORT_ORDER
 
+from lakesink.views import iceberg_avro
 from lakesink.views.delta_view import live_at
 from lakesink.views.hook import ViewHook
 from lakesink.views.iceberg import (
@@ -73,7 +73,8 @@ from lakesink.views.iceberg_layout import (
     snapshot_id,
 )
 from lakesink.views.memo import StopFile, ViewMemo, ViewMemos
-from lakesink_reader import limits
+from lakesink_reader import jsondoc, limits
+from lakesink_reader.errors import StorageError, one_line
 from lakesink_reader.format.opening import open_epoch_log
 from lakesink_reader.format.schemas import schema_at
 from lakesink_reader.format.table import TableMetadata, probe_store, read_table_metadata
@@ -88,6 +89,10 @@ _STOP = StopFile(STOP_FILE, "says the view was touched by a foreign writer", log
 #: A view this many lake versions behind, or less, gets a snapshot of each (the Delta view's
 #: bound); further behind, the next snapshot is written on top of the view as it is.
 GAP_FILL = 16
+#: The most values (``jsondoc``) a metadata file of the view may hold: what lakesink writes holds
+#: SNAPSHOT_MAX snapshots of ~40 values, as many snapshot-log entries of 2, 100 metadata-log
+#: entries, and the lake's schemas (~6 values a column each); pydantic builds ~200 bytes a value.
+METADATA_VALUES = 250_000
 
 
 class ForeignView(Exception):
@@ -233,9 +238,11 @@ def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadata
         # probe's) without its file is a hand's or another tool's doing.
         raise ForeignView(f"names {name}, which is not there") from None
     try:
-        parsed = TableMetadataUtil.parse_raw(data.decode("utf-8"))
-    except (IcebergValidationError, ValueError, UnicodeDecodeError) as exc:
-        reason = str(exc)[:200]
+        # Bounded before pydantic builds it (its own parser is not): what lakesink writes holds
+        # at most SNAPSHOT_MAX snapshots of ~40 values each, and the lake's schemas.
+        parsed = TableMetadataUtil.parse_obj(jsondoc.loads(data, max_elements=METADATA_VALUES))
+    except Exception as exc:  # noqa: BLE001 -- pyiceberg's validators raise AttributeError, TypeError... on crafted content
+        reason = one_line(exc)[:200]
         raise ForeignView(
             f"has {name}, which is not Iceberg table metadata lakesink wrote ({reason})"
         ) from None
@@ -679,22 +686,36 @@ def snapshot_listing(storage: Storage, metadata: TableMetadataV2) -> tuple[int, 
         return None
     root = root_uri(storage) + "/"
     files: dict[str, int] = {}
-    for listed in read_manifest_list(bounded_input(storage, root, snap.manifest_list)):
-        for entry in listed.fetch_manifest_entry(_Reads(storage, root), discard_deleted=True):
-            path = entry.data_file.file_path
-            if not path.startswith(root):
-                raise ForeignView(f"lists {path}, outside the lake")
-            files[path[len(root) :]] = entry.data_file.file_size_in_bytes
+    try:
+        for listed in read_manifest_list(bounded_input(storage, root, snap.manifest_list)):
+            for entry in listed.fetch_manifest_entry(_Reads(storage, root), discard_deleted=True):
+                path = entry.data_file.file_path
+                if not isinstance(path, str) or not path.startswith(root):
+                    raise ForeignView(f"lists {str(path)[:200]}, outside the lake")
+                files[path[len(root) :]] = entry.data_file.file_size_in_bytes
+    except (OSError, StorageError, ForeignView):
+        raise  # a failed read says nothing of the view's content
+    except Exception as exc:  # noqa: BLE001 -- pyiceberg's decoders raise EOFError, KeyError... on crafted content
+        raise ForeignView(
+            f"has a manifest list or manifest lakesink did not write (snapshot {snap.snapshot_id}): "
+            f"{one_line(exc)[:200]}"
+        ) from None
     return snap.snapshot_id - 1, files
 
 
 def bounded_input(storage: Storage, root: str, location: str) -> BytesInputFile:
-    """The view's file at ``location`` (a URI under ``root``, the lake's root URI with its
-    slash), read whole through a bounded read of the lake's Storage; ForeignView when it is
-    outside the lake."""
+    """The view's Avro file at ``location`` (a URI under ``root``, the lake's root URI with its
+    slash), read whole through a bounded read of the lake's Storage and checked to decode within
+    bounds (``iceberg_avro``); ForeignView when it is outside the lake or does not."""
     if not location.startswith(root):
         raise ForeignView(f"names {location}, outside the lake")
-    return BytesInputFile(location, limits.read(storage, location[len(root) :], limits.VIEW_FILE))
+    name = location[len(root) :]
+    data = limits.read(storage, name, limits.VIEW_FILE)
+    try:
+        iceberg_avro.check(data, name)
+    except iceberg_avro.AvroRefused as exc:
+        raise ForeignView(f"has {exc}") from None
+    return BytesInputFile(location, data)
 
 
 class _Reads(FileIO):

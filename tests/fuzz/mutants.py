@@ -220,6 +220,26 @@ MUTANTS = (
         # caught at case 279: a flip hits a page header of the checkpoint's list rarely
         cases=400,
     ),
+    FuzzMutant(
+        "iceberg-avro-unchecked",
+        "lakesink/views/iceberg_view.py",
+        "        iceberg_avro.check(data, name)\n",
+        "        pass\n",
+        "the Iceberg view's Avro files go to pyiceberg unchecked: a 3 MB manifest list of one "
+        "deflate block inflates to 3 GB (verify: 6 GB, session 22)",
+        klass="memory",
+        options=("--mutation", "iceberg_avro", "--template", "v3iceberg"),
+    ),
+    FuzzMutant(
+        "iceberg-metadata-unbounded",
+        "lakesink/views/iceberg_view.py",
+        "TableMetadataUtil.parse_obj(jsondoc.loads(data, max_elements=METADATA_VALUES))",
+        'TableMetadataUtil.parse_raw(data.decode("utf-8"))',
+        "the Iceberg view's metadata file goes to pydantic unbounded: a snapshot log of a million "
+        "entries (50 MB) takes GBs",
+        klass="memory",
+        options=("--mutation", "iceberg_metadata", "--template", "v3iceberg"),
+    ),
     # Secrets ----------------------------------------------------------------------------------------
     FuzzMutant(
         "local-url-refusal-unredacted",

@@ -594,6 +594,154 @@ def spark_metadata(rng: random.Random, path: Path, root: Path) -> str:
     return what
 
 
+# The Iceberg view's Avro files (manifest lists, manifests) ----------------------------------------
+
+
+def is_avro(path: Path) -> bool:
+    return path.suffix == ".avro"
+
+
+def avro_long(value: int) -> bytes:
+    n = (value << 1) ^ (value >> 63)
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _avro_read_long(data: bytes, at: int) -> tuple[int, int]:
+    n = shift = 0
+    while True:
+        byte = data[at]
+        at += 1
+        n |= (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return (n >> 1) ^ -(n & 1), at
+
+
+def avro_container(data: bytes) -> tuple[dict[str, bytes], bytes, list[tuple[int, bytes]]]:
+    """An Avro object container's header entries, sync marker and blocks (records, bytes as
+    stored); ValueError when it is none."""
+    if data[:4] != b"Obj\x01":
+        raise ValueError("no Avro magic")
+    at, meta = 4, {}
+    while True:
+        count, at = _avro_read_long(data, at)
+        if count == 0:
+            break
+        if count < 0:
+            count = -count
+            _, at = _avro_read_long(data, at)
+        for _ in range(count):
+            n, at = _avro_read_long(data, at)
+            key = data[at : at + n].decode()
+            at += n
+            n, at = _avro_read_long(data, at)
+            meta[key], at = data[at : at + n], at + n
+    sync, at = data[at : at + 16], at + 16
+    blocks = []
+    while at < len(data):
+        count, at = _avro_read_long(data, at)
+        size, at = _avro_read_long(data, at)
+        blocks.append((count, data[at : at + size]))
+        at += size + 16
+    return meta, sync, blocks
+
+
+def avro_file(meta: dict[str, bytes], sync: bytes, blocks: list[tuple[int, bytes]]) -> bytes:
+    out = bytearray(b"Obj\x01" + avro_long(len(meta)))
+    for key, value in meta.items():
+        out += avro_long(len(key.encode())) + key.encode() + avro_long(len(value)) + value
+    out += avro_long(0) + sync
+    for count, block in blocks:
+        out += avro_long(count) + avro_long(len(block)) + block + sync
+    return bytes(out)
+
+
+def deflated_zeros_after(head: bytes, zeros: int) -> bytes:
+    """``head`` then ``zeros`` zero bytes, raw-deflated (a few MB per GB)."""
+    import zlib
+
+    packer = zlib.compressobj(1, zlib.DEFLATED, -15)
+    out = [packer.compress(head)]
+    chunk = bytes(16 << 20)
+    for _ in range(zeros // len(chunk)):
+        out.append(packer.compress(chunk))
+    out.append(packer.flush())
+    return b"".join(out)
+
+
+def iceberg_avro(rng: random.Random, path: Path) -> str:
+    """A manifest list or manifest of the Iceberg view, rewritten as a container pyiceberg
+    still opens: a block that inflates to GBs (its records, then zeros), a block claiming
+    more records than it holds, a codec lakesink does not write, a schema nested deep or
+    of 100,000 fields, or 100,000 header entries."""
+    import zlib
+
+    data = path.read_bytes()
+    try:
+        meta, sync, blocks = avro_container(data)
+    except (ValueError, IndexError, UnicodeDecodeError):
+        return flip(rng, path)
+    kind = rng.choice(["bomb", "bomb", "records", "codec", "schema", "header"])
+    codec = meta.get("avro.codec", b"null")
+    raw = [(n, zlib.decompress(b, -15) if codec == b"deflate" else b) for n, b in blocks]
+    if kind == "bomb" and raw:
+        zeros = rng.choice([64 << 20, 1 << 30, 3 << 30])
+        at = rng.randrange(len(raw))
+        meta["avro.codec"] = b"deflate"
+        packed = [(n, deflated_zeros_after(b, zeros if i == at else 0)) for i, (n, b) in enumerate(raw)]
+        path.write_bytes(avro_file(meta, sync, packed))
+        return f"block {at} of {len(raw)} inflates to its records and {zeros >> 20} MiB of zeros"
+    if kind == "records" and blocks:
+        at = rng.randrange(len(blocks))
+        count = rng.choice([2, 1000, 1 << 31, 1 << 62, -5])
+        blocks[at] = (count, blocks[at][1])
+        path.write_bytes(avro_file(meta, sync, blocks))
+        return f"block {at} claims {count} records"
+    if kind == "codec":
+        meta["avro.codec"] = rng.choice([b"bzip2", b"zstandard", b"snappy", b"xz", b""])
+        path.write_bytes(avro_file(meta, sync, blocks))
+        return f"codec := {meta['avro.codec']!r}"
+    if kind == "schema":
+        if rng.random() < 0.5:
+            deep = '{"type":"array","items":' * 5000 + '"long"' + "}" * 5000
+            meta["avro.schema"] = deep.encode()
+            what = "a schema of arrays nested 5,000 deep"
+        else:
+            fields = ",".join(f'{{"name":"f{i}","type":"null"}}' for i in range(100_000))
+            meta["avro.schema"] = f'{{"type":"record","name":"r","fields":[{fields}]}}'.encode()
+            what = "a schema of a record of 100,000 null fields"
+        path.write_bytes(avro_file(meta, sync, blocks))
+        return what
+    for i in range(100_000):
+        meta[f"k{i}"] = b"v"
+    path.write_bytes(avro_file(meta, sync, blocks))
+    return "100,000 more header entries"
+
+
+def is_iceberg_metadata(path: Path) -> bool:
+    return path.parent.name == "metadata" and path.name.endswith(".metadata.json")
+
+
+def iceberg_metadata(rng: random.Random, path: Path) -> str:
+    """A metadata file of the Iceberg view with the last entry of one of its lists (snapshots,
+    the snapshot log, the metadata log, schemas) repeated: a valid file pydantic builds a model
+    of each entry of."""
+    doc = json.loads(path.read_text())
+    key = rng.choice(["snapshots", "snapshot-log", "snapshot-log", "metadata-log", "schemas"])
+    entries = doc.get(key)
+    if not isinstance(entries, list) or not entries:
+        return json_value(rng, path)
+    times = rng.choice([1000, 100_000, 1_000_000])
+    doc[key] = entries + [entries[-1]] * times
+    path.write_text(json.dumps(doc, separators=(",", ":")))
+    return f"{key}: its last entry repeated {times} times"
+
+
 Mutation = Callable[..., str]
 #: name -> (mutation, takes the root, applies to JSON only, applies to Parquet only)
 MUTATIONS: dict[str, tuple[Mutation, bool, str]] = {
@@ -610,11 +758,13 @@ MUTATIONS: dict[str, tuple[Mutation, bool, str]] = {
     "delete": (delete, False, "any"),
     "parquet_rewrite": (parquet_rewrite, True, "parquet"),
     "spark_metadata": (spark_metadata, True, "spark"),
+    "iceberg_avro": (iceberg_avro, False, "avro"),
+    "iceberg_metadata": (iceberg_metadata, False, "iceberg"),
 }
 #: How often each is drawn: the structure-aware ones most.
 WEIGHTS = {"json_value": 6, "json_key": 2, "number_text": 4, "lengthen": 2, "truncate": 1, "flip": 1,
            "sparse": 1, "parquet_footer": 3, "link_out": 2, "rename": 2, "delete": 1, "parquet_rewrite": 4,
-           "spark_metadata": 2}  # fmt: skip
+           "spark_metadata": 2, "iceberg_avro": 2, "iceberg_metadata": 2}  # fmt: skip
 
 
 def is_parquet(path: Path) -> bool:
@@ -629,6 +779,8 @@ APPLIES: dict[str, Callable[[Path], bool]] = {
     "json": is_json,
     "parquet": is_parquet,
     "spark": is_spark_batch,
+    "avro": is_avro,
+    "iceberg": is_iceberg_metadata,
 }
 
 
@@ -636,6 +788,10 @@ def applies_to(kind: str, files: list[Path]) -> bool:
     """Whether ``files`` (a lake's) hold one the mutation ``kind`` applies to (by name: a JSON
     file that does not parse is found out later, and the mutation falls back to ``flip``)."""
     return any(APPLIES[MUTATIONS[kind][2]](p) for p in files)
+
+
+#: The folders of a lake's metadata: the log's, and the Delta, Spark and Iceberg views'.
+METADATA_FOLDERS = frozenset({"_lakesink", "_delta_log", "_spark_metadata", "metadata"})
 
 
 def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str, str, str]:
@@ -659,11 +815,7 @@ def mutate(rng: random.Random, root: Path, kind: str | None = None) -> tuple[str
         kind, fn, takes_root = "flip", flip, False
         candidates = files
     # metadata more often than data: that is where the lake's writer speaks to the reader
-    meta = [
-        p
-        for p in candidates
-        if "_lakesink" in p.parts or "_delta_log" in p.parts or "_spark_metadata" in p.parts
-    ]
+    meta = [p for p in candidates if METADATA_FOLDERS.intersection(p.parts)]
     pool = meta if meta and rng.random() < 0.8 else candidates
     path = rng.choice(pool)
     rel = path.relative_to(root).as_posix()

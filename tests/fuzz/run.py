@@ -15,7 +15,7 @@ from typing import Any
 
 from tests.fuzz.child import MAINTENANCE, RSS_CAP, run_case
 from tests.fuzz.mutate import MUTATIONS, applies_to, files_of, mutate
-from tests.fuzz.templates import TEMPLATES, VICTIM_IDS, build
+from tests.fuzz.templates import BUILT_IN_PLACE, TEMPLATES, VICTIM_IDS, build
 
 #: A case's steps, in order, then one maintenance command (``child.MAINTENANCE``) in
 #: :data:`MAINTENANCE_SHARE` of the cases; all of them may take at most this long (seconds).
@@ -90,7 +90,7 @@ class Fuzzer:
         # mutation that applies to every template draws what it always drew.
         templates = [t for t in sorted(TEMPLATES) if not mutation or t in self.applicable[mutation]]
         case = Case(seed, template or rng.choice(templates))
-        place = self.workdir / f"case-{seed}"
+        place = self.workdir / BUILT_IN_PLACE.get(case.template, f"case-{seed}")
         if place.exists():
             shutil.rmtree(place)
         shutil.copytree(self.templates[case.template].parent, place, symlinks=True)

@@ -23,7 +23,12 @@ TEMPLATES = {
     "v2": "a format-2 epoch lake (3 epochs of 2 files, its records)",
     "v3parts": "format 3 partitioned by bucket (7 folders), 6 appends, a checkpoint at 4, both views",
     "v3foreach": "format 3 in foreach mode (LakeForeachWriter's hooks, no Spark): 3 epochs of 2 tasks",
+    "v3iceberg": "v3views with its Iceberg view too (metadata/: metadata file, manifest list, manifest)",
 }
+#: Templates built where their cases run (``<workdir>/<place>/lake``) rather than copied there:
+#: the Iceberg view's manifests name the lake's absolute paths inside deflate blocks, which no
+#: byte replace of a copy can point at the copy (the Spark view's plain lines can: run.py).
+BUILT_IN_PLACE = {"v3iceberg": "case-iceberg"}
 
 
 def build_v3(path: str, *, batches: int = 6) -> None:
@@ -103,9 +108,10 @@ def build(base: Path) -> dict[str, Path]:
 
     built = {}
     for name in TEMPLATES:
-        root = base / name / "lake"
-        if root.parent.exists():
-            shutil.rmtree(root.parent)
+        root = (base.parent / BUILT_IN_PLACE[name] if name in BUILT_IN_PLACE else base / name) / "lake"
+        for folder in (root.parent, base / name):
+            if folder.exists():
+                shutil.rmtree(folder)
         root.parent.mkdir(parents=True)
         if name == "v2":
             epoch_lake(str(root))
@@ -113,9 +119,11 @@ def build(base: Path) -> dict[str, Path]:
             build_partitioned(str(root))
         elif name == "v3foreach":
             build_foreach(str(root))
-        else:
+        else:  # v3, v3views, v3compacted, v3iceberg
             build_v3(str(root), batches=4 if name == "v3compacted" else 6)
-        if name in ("v3views", "v3parts"):
+        if name == "v3iceberg":
+            _keep_iceberg_view(root)
+        if name in ("v3views", "v3parts", "v3iceberg"):
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 assert main(["sync-views", str(root)]) == 0
         if name == "v3compacted":
@@ -123,5 +131,18 @@ def build(base: Path) -> dict[str, Path]:
         v3_file(
             open_storage(str(root.parent / "victim")), "secret.parquet", VICTIM_IDS.start, len(VICTIM_IDS)
         )
+        if name in BUILT_IN_PLACE:
+            shutil.move(root.parent, base / name)
+            root = base / name / "lake"
         built[name] = root
     return built
+
+
+def _keep_iceberg_view(root: Path) -> None:
+    """table.json saying the lake keeps an Iceberg view, as ``iceberg_view=True`` makes it."""
+    import json
+
+    table = root / "_lakesink" / "table.json"
+    doc = json.loads(table.read_text())
+    doc["iceberg_view"] = True
+    table.write_text(json.dumps(doc, indent=2))
