@@ -1283,3 +1283,22 @@ def test_size_statistics_are_read_from_a_footer_and_a_damaged_footer_gives_none(
         assert answer is None or isinstance(answer, list)
     # A list that claims a billion elements in three bytes is refused by the bytes it has.
     assert unencoded_text_bytes(b"\x49\xfc\xff\xff\xff\x03") is None  # field 4: a list of structs
+
+
+@pytest.mark.parametrize(
+    "lease", ["[]", '"x"', "7", '{"refreshed_at": "yesterday"}', '{"refreshed_at": 1e308}']
+)
+def test_a_crafted_compaction_lease_is_abandoned_without_a_traceback(
+    lake: str, lease: str, capsys: Any
+) -> None:
+    """Session 22: an ops lease that is JSON but no object (``[]``) made ``compact`` raise
+    AttributeError (the fuzzer's templates held no lease until then). A lease is only a time:
+    one that does not say it is read as the file's own time, and the op it names is abandoned
+    (or kept) as any other."""
+    ops = Path(lake) / "_lakesink" / "ops"
+    ops.mkdir(exist_ok=True)
+    (ops / "0123456789abcdef.json").write_text(lease)
+    old = time.time() - 86_400
+    os.utime(ops / "0123456789abcdef.json", (old, old))
+    assert main(["compact", lake, "--min-files", "2"]) == 0, capsys.readouterr()
+    assert main(["verify", lake]) == 0

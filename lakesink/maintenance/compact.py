@@ -577,7 +577,7 @@ def settle_ops(
 def _lease_time(storage: Storage, name: str, fallback: float) -> float:
     try:
         doc = jsondoc.loads(limits.read(storage, name, limits.OPS_LEASE))
-        value = doc.get("refreshed_at")
+        value = doc.get("refreshed_at") if isinstance(doc, dict) else None  # crafted: [] (session 22)
         return float(value) if isinstance(value, int | float) else fallback
     except (OSError, ValueError, LakeSinkError):
         return fallback

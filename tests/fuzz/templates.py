@@ -19,7 +19,7 @@ VICTIM_IDS = range(9000, 9050)
 TEMPLATES = {
     "v3": "format 3, 6 appends of 2 files, a checkpoint at version 4",
     "v3views": "the same with its Delta and Spark views (sync-views)",
-    "v3compacted": "format 3, 4 appends then one compaction (removes in the log)",
+    "v3compacted": "format 3, 4 appends, one compaction (removes in the log), a killed one's lease",
     "v2": "a format-2 epoch lake (3 epochs of 2 files, its records)",
     "v3parts": "format 3 partitioned by bucket (7 folders), 6 appends, a checkpoint at 4, both views",
     "v3foreach": "format 3 in foreach mode (LakeForeachWriter's hooks, no Spark): 3 epochs of 2 tasks",
@@ -128,6 +128,7 @@ def build(base: Path) -> dict[str, Path]:
                 assert main(["sync-views", str(root)]) == 0
         if name == "v3compacted":
             compact(str(root), min_files=2, target_file_size=1 << 20)
+            _leave_a_lease(root)
         v3_file(
             open_storage(str(root.parent / "victim")), "secret.parquet", VICTIM_IDS.start, len(VICTIM_IDS)
         )
@@ -146,3 +147,16 @@ def _keep_iceberg_view(root: Path) -> None:
     doc = json.loads(table.read_text())
     doc["iceberg_view"] = True
     table.write_text(json.dumps(doc, indent=2))
+
+
+def _leave_a_lease(root: Path) -> None:
+    """The lease of a compaction killed a day ago (``_lakesink/ops/<token>.json``, as
+    ``compact``'s lease writes it): what the next ``compact`` reads, abandons and deletes."""
+    import json
+    import time
+
+    token = "0123456789abcdef"
+    day_ago = time.time() - 86_400
+    doc = {"token": token, "kind": "compact", "base_version": 3, "started_at": day_ago,
+           "refreshed_at": day_ago, "host": "fuzz", "pid": 1}  # fmt: skip
+    (root / "_lakesink" / "ops" / f"{token}.json").write_text(json.dumps(doc, sort_keys=True))
