@@ -160,6 +160,8 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
         lake = Lake(root)
         lake.files()
         table = read_committed(root)
+        # read_all sees staged files too, and skips and reports what it cannot read
+        everything = lake.read("read_all").table
         if lake.metadata.format_version >= 3 and lake.mode != "foreach":  # a foreach lake has no log
             lake.versions()
             lake.history()
@@ -167,7 +169,7 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
         text = str(exc)
         problem = "a multi-line error" if "\n" in text.strip() else shown_secret(text)
         return {"verdict": "refused", "problem": problem, "err": f"{type(exc).__name__}: {text[:300]}"}
-    ids = set(table.column("id").to_pylist()) if "id" in table.column_names else set()
+    ids = {i for t in (table, everything) if "id" in t.column_names for i in t.column("id").to_pylist()}
     leaked = sorted(ids & set(victim_ids))[:5]
     return {"verdict": "ok", "problem": f"rows of the file outside: {leaked}" if leaked else None}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import shutil
 from pathlib import Path
 
@@ -17,12 +18,12 @@ WRITER = "11111111-2222-3333-4444-555555555555"
 VICTIM_IDS = range(9000, 9050)
 #: name -> what it is (the names are the --template choices)
 TEMPLATES = {
-    "v3": "format 3, 6 appends of 2 files, a checkpoint at version 4",
+    "v3": "format 3, 6 appends of 2 files, a checkpoint at version 4, a killed task's staged file",
     "v3views": "the same with its Delta and Spark views (sync-views)",
     "v3compacted": "format 3, 4 appends, one compaction (removes in the log), a killed one's lease",
     "v2": "a format-2 epoch lake (3 epochs of 2 files, its records)",
     "v3parts": "format 3 partitioned by bucket (7 folders), 6 appends, a checkpoint at 4, both views",
-    "v3foreach": "format 3 in foreach mode (LakeForeachWriter's hooks, no Spark): 3 epochs of 2 tasks",
+    "v3foreach": "format 3 in foreach mode (LakeForeachWriter's hooks): 3 epochs of 2 tasks, a staged file",
     "v3iceberg": "v3views with its Iceberg view too (metadata/: metadata file, manifest list, manifest)",
 }
 #: Templates built where their cases run (``<workdir>/<place>/lake``) rather than copied there:
@@ -126,6 +127,8 @@ def build(base: Path) -> dict[str, Path]:
         if name in ("v3views", "v3parts", "v3iceberg"):
             with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
                 assert main(["sync-views", str(root)]) == 0
+        if name in ("v3", "v3foreach"):
+            _leave_a_staged_file(root)
         if name == "v3compacted":
             compact(str(root), min_files=2, target_file_size=1 << 20)
             _leave_a_lease(root)
@@ -160,3 +163,18 @@ def _leave_a_lease(root: Path) -> None:
     doc = {"token": token, "kind": "compact", "base_version": 3, "started_at": day_ago,
            "refreshed_at": day_ago, "host": "fuzz", "pid": 1}  # fmt: skip
     (root / "_lakesink" / "ops" / f"{token}.json").write_text(json.dumps(doc, sort_keys=True))
+
+
+def _leave_a_staged_file(root: Path) -> None:
+    """A task killed before its publish: its staged copy of the next batch's (epoch's) first
+    file, hidden and ``.uncommitted`` (``names.staged_name``), which ``read_all`` reads."""
+    from lakesink_reader.names import staged_name
+
+    first = min(p for p in root.iterdir() if p.suffix == ".parquet")
+    final = re.sub(
+        r"(-b|-epoch-)(\d+)",
+        lambda m: f"{m.group(1)}{int(m.group(2)) + 100:0{len(m.group(2))}d}",
+        first.name,
+        count=1,
+    )
+    shutil.copyfile(first, root / staged_name(final, "0123abcd"))
