@@ -162,14 +162,17 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
         table = read_committed(root)
         # read_all sees staged files too, and skips and reports what it cannot read
         everything = lake.read("read_all").table
+        changed = table.slice(0, 0)
         if lake.metadata.format_version >= 3 and lake.mode != "foreach":  # a foreach lake has no log
             lake.versions()
             lake.history()
+            changed = lake.changes(0).table  # what a job following the lake reads
     except LakeSinkError as exc:
         text = str(exc)
         problem = "a multi-line error" if "\n" in text.strip() else shown_secret(text)
         return {"verdict": "refused", "problem": problem, "err": f"{type(exc).__name__}: {text[:300]}"}
-    ids = {i for t in (table, everything) if "id" in t.column_names for i in t.column("id").to_pylist()}
+    read = (table, everything, changed)
+    ids = {i for t in read if "id" in t.column_names for i in t.column("id").to_pylist()}
     leaked = sorted(ids & set(victim_ids))[:5]
     return {"verdict": "ok", "problem": f"rows of the file outside: {leaked}" if leaked else None}
 
