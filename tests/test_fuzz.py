@@ -15,8 +15,9 @@ import pytest
 from tests.fuzz import child
 from tests.fuzz.run import Fuzzer, judge
 
-#: Cases of the bounded run: ~0.5 s each on this 2-core machine.
-BOUNDED_CASES = int(os.environ.get("LAKESINK_FUZZ_CASES", "60"))
+#: Cases of the bounded run: ~0.7 s each on this 2-core machine (since session 22 a case reads
+#: read_all and changes too, and one template in seven is the Iceberg view's: 50, not 60).
+BOUNDED_CASES = int(os.environ.get("LAKESINK_FUZZ_CASES", "50"))
 #: Where the bounded run starts (the ledger's runs start at 0; another start here finds others).
 BOUNDED_START = int(os.environ.get("LAKESINK_FUZZ_START", "1000000"))
 
