@@ -531,7 +531,7 @@ def _offsets(args: argparse.Namespace) -> int:
     offsets = lake.offsets(args.writer)
     if offsets is None:
         print(
-            f"lakesink offsets: {lake.path}: the writer recorded no source offsets (its checkpoint "
+            f"lakesink offsets: {redacted(lake.path)}: the writer recorded no source offsets (its checkpoint "
             "location was not readable by the driver)",
             file=sys.stderr,
         )

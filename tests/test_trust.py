@@ -1302,3 +1302,14 @@ def test_a_crafted_compaction_lease_is_abandoned_without_a_traceback(
     os.utime(ops / "0123456789abcdef.json", (old, old))
     assert main(["compact", lake, "--min-files", "2"]) == 0, capsys.readouterr()
     assert main(["verify", lake]) == 0
+
+
+def test_no_command_shows_a_signing_parameter_of_the_lake_s_url(lake: str, capsys: Any) -> None:
+    """Session 22: ``lakesink offsets`` printed the lake's URL as given, a signing query
+    parameter included (the local store ignores the query): the fuzzer's cases had never run
+    ``offsets``. Every command's output, through such a URL, shows none of it."""
+    url = f"file://localhost{lake}?X-Amz-Security-Token=SuperSecret123"
+    commands = ["status", "verify", "history", "offsets", "config", "upgrade", "sync-views", "compact"]
+    for command in [*commands, "vacuum", "orphans"]:
+        _, out = cli([command, url], capsys)
+        assert "SuperSecret123" not in out, (command, out)

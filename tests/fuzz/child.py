@@ -180,13 +180,19 @@ def read_step(root: str, victim_ids: range) -> dict[str, Any]:
 #: The maintenance commands a case may run after the reads, on its own copy of the lake: they
 #: write, copy and delete, and a crafted lake must lead none of that outside either (the audit
 #: hook; the driver compares the victim folder before and after; compact's output is read).
-#: And the slow checks an operator runs by hand: every row of every retained version.
+#: And the other commands an operator runs by hand: every row of every retained version, the
+#: upgrade of a format-2 lake (a format-3 one says it is one), a writer's offsets, the lake's
+#: defaults, the leftovers counted.
 MAINTENANCE = {
     "sync-views": ["sync-views"],
     "compact": ["compact", "--min-files", "2", "--target-file-size", "1MB"],
     "vacuum": ["vacuum", "--retain", "0", "--force", "--delete"],
     "orphans": ["orphans", "--older-than", "0", "--delete"],
     "verify-deep": ["verify", "--deep", "--all-versions"],
+    "upgrade": ["upgrade"],
+    "offsets": ["offsets"],
+    "config": ["config"],
+    "status-leftovers": ["status", "--leftovers"],
 }
 
 
