@@ -154,7 +154,7 @@ class _Walk:
                 meta[key] = self._bytes()
 
     def _inflated(self, block: bytes) -> bytes:
-        """``block`` inflated, never to more than what decoding may still cost."""
+        """``block`` inflated, never to more than :data:`MAX_BLOCK` bytes (which then count)."""
         inflater = zlib.decompressobj(-15)
         out = inflater.decompress(block, MAX_BLOCK + 1)
         if len(out) > MAX_BLOCK or inflater.unconsumed_tail:

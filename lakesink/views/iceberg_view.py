@@ -238,8 +238,7 @@ def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadata
         # probe's) without its file is a hand's or another tool's doing.
         raise ForeignView(f"names {name}, which is not there") from None
     try:
-        # Bounded before pydantic builds it (its own parser is not): what lakesink writes holds
-        # at most SNAPSHOT_MAX snapshots of ~40 values each, and the lake's schemas.
+        # Bounded before pydantic builds it (its own parser is not): METADATA_VALUES.
         parsed = TableMetadataUtil.parse_obj(jsondoc.loads(data, max_elements=METADATA_VALUES))
     except Exception as exc:  # noqa: BLE001 -- pyiceberg's validators raise AttributeError, TypeError... on crafted content
         reason = one_line(exc)[:200]
