@@ -60,7 +60,8 @@ TARGETS = {
     "epoch": ("in_write", "before_publish", "after_publish", "before_record", "after_record"),
     "foreach": ("in_write", "before_publish", "after_publish"),
 }
-#: ``make test`` aims at every point of each mode once but in_write, the points split between
+#: ``make test`` aims at three points (epoch after_record on local disk and before_record on S3,
+#: foreach after_publish on local disk; the rest are ``long``, LONG_ONLY), the points split between
 #: the backends (each run starts a JVM: 15-40 s here; one kill costs a run, and so does each
 #: case's final run); ``make chaos`` sets LAKESINK_CHAOS_KILLS and aims at every point on every
 #: backend, with random kills between, at later epochs too.

@@ -12,7 +12,7 @@ Selection (every test here is marked ``cluster``):
 - ``pytest -m cluster`` runs all of them: both modes x both storages x both kinds of loss;
 - ``make test`` (``-m "not bench and not long"``) runs a bounded set: the zip check,
   epoch/S3/worker-kill and foreach/HDFS/executor-kill (below) -- each mode and each kind of
-  loss once, on the two stores that reach the executors over the network. The other ten
+  loss once, on the two stores that reach the executors over the network. The other eleven
   are marked ``long``, the local-lake ones too: foreach/HDFS/executor-kill takes the same way
   through Spark (the executor lost, its task rerun on the other worker, the killed processes'
   children gone, the sweep), and local disk under kill -9 is test_chaos.py's;

@@ -1,4 +1,4 @@
-"""The trust-boundary fuzzer (tests/fuzz, issue 51), bounded: 60 cases in well under a minute,
+"""The trust-boundary fuzzer (tests/fuzz, issue 51), bounded: 50 cases in well under a minute,
 and the oracle itself checked -- a case that reads outside the lake, hangs, or raises something
 other than a clear error is reported, so a clean run means something."""
 

@@ -2,7 +2,7 @@
 
 A producer feeds a topic of 3 partitions while jobs/stream_to_lake.py (``--source kafka``, in a
 subprocess of its own with the connector on ``spark.jars``) writes a lake, in epoch mode
-(``format("lakesink")``) and in foreach mode. Meanwhile:
+(``write_stream``'s default door: ``foreachBatch`` in a classic session) and in foreach mode. Meanwhile:
 
 - the job is killed with -9 (driver, JVM and Python workers: its process group) mid-epoch --
   an epoch whose offsets Spark has written and whose commit it has not -- and restarted from
@@ -11,10 +11,11 @@ subprocess of its own with the connector on ``spark.jars``) writes a lake, in ep
 - a task fails once upstream of the sink (``--fail-once-after-rows``) and Spark retries it.
 
 In the end the lake holds every record of the topic exactly once, counted by Kafka's
-(partition, offset), which the job writes into the lake. ``make test`` runs one driver kill per
-mode and one broker kill (in epoch mode: a broker restart fails or slows the Kafka source
-upstream of the sink, and what foreach mode makes of the failed task or query -- a retry, a
-restart from the checkpoint -- is its driver kill's and injected failure's case); ``make chaos``
+(partition, offset), which the job writes into the lake. ``make test`` runs epoch mode's driver
+kill and broker kill; foreach mode's driver kill is ``long`` (``make long``), and it has no broker
+kill of its own (a broker restart fails or slows the Kafka source upstream of the sink, and what
+foreach mode makes of the failed task or query -- a retry, a restart from the checkpoint -- is
+its driver kill's and injected failure's case); ``make chaos``
 (``LAKESINK_CHAOS_KILLS``) kills and stops the broker in both modes, many times, in a longer run.
 
 Upstream transactions: with ``kafka.isolation.level=read_committed`` no record of an aborted

@@ -3,8 +3,8 @@
 The simulation patches its process's clock, ids and hidden threads, so it runs as a subprocess
 (``python -m tests.sim``), never inside pytest. Here: its store passes the storage contract; a
 bounded number of seeds of the configurations that hold on today's code run clean; one seed
-replays to the same trace; and the seeds that found issue 32's holes still fail with the
-invariant they broke (a fix makes that test fail, and it then says to turn the switch on).
+replays to the same trace; and the seeds that found the product's holes (``HOLES``) run clean,
+replayed as regression seeds.
 """
 
 from __future__ import annotations
