@@ -956,3 +956,22 @@ def test_the_views_avro_files_are_checked_before_pyiceberg_decodes_them(lake: st
     seconds, grown, answer = measured(lake, "verify")
     assert answer.startswith("exit 1") and listed.name in answer and "inflates" in answer, answer
     assert grown < 100 << 20 and seconds < 20, (seconds, grown >> 20)
+
+
+def test_a_metadata_file_of_many_invalid_values_is_refused_by_their_count(lake: str) -> None:
+    """Fuzz ledger case 59370 (session 23): a metadata file whose ``refs`` hold 200,000 keys
+    (3.5 MB, under METADATA_VALUES) is refused by pydantic with 200,000 errors, whose text is
+    42 MB; splitting it into one line took ``lakesink verify`` from ~150 to ~580 MiB. The
+    refusal names the errors' count, and ``errors.one_line`` keeps the head of any text."""
+    storage, table_id = v3_table(lake)
+    writer = Writer(viewed_log(storage, table_id), W1)
+    writer.append(0)
+    current = max(
+        (Path(lake) / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0])
+    )
+    doc = json.loads(current.read_text())
+    doc["refs"].update({f"k{i}": i for i in range(200_000)})
+    current.write_text(json.dumps(doc))
+    seconds, grown, answer = measured(lake, "verify")
+    assert answer.startswith("exit 1") and "200000 validation errors for TableMetadataV2" in answer, answer
+    assert grown < 200 << 20 and seconds < 20, (seconds, grown >> 20)

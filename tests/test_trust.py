@@ -1313,3 +1313,14 @@ def test_no_command_shows_a_signing_parameter_of_the_lake_s_url(lake: str, capsy
     for command in [*commands, "vacuum", "orphans"]:
         _, out = cli([command, url], capsys)
         assert "SuperSecret123" not in out, (command, out)
+
+
+def test_an_error_text_of_megabytes_becomes_a_short_line() -> None:
+    """A decoder's text is as long as crafted input makes it (session 23: pydantic's 42 MB for
+    200,000 errors): ``one_line`` keeps its head, so a refusal costs no copy of it in words."""
+    from lakesink_reader.errors import ONE_LINE_CHARS, one_line
+
+    line = one_line(ValueError("a\nb " * 1_000_000))
+    assert line.startswith("a b a b") and line.endswith(" ...") and "\n" not in line
+    assert len(line) <= ONE_LINE_CHARS + 4
+    assert one_line(ValueError("short\n  text")) == "short text"

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+from pydantic import ValidationError  # pyiceberg's models are pydantic's
 from pyiceberg.io import FileIO, InputFile, OutputFile
 from pyiceberg.manifest import ManifestContent, ManifestFile, read_manifest_list
 from pyiceberg.schema import Schema
@@ -93,6 +94,8 @@ GAP_FILL = 16
 #: SNAPSHOT_MAX snapshots of ~40 values, as many snapshot-log entries of 2, 100 metadata-log
 #: entries, and the lake's schemas (~6 values a column each); pydantic builds ~200 bytes a value.
 METADATA_VALUES = 250_000
+#: A metadata file pydantic refuses with more errors than this is named with their count only.
+VALIDATION_ERRORS_SHOWN = 10
 
 
 class ForeignView(Exception):
@@ -227,6 +230,14 @@ class IcebergView(ViewHook[_Known]):
 # Writing a snapshot --------------------------------------------------------------------------
 
 
+def _refusal(exc: Exception) -> str:
+    """Why pyiceberg refused a metadata file, in a line. pydantic's text lists every error, one
+    per value of a crafted file (42 MB for 200,000 refs): above a few, their count says enough."""
+    if isinstance(exc, ValidationError) and exc.error_count() > VALIDATION_ERRORS_SHOWN:
+        return f"{exc.error_count()} validation errors for {exc.title}"
+    return one_line(exc)[:200]
+
+
 def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadataV2:
     """Metadata version ``number``, checked to be this lake's view (ForeignView otherwise).
     A bounded read: the view's files are input like any other the lake holds."""
@@ -241,9 +252,8 @@ def read_metadata(storage: Storage, table_id: str, number: int) -> TableMetadata
         # Bounded before pydantic builds it (its own parser is not): METADATA_VALUES.
         parsed = TableMetadataUtil.parse_obj(jsondoc.loads(data, max_elements=METADATA_VALUES))
     except Exception as exc:  # noqa: BLE001 -- pyiceberg's validators raise AttributeError, TypeError... on crafted content
-        reason = one_line(exc)[:200]
         raise ForeignView(
-            f"has {name}, which is not Iceberg table metadata lakesink wrote ({reason})"
+            f"has {name}, which is not Iceberg table metadata lakesink wrote ({_refusal(exc)})"
         ) from None
     if not isinstance(parsed, TableMetadataV2) or parsed.properties.get(TABLE_ID_PROPERTY) != table_id:
         raise ForeignView(

@@ -10,10 +10,19 @@ from typing import Any
 log = logging.getLogger("lakesink")
 
 
+#: The most characters of an exception's text that :func:`one_line` keeps. A decoder's text can
+#: be as long as the input makes it (pydantic's lists every error: 42 MB for a crafted Iceberg
+#: metadata file of 200,000 refs), and splitting all of it into words took 400 MiB.
+ONE_LINE_CHARS = 1_000
+
+
 def one_line(exc: BaseException) -> str:
     """``exc``'s text on one line: pyarrow's (and others') may span several, and an error that
-    lakesink reports -- a refusal, a reason a file is skipped, the CLI's exit 2 -- is one line."""
-    return " ".join(str(exc).split())
+    lakesink reports -- a refusal, a reason a file is skipped, the CLI's exit 2 -- is one line;
+    its first ``ONE_LINE_CHARS`` characters, then `` ...``."""
+    text = str(exc)
+    head = " ".join(text[:ONE_LINE_CHARS].split())
+    return head if len(text) <= ONE_LINE_CHARS else f"{head} ..."
 
 
 class LakeSinkError(Exception):

@@ -240,6 +240,19 @@ MUTANTS = (
         klass="memory",
         options=("--mutation", "iceberg_metadata", "--template", "v3iceberg"),
     ),
+    FuzzMutant(
+        "iceberg-refusal-every-error",
+        "lakesink/views/iceberg_view.py",
+        "    if isinstance(exc, ValidationError) and exc.error_count() > VALIDATION_ERRORS_SHOWN:\n"
+        '        return f"{exc.error_count()} validation errors for {exc.title}"\n'
+        "    return one_line(exc)[:200]\n",
+        '    return " ".join(str(exc).split())[:200]\n',
+        "the refusal of an Iceberg metadata file pydantic refuses is made of the error's whole text: "
+        "200,000 refs of a 3.5 MB file make 42 MB of it, split into words (verify: 580 MiB, "
+        "fuzz ledger case 59370, session 23)",
+        klass="memory",
+        options=("--mutation", "iceberg_metadata", "--template", "v3iceberg"),
+    ),
     # Secrets ----------------------------------------------------------------------------------------
     FuzzMutant(
         "local-url-refusal-unredacted",

@@ -730,10 +730,18 @@ def is_iceberg_metadata(path: Path) -> bool:
 def iceberg_metadata(rng: random.Random, path: Path) -> str:
     """A metadata file of the Iceberg view with the last entry of one of its lists (snapshots,
     the snapshot log, the metadata log, schemas) repeated: a valid file pydantic builds a model
-    of each entry of."""
+    of each entry of; or one of its maps (refs, properties) given up to 200,000 more entries of
+    numbers, which pydantic refuses one error each (the fuzz ledger's case 59370, session 23)."""
     doc = json.loads(path.read_text())
-    key = rng.choice(["snapshots", "snapshot-log", "snapshot-log", "metadata-log", "schemas"])
+    key = rng.choice(
+        ["snapshots", "snapshot-log", "snapshot-log", "metadata-log", "schemas", "refs", "properties"]
+    )
     entries = doc.get(key)
+    if isinstance(entries, dict):
+        added = rng.choice([1000, 100_000, 200_000])
+        entries.update({f"k{i}": i for i in range(added)})
+        path.write_text(json.dumps(doc, separators=(",", ":")))
+        return f"{key}: {added} entries of numbers added"
     if not isinstance(entries, list) or not entries:
         return json_value(rng, path)
     times = rng.choice([1000, 100_000, 1_000_000])
