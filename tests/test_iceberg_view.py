@@ -966,9 +966,7 @@ def test_a_metadata_file_of_many_invalid_values_is_refused_by_their_count(lake: 
     storage, table_id = v3_table(lake)
     writer = Writer(viewed_log(storage, table_id), W1)
     writer.append(0)
-    current = max(
-        (Path(lake) / "metadata").glob("v*.metadata.json"), key=lambda p: int(p.name[1:].split(".")[0])
-    )
+    current = Path(lake) / iceberg_layout.metadata_name(iceberg_layout.newest_number(storage))
     doc = json.loads(current.read_text())
     doc["refs"].update({f"k{i}": i for i in range(200_000)})
     current.write_text(json.dumps(doc))
